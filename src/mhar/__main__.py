@@ -1,0 +1,5 @@
+import sys
+
+from mhar.cli import main
+
+sys.exit(main())

@@ -1,0 +1,50 @@
+"""The one `mhar` command. Each subcommand lives beside its module, in a `cli.py`
+that defines ``register(subparsers)``; this file only collects them."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# Modules that add subcommands, in the order `mhar --help` lists them.
+SUBCOMMAND_MODULES = [
+    "mhar.model.cli",      # params
+    "mhar.data.cli",       # data build / data info
+    "mhar.train.cli",      # train, compare, sweep
+    "mhar.eval.cli",       # eval
+    "mhar.analysis.cli",   # probe, maps, report
+    "mhar.model.hf_cli",   # convert, midtrain
+    "mhar.bench_cli",      # bench step
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mhar", description="Depth routing for Transformers (MHAR).")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in SUBCOMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as err:
+            if err.name == name:  # that part of the toolkit is not there (yet)
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except (ValueError, FileNotFoundError) as err:  # errors users can cause: one clear line
+        print(f"mhar {args.command}: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
