@@ -1,0 +1,245 @@
+"""Typed model configuration, named presets and dotted overrides."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+STREAM_METHODS = ("standard", "routed", "delta", "hyper")
+SCHEDULES = ("one-pass", "two-phase")
+
+
+@dataclass
+class StreamConfig:
+    """How information is carried across depth.
+
+    method: standard | routed | delta | hyper.
+    heads: routing heads H (routed, delta). H = 1 is attention residuals, H > 1 is MHAR.
+    block_size: sublayers per block S. routed: 0 means full routing (every sublayer
+        output is a source); S >= 1 is block routing (S = 1 equals full routing).
+        delta: sublayers per delta block (required >= 1).
+    schedule: one-pass (each site reads all its sources) or two-phase (batched read of
+        the sources that exist when a chunk/block starts, then an exact online-softmax
+        merge with those created inside it). Identical results.
+    chunk: for full routing with the two-phase schedule, sublayers per scheduling chunk.
+    hyper_n: number of parallel streams for hyper-connections.
+    """
+
+    method: str = "standard"
+    heads: int = 1
+    block_size: int = 0
+    schedule: str = "one-pass"
+    chunk: int = 8
+    hyper_n: int = 4
+
+    def validate(self, d_model: int, num_sublayers: int) -> None:
+        if self.method not in STREAM_METHODS:
+            raise ValueError(f"stream.method={self.method!r} is not one of {', '.join(STREAM_METHODS)}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"stream.schedule={self.schedule!r} is not one of {', '.join(SCHEDULES)}")
+        if self.method in ("routed", "delta"):
+            if self.heads < 1 or d_model % self.heads:
+                raise ValueError(f"stream.heads={self.heads} must divide d_model={d_model} "
+                                 f"(allowed: positive divisors of {d_model})")
+        if self.block_size < 0 or (self.method == "delta" and self.block_size < 1):
+            allowed = ">= 1" if self.method == "delta" else "0 (full) or >= 1"
+            raise ValueError(f"stream.block_size={self.block_size} is invalid for {self.method}: allowed {allowed}")
+        if self.chunk < 1:
+            raise ValueError(f"stream.chunk={self.chunk} must be >= 1")
+        if self.hyper_n < 1:
+            raise ValueError(f"stream.hyper_n={self.hyper_n} must be >= 1")
+
+
+@dataclass
+class ModelConfig:
+    """A Qwen3-style decoder (SPEC.md section 4). The extra switches (qk_norm,
+    attention_bias, head_dim, tie_embeddings) let converted Llama/Qwen2 models run
+    through the same code."""
+
+    vocab_size: int = 151936
+    d_model: int = 512
+    n_layers: int = 12
+    n_heads: int = 8
+    n_kv_heads: int = 4
+    d_ff: int = 1536
+    max_seq_len: int = 2048
+    head_dim: int = 0  # 0: d_model // n_heads
+    rope_theta: float = 1e4
+    norm_eps: float = 1e-6
+    init_std: float = 0.02
+    qk_norm: bool = True
+    attention_bias: bool = False
+    tie_embeddings: bool = True
+    stream: StreamConfig = field(default_factory=StreamConfig)
+
+    def __post_init__(self):
+        if isinstance(self.stream, dict):
+            self.stream = StreamConfig(**self.stream)
+        self.validate()
+
+    @property
+    def num_sublayers(self) -> int:
+        return 2 * self.n_layers
+
+    @property
+    def attn_head_dim(self) -> int:
+        return self.head_dim or self.d_model // self.n_heads
+
+    def validate(self) -> None:
+        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "max_seq_len"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(f"n_kv_heads={self.n_kv_heads} must divide n_heads={self.n_heads} "
+                             f"(allowed: divisors of {self.n_heads})")
+        if not self.head_dim and self.d_model % self.n_heads:
+            raise ValueError(f"n_heads={self.n_heads} must divide d_model={self.d_model} unless head_dim is set")
+        if self.attn_head_dim % 2:
+            raise ValueError(f"head_dim={self.attn_head_dim} must be even for RoPE")
+        self.stream.validate(self.d_model, self.num_sublayers)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "ModelConfig":
+        d = dict(d)
+        unknown = set(d) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ValueError(f"unknown model config keys: {sorted(unknown)}")
+        return cls(**d)
+
+
+# Shapes from SPEC.md section 4; vocab is the Qwen3 tokenizer's, padded.
+PRESETS: dict[str, dict[str, Any]] = {
+    "tiny": dict(vocab_size=8192, d_model=128, n_layers=4, n_heads=4, n_kv_heads=2, d_ff=384, max_seq_len=256),
+    "paper-100m": dict(vocab_size=151936, d_model=512, n_layers=12, n_heads=8, n_kv_heads=4, d_ff=1536, max_seq_len=2048),
+    "paper-350m": dict(vocab_size=151936, d_model=1024, n_layers=24, n_heads=16, n_kv_heads=8, d_ff=4096, max_seq_len=1024),
+    "paper-1b": dict(vocab_size=151936, d_model=1280, n_layers=36, n_heads=16, n_kv_heads=8, d_ff=5120, max_seq_len=1024),
+}
+
+# The method names used across the toolkit and in the paper's tables.
+METHODS: dict[str, dict[str, Any]] = {
+    "baseline": dict(method="standard"),
+    "hyper": dict(method="hyper", hyper_n=4),
+    "attnres": dict(method="routed", heads=1),
+    "mhar": dict(method="routed", heads=8),
+    "attnres-block": dict(method="routed", heads=1, block_size=-1),   # -1: about 8 blocks
+    "mhar-block": dict(method="routed", heads=8, block_size=-1),
+    "delta": dict(method="delta", heads=8, block_size=-1),
+}
+
+
+def _blocks_of_eight(num_sublayers: int) -> int:
+    return max(1, -(-num_sublayers // 8))
+
+
+def method_stream(name: str, num_sublayers: int, d_model: int | None = None, **overrides: Any) -> StreamConfig:
+    """A StreamConfig for a named method ('baseline', 'hyper', 'attnres', 'mhar',
+    'mhar-block', ...; also 'mhar-h4' style names for any H)."""
+    base = name
+    heads = None
+    if "-h" in name and name.rsplit("-h", 1)[1].isdigit():
+        base, h = name.rsplit("-h", 1)
+        heads = int(h)
+    if base not in METHODS:
+        close = difflib.get_close_matches(base, list(METHODS), n=3)
+        raise ValueError(f"unknown method {name!r}; allowed: {', '.join(METHODS)} (or NAME-hH for H heads)"
+                         + (f"; did you mean {', '.join(close)}?" if close else ""))
+    kw = dict(METHODS[base])
+    if heads is not None:
+        kw["heads"] = heads
+    if kw.get("block_size") == -1:
+        kw["block_size"] = _blocks_of_eight(num_sublayers)
+    if d_model is not None and kw.get("heads", 1) > 1 and d_model % kw["heads"]:
+        raise ValueError(f"method {name!r} needs heads={kw['heads']} to divide d_model={d_model}")
+    kw.update(overrides)
+    return StreamConfig(**kw)
+
+
+def get_preset(name: str, method: str = "baseline") -> ModelConfig:
+    if name not in PRESETS:
+        close = difflib.get_close_matches(name, list(PRESETS), n=3)
+        raise ValueError(f"unknown preset {name!r}; allowed: {', '.join(PRESETS)}"
+                         + (f"; did you mean {', '.join(close)}?" if close else ""))
+    p = dict(PRESETS[name])
+    p["stream"] = method_stream(method, 2 * p["n_layers"], p["d_model"])
+    return ModelConfig(**p)
+
+
+def _parse_value(text: str, current: Any) -> Any:
+    if isinstance(current, bool):
+        if text.lower() in ("1", "true", "yes", "on"):
+            return True
+        if text.lower() in ("0", "false", "no", "off"):
+            return False
+        raise ValueError(f"expected a boolean, got {text!r}")
+    if isinstance(current, int):
+        return int(text)
+    if isinstance(current, float):
+        return float(text)
+    if current is None:
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError:
+            return text
+    return type(current)(text)
+
+
+def apply_overrides(obj: Any, overrides: dict[str, Any] | list[str]) -> Any:
+    """Return a copy of a dataclass config with dotted overrides applied
+    (``{"stream.heads": 4}`` or ``["stream.heads=4"]``). Unknown keys raise a
+    ValueError listing close matches; the result is re-validated."""
+    if isinstance(overrides, list):
+        pairs = {}
+        for item in overrides:
+            if "=" not in item:
+                raise ValueError(f"override {item!r} must look like key=value (e.g. stream.heads=4)")
+            k, v = item.split("=", 1)
+            pairs[k.strip()] = v
+        overrides = pairs
+    data = dataclasses.asdict(obj)
+    for key, value in overrides.items():
+        node, parts = data, key.split(".")
+        for i, part in enumerate(parts):
+            if not isinstance(node, dict) or part not in node:
+                valid = _dotted_keys(dataclasses.asdict(obj))
+                close = difflib.get_close_matches(key, valid, n=3, cutoff=0.5)
+                raise ValueError(f"unknown config key {key!r}" + (f"; did you mean {', '.join(close)}?" if close
+                                 else f"; valid keys: {', '.join(valid)}"))
+            if i == len(parts) - 1:
+                current = node[part]
+                if isinstance(current, dict):
+                    raise ValueError(f"config key {key!r} is a section; set one of its fields")
+                try:
+                    node[part] = _parse_value(value, current) if isinstance(value, str) else value
+                except ValueError as err:
+                    raise ValueError(f"bad value for {key}: {err}") from None
+            else:
+                node = node[part]
+    return _rebuild(type(obj), data)
+
+
+def _dotted_keys(d: dict, prefix: str = "") -> list[str]:
+    out = []
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out += _dotted_keys(v, f"{prefix}{k}.")
+        else:
+            out.append(f"{prefix}{k}")
+    return out
+
+
+def _rebuild(cls, data: dict) -> Any:
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            continue
+        v = data[f.name]
+        if dataclasses.is_dataclass(f.default_factory() if callable(f.default_factory) else None) and isinstance(v, dict):
+            v = _rebuild(type(f.default_factory()), v)
+        kwargs[f.name] = v
+    return cls(**kwargs)

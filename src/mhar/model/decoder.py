@@ -1,0 +1,107 @@
+"""The decoder, written once over a residual-stream strategy (DESIGN.md)."""
+
+from __future__ import annotations
+
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from mhar.model.config import ModelConfig
+from mhar.model.layers import AttentionSublayer, KVCache, MLPSublayer, RMSNorm, rope_cos_sin
+from mhar.streams import build_stream
+
+
+class Decoder(nn.Module):
+    """Qwen3-style decoder: RMSNorm pre-norm, RoPE, GQA with QK-RMSNorm, SwiGLU,
+    tied embeddings; the residual stream is ``cfg.stream``."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        cfg.validate()
+        self.config = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.sublayers = nn.ModuleList()
+        for layer in range(cfg.n_layers):
+            self.sublayers.append(AttentionSublayer(cfg, layer))
+            self.sublayers.append(MLPSublayer(cfg))
+        self.residual = build_stream(cfg.stream, cfg.d_model, cfg.num_sublayers)
+        self.final_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """N(0, init_std^2) for every matrix and the embedding; norms ones; biases zero.
+        The stream strategies initialise their own parameters (queries zero, ...)."""
+        std = self.config.init_std
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.normal_(module.weight, 0.0, std)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.Embedding):
+                nn.init.normal_(module.weight, 0.0, std)
+
+    @property
+    def output_weight(self) -> Tensor:
+        return self.embed.weight if self.lm_head is None else self.lm_head.weight
+
+    def hidden_states(self, input_ids: Tensor, cache: KVCache | None = None) -> Tensor:
+        """Final normed hidden states (B, T, d)."""
+        B, T = input_ids.shape
+        past = cache.length if cache is not None else 0
+        if past + T > self.config.max_seq_len:
+            raise ValueError(f"sequence length {past + T} exceeds max_seq_len={self.config.max_seq_len}")
+        x = self.embed(input_ids)
+        positions = torch.arange(past, past + T, device=input_ids.device)
+        cos, sin = rope_cos_sin(positions, self.config.attn_head_dim, self.config.rope_theta, x.dtype)
+        state = self.residual.start(x)
+        for i, sublayer in enumerate(self.sublayers):
+            state.write(i, sublayer(state.read(i), cos, sin, cache))
+        return self.final_norm(state.final())
+
+    def forward(self, input_ids: Tensor, cache: KVCache | None = None) -> Tensor:
+        """Logits (B, T, vocab)."""
+        return F.linear(self.hidden_states(input_ids, cache), self.output_weight)
+
+    def loss(self, input_ids: Tensor, targets: Tensor, chunk_size: int = 0) -> Tensor:
+        """Mean next-token cross-entropy. ``chunk_size > 0`` computes the LM head and
+        loss in chunks of tokens so the full (tokens x vocab) logits never exist at once."""
+        h = self.hidden_states(input_ids).flatten(0, 1)
+        t = targets.flatten()
+        if chunk_size <= 0 or h.shape[0] <= chunk_size:
+            return F.cross_entropy(F.linear(h, self.output_weight).float(), t)
+        total = h.new_zeros((), dtype=torch.float32)
+        for start in range(0, h.shape[0], chunk_size):
+            logits = F.linear(h[start:start + chunk_size], self.output_weight).float()
+            total = total + F.cross_entropy(logits, t[start:start + chunk_size], reduction="sum")
+        return total / t.numel()
+
+    # -- parameter accounting --------------------------------------------------
+    def parameter_counts(self) -> dict[str, int]:
+        total = sum(p.numel() for p in self.parameters())
+        embedding = self.embed.weight.numel() + (0 if self.lm_head is None else self.lm_head.weight.numel())
+        routing = self.residual.overhead_parameters()
+        return {"total": total, "non_embedding": total - embedding, "routing": routing,
+                "routing_pct": 100.0 * routing / total}
+
+    def flops_per_token(self, seq_len: int) -> float:
+        """Training FLOPs per token (forward + backward = 3x forward): 6 x matmul
+        parameters (embedding lookup excluded, LM head included) plus attention
+        scores and values, 12 x L x T x n_heads x head_dim / 2 under the causal mask."""
+        cfg = self.config
+        matmul = sum(m.weight.numel() for m in self.modules() if isinstance(m, nn.Linear))
+        matmul += cfg.vocab_size * cfg.d_model if self.lm_head is None else 0
+        attention = 6 * cfg.n_layers * seq_len * cfg.n_heads * cfg.attn_head_dim  # causal: half of 12
+        return 6.0 * matmul + attention
+
+
+def count_parameters(cfg: ModelConfig) -> dict[str, int]:
+    """Parameter counts without allocating the weights (meta device)."""
+    with torch.device("meta"):
+        model = Decoder(cfg)
+    return model.parameter_counts()
+
+
+
+__all__ = ["Decoder", "count_parameters"]

@@ -1,0 +1,52 @@
+"""A residual stream is a strategy. The decoder is written once::
+
+    state = stream.start(embedding)
+    for i, sublayer in enumerate(sublayers):   # attn, mlp, attn, mlp, ...
+        x = state.read(i)                      # what sublayer i sees
+        state.write(i, sublayer(x))            # its raw output
+    hidden = state.final()                     # into the final RMSNorm and LM head
+
+A :class:`ResidualStream` is an ``nn.Module`` that owns the method's parameters
+(routing queries, key norms, gates, mixing scalars); ``start`` returns a fresh
+per-forward :class:`StreamState` holding the activations.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+
+class StreamState:
+    def read(self, i: int) -> Tensor:
+        raise NotImplementedError
+
+    def write(self, i: int, output: Tensor) -> None:
+        raise NotImplementedError
+
+    def final(self) -> Tensor:
+        raise NotImplementedError
+
+
+class ResidualStream(nn.Module):
+    #: parameters that exist only because of the routing method (counted as overhead)
+    method: str = "?"
+
+    def __init__(self, d_model: int, num_sublayers: int):
+        super().__init__()
+        self.d_model = d_model
+        self.num_sublayers = num_sublayers
+
+    def start(self, embedding: Tensor) -> StreamState:
+        raise NotImplementedError
+
+    def overhead_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+
+def autocast_dtype(t: Tensor) -> torch.dtype:
+    """The dtype sublayer outputs will have: the autocast dtype when autocast is on."""
+    kind = t.device.type
+    if torch.is_autocast_enabled(kind):
+        return torch.get_autocast_dtype(kind)
+    return t.dtype

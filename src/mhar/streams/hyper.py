@@ -1,0 +1,56 @@
+"""Static hyper-connections (Zhu et al. 2024) with n parallel streams.
+
+Per sublayer, learned scalars in the layout of the ``hyper-connections`` package's
+``static_alpha`` (n, 1 + n) and ``static_beta`` (n): the branch input is
+``x = sum_s alpha[s, 0] X_s``; after ``y = f(RMSNorm(x))`` the streams become
+``X_i = sum_s alpha[s, 1 + i] X_s + beta_i y``. Initialisation as in the paper and the
+package: alpha[:, 0] one-hot at (sublayer index mod n), the mixing block the
+identity, beta ones, so at step 0 every stream equals the standard residual. The
+streams start as n copies of the embedding; the output is their mean.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from mhar.streams.base import ResidualStream, StreamState
+
+
+class _HyperState(StreamState):
+    def __init__(self, stream: "HyperStream", embedding: Tensor):
+        self.s = stream
+        self.X = embedding.unsqueeze(0).expand(stream.n, *embedding.shape)
+        self.mixed: Tensor | None = None
+
+    def read(self, i: int) -> Tensor:
+        alpha = self.s.static_alpha[i].to(self.X.dtype)
+        # one contraction gives the branch input (column 0) and the mixed streams (1..n)
+        mix = torch.einsum("st,s...->t...", alpha, self.X)
+        self.mixed = mix[1:]
+        return mix[0]
+
+    def write(self, i: int, output: Tensor) -> None:
+        beta = self.s.static_beta[i].to(output.dtype)
+        self.X = self.mixed + beta.view(-1, *([1] * output.dim())) * output.unsqueeze(0)
+        self.mixed = None
+
+    def final(self) -> Tensor:
+        return self.X.mean(0)
+
+
+class HyperStream(ResidualStream):
+    method = "hyper"
+
+    def __init__(self, d_model: int, num_sublayers: int, n: int = 4):
+        super().__init__(d_model, num_sublayers)
+        self.n = n
+        alpha = torch.zeros(num_sublayers, n, 1 + n)
+        for i in range(num_sublayers):
+            alpha[i, i % n, 0] = 1.0
+            alpha[i, :, 1:] = torch.eye(n)
+        self.static_alpha = nn.Parameter(alpha)
+        self.static_beta = nn.Parameter(torch.ones(num_sublayers, n))
+
+    def start(self, embedding: Tensor) -> StreamState:
+        return _HyperState(self, embedding)

@@ -1,0 +1,113 @@
+"""Attention residuals (H = 1) and multi-head attention residuals (H > 1).
+
+Replacement routing: sublayer i reads a softmax mixture of the sources that exist
+before it and its raw output becomes a new source; nothing is added back.
+
+* full routing (``block_size=0``): sources are the embedding and every raw sublayer
+  output; 2L + 1 in all.
+* block routing (``block_size=S``): sources are block summaries: the embedding and
+  the sum of the raw outputs of each completed block of S sublayers; sublayers after
+  the first of a block also read the running partial sum of their block. S = 1 is
+  full routing.
+
+Every site (each sublayer, plus a final one before the output norm) owns a query
+(zero-initialised: every read starts as the uniform mean) and a key-norm weight
+(ones). With ``schedule='two-phase'`` the reads of a chunk of sublayers (a block, or
+``chunk`` sublayers of full routing) over the sources that exist when the chunk
+starts are done in one batched partial read; each sublayer then merges, exactly,
+the sources created inside the chunk. Results equal the one-pass read.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from mhar import routing
+from mhar.streams.base import ResidualStream, StreamState, autocast_dtype
+
+
+def _row(p: routing.Partial, j: int) -> routing.Partial:
+    return routing.Partial(p.m[j:j + 1], p.l[j:j + 1], p.o[j:j + 1])
+
+
+class _RoutedState(StreamState):
+    def __init__(self, stream: "RoutedStream", embedding: Tensor):
+        self.s = stream
+        self.shape, self.dtype = embedding.shape, autocast_dtype(embedding)
+        # Full routing: every source. Block routing: completed block summaries.
+        self.sources: list[Tensor] = [embedding.to(self.dtype)]
+        self.partial_sum: Tensor | None = None  # block routing: running sum of the current block
+        self.phase1: routing.Partial | None = None
+        self.chunk_start = 0  # sublayer index where the current chunk began
+        self.sources_at_chunk_start = 1
+
+    # -- helpers -------------------------------------------------------------
+    def _site(self, i: int, j: int | None = None) -> tuple[Tensor, Tensor]:
+        j = i + 1 if j is None else j
+        return self.s.queries[i:j], self.s.key_norms[i:j]
+
+    def _finish(self, p: routing.Partial) -> Tensor:
+        return routing.finalize(p, self.shape, self.dtype)[0]
+
+    def _chunk_bounds(self, i: int) -> tuple[int, bool]:
+        """(chunk length, whether i starts a chunk) for the two-phase schedule."""
+        size = self.s.block_size or self.s.chunk
+        return size, i % size == 0
+
+    # -- the interface -------------------------------------------------------
+    def read(self, i: int) -> Tensor:
+        s, H = self.s, self.s.heads
+        in_block = s.block_size and i % s.block_size  # a later sublayer of a block
+        if s.schedule == "one-pass":
+            srcs = self.sources + ([self.partial_sum] if in_block else [])
+            q, g = self._site(i)
+            return routing.route(srcs, q[0], g[0], H)
+        size, starts = self._chunk_bounds(i)
+        if starts:  # phase 1: every source that exists now, for the whole chunk at once
+            end = min(i + size, s.num_sublayers)
+            q, g = self._site(i, end)
+            self.phase1 = routing.route_partial(self.sources, q, g, H)
+            self.chunk_start, self.sources_at_chunk_start = i, len(self.sources)
+        p = _row(self.phase1, i - self.chunk_start)
+        new = [self.partial_sum] if in_block else self.sources[self.sources_at_chunk_start:]
+        if new:  # phase 2: the sources created inside the chunk, merged exactly
+            q, g = self._site(i)
+            p = routing.merge_partials(p, routing.route_partial(new, q, g, H))
+        return self._finish(p)
+
+    def write(self, i: int, output: Tensor) -> None:
+        S = self.s.block_size
+        if not S:
+            self.sources.append(output)
+            return
+        self.partial_sum = output if i % S == 0 else self.partial_sum + output
+        if i % S == S - 1 or i == self.s.num_sublayers - 1:  # block complete (or the last, partial one)
+            self.sources.append(self.partial_sum)
+            self.partial_sum = None
+
+    def final(self) -> Tensor:
+        q, g = self._site(self.s.num_sublayers)
+        return routing.route(self.sources, q[0], g[0], self.s.heads)
+
+
+class RoutedStream(ResidualStream):
+    method = "routed"
+
+    def __init__(self, d_model: int, num_sublayers: int, heads: int = 1, block_size: int = 0,
+                 schedule: str = "one-pass", chunk: int = 8):
+        super().__init__(d_model, num_sublayers)
+        routing.reference.check_heads(d_model, heads)
+        self.heads, self.block_size, self.schedule, self.chunk = heads, block_size, schedule, chunk
+        sites = num_sublayers + 1  # each sublayer and the final read
+        self.queries = nn.Parameter(torch.zeros(sites, d_model))
+        self.key_norms = nn.Parameter(torch.ones(sites, d_model))
+
+    @property
+    def num_sources(self) -> int:
+        if not self.block_size:
+            return self.num_sublayers + 1
+        return 1 + -(-self.num_sublayers // self.block_size)
+
+    def start(self, embedding: Tensor) -> StreamState:
+        return _RoutedState(self, embedding)
