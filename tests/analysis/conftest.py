@@ -1,0 +1,8 @@
+import pytest
+import torch
+
+
+@pytest.fixture
+def seeded():
+    torch.manual_seed(0)
+    yield
