@@ -1,13 +1,19 @@
-"""The depth read: reference (definition) and fused kernels behind one op."""
+"""The depth read: reference (definition) and fused kernels behind one op.
 
+``route`` and ``route_partial`` dispatch through the ``mhar::route`` /
+``mhar::route_partial`` custom ops (fused Triton kernels on CUDA, the reference
+elsewhere; force one with :func:`set_backend` or ``MHAR_ROUTING_BACKEND``).
+The reference's own functions stay importable from :mod:`mhar.routing.reference`.
+"""
+
+from mhar.routing.op import get_backend, route, route_partial, set_backend
 from mhar.routing.reference import (
     KEY_NORM_EPS,
     Partial,
     finalize,
     merge_partials,
-    route,
-    route_partial,
     routing_weights,
 )
 
-__all__ = ["KEY_NORM_EPS", "Partial", "finalize", "merge_partials", "route", "route_partial", "routing_weights"]
+__all__ = ["KEY_NORM_EPS", "Partial", "finalize", "get_backend", "merge_partials", "route", "route_partial",
+           "routing_weights", "set_backend"]

@@ -1,0 +1,373 @@
+"""The depth read as one torch custom op with interchangeable backends.
+
+Three ops are registered under the ``mhar`` namespace:
+
+* ``mhar::route(sources, query, norm_weight, heads, eps) -> (y, lse)``: one routing
+  site, normalised read ``y`` (sources' shape and dtype) and the per-head
+  log-sum-exp ``lse`` (M, H) (non-differentiable; saved for backward).
+* ``mhar::route_partial(sources, queries, norm_weights, heads, eps) -> (m, l, o)``:
+  the phase-1 read of S queries (``m`` non-differentiable).
+* ``mhar::route_backward(...) -> [grad_queries, grad_norm_weights, *grad_sources]``:
+  shared by both, recomputes the norm and the softmax.
+
+Each has a fake implementation and ``route``/``route_partial`` have autograd, so
+``torch.compile(fullgraph=True)``, activation checkpointing and FSDP2 see single ops.
+Inside, the backend is chosen at run time: Triton on CUDA tensors (or anywhere when
+forced, e.g. on the CPU under ``TRITON_INTERPRET=1``), the reference otherwise.
+Force one with :func:`set_backend` or ``MHAR_ROUTING_BACKEND=reference|triton|auto``.
+
+Saved for backward: the sources (by reference), queries, norm weights and one
+per-head statistic (``m`` for a partial read; ``lse`` for ``route``, which also
+keeps its own output ``y``, the tensor the next sublayer holds anyway, to form
+``g . y`` per head).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from types import SimpleNamespace
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+from mhar.routing import reference as _ref
+from mhar.routing.reference import KEY_NORM_EPS, Partial, check_heads
+
+_BACKENDS = ("auto", "reference", "triton")
+_backend: str | None = None
+
+
+def set_backend(name: str | None) -> None:
+    """Choose the routing backend: "auto" (Triton on CUDA, reference elsewhere),
+    "reference" or "triton" (Triton everywhere; on the CPU only under
+    ``TRITON_INTERPRET=1``). ``None`` returns to ``MHAR_ROUTING_BACKEND`` (default auto)."""
+    global _backend
+    if name is not None and name not in _BACKENDS:
+        raise ValueError(f"routing backend must be one of {_BACKENDS}; got {name!r}")
+    _backend = name
+
+
+def get_backend() -> str:
+    name = _backend or os.environ.get("MHAR_ROUTING_BACKEND", "auto")
+    if name not in _BACKENDS:
+        raise ValueError(f"MHAR_ROUTING_BACKEND must be one of {_BACKENDS}; got {name!r}")
+    return name
+
+
+_triton_ok: bool | None = None
+
+
+def _triton_available() -> bool:
+    global _triton_ok
+    if _triton_ok is None:
+        try:
+            import triton  # noqa: F401
+
+            from mhar.routing import triton_kernels  # noqa: F401
+            _triton_ok = True
+        except Exception:  # pragma: no cover - triton missing
+            _triton_ok = False
+    return _triton_ok
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def _use_triton(t: Tensor) -> bool:
+    b = get_backend()
+    if b == "reference" or t.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        return False
+    if b == "triton":
+        if not _triton_available():
+            raise RuntimeError("routing backend 'triton' was forced but triton cannot be imported")
+        if not t.is_cuda and not _interpreting():
+            raise RuntimeError("routing backend 'triton' on CPU tensors needs TRITON_INTERPRET=1")
+        return True
+    return t.is_cuda and _triton_available()
+
+
+def _poison() -> bool:
+    # tests: fill outputs with NaN before the kernels write them (catches unwritten elements)
+    return os.environ.get("MHAR_ROUTING_POISON", "0") not in ("", "0")
+
+
+def _new(shape, dtype, device) -> Tensor:
+    if _poison():
+        return torch.full(shape, float("nan"), dtype=dtype, device=device)
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
+# ---------------------------------------------------------------- Triton launchers
+
+_PTR_CACHE: OrderedDict = OrderedDict()
+
+
+def _ptr_table(tensors: Sequence[Tensor]) -> Tensor:
+    """int64 table of data pointers on the tensors' device. Cached by pointer values
+    (the table's content is exactly its key, so reuse is always valid)."""
+    dev = tensors[0].device
+    key = (dev, tuple(t.data_ptr() for t in tensors))
+    tab = _PTR_CACHE.get(key)
+    if tab is None:
+        tab = torch.tensor(key[1], dtype=torch.int64)
+        if dev.type == "cuda":
+            tab = tab.pin_memory().to(dev, non_blocking=True)
+        _PTR_CACHE[key] = tab
+        if len(_PTR_CACHE) > 512:
+            _PTR_CACHE.popitem(last=False)
+    else:
+        _PTR_CACHE.move_to_end(key)
+    return tab
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+# Tuning knobs (the benchmark may sweep them): elements per program tile and warps.
+TUNE = {"fwd_elems": 2048, "fwd_warps": 4, "bwd_elems": 2048, "bwd_warps": 4, "bwd_progs_per_sm": 8}
+
+
+def _geometry(d: int, heads: int, n_tok: int, elems: int):
+    dh = d // heads
+    HP, DHP = _pow2(heads), _pow2(dh)
+    BM = max(1, min(elems // (HP * DHP), _pow2(max(n_tok, 1))))
+    return dh, HP, DHP, BM
+
+
+_SM_COUNT: dict = {}
+
+
+def _n_programs(device: torch.device, n_tiles: int) -> int:
+    if device.type != "cuda":
+        return max(1, min(n_tiles, 3))
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    if idx not in _SM_COUNT:
+        _SM_COUNT[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
+    return max(1, min(n_tiles, _SM_COUNT[idx] * TUNE["bwd_progs_per_sm"]))
+
+
+def _contig(srcs: Sequence[Tensor]) -> list[Tensor]:
+    return [s if s.is_contiguous() else s.contiguous() for s in srcs]
+
+
+def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, heads: int, eps: float,
+                    final: bool):
+    from mhar.routing.triton_kernels import _fwd_kernel
+
+    srcs = _contig(srcs)
+    S, d = queries.shape
+    n_tok = srcs[0].numel() // d
+    dev = srcs[0].device
+    w = (queries.float() * norm_weights.float()).contiguous()
+    dh, HP, DHP, BM = _geometry(d, heads, n_tok, TUNE["fwd_elems"])
+    table = _ptr_table(srcs)
+    n_tiles = -(-n_tok // BM)
+    if final:
+        y = _new(srcs[0].shape, srcs[0].dtype, dev)
+        lse = _new((n_tok, heads), torch.float32, dev)
+        if n_tiles:
+            _fwd_kernel[(1, n_tiles)](table, srcs[0], w, lse, lse, y, len(srcs), n_tok, d, dh, eps,
+                                      H=heads, HP=HP, DHP=DHP, BM=BM, FINAL=True, num_warps=TUNE["fwd_warps"])
+        return y, lse
+    m = _new((S, n_tok, heads), torch.float32, dev)
+    l = _new((S, n_tok, heads), torch.float32, dev)
+    o = _new((S, n_tok, d), torch.float32, dev)
+    if n_tiles:
+        _fwd_kernel[(S, n_tiles)](table, srcs[0], w, m, l, o, len(srcs), n_tok, d, dh, eps,
+                                  H=heads, HP=HP, DHP=DHP, BM=BM, FINAL=False, num_warps=TUNE["fwd_warps"])
+    return m, l, o
+
+
+def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, grad: Tensor, stat: Tensor,
+                     off: Tensor, heads: int, eps: float) -> list[Tensor]:
+    from mhar.routing.triton_kernels import _bwd_kernel
+
+    srcs = _contig(srcs)
+    S, d = queries.shape
+    n_tok = srcs[0].numel() // d
+    dev = srcs[0].device
+    q32, g32 = queries.float(), norm_weights.float()
+    w = (q32 * g32).contiguous()
+    dh, HP, DHP, BM = _geometry(d, heads, n_tok, TUNE["bwd_elems"])
+    grads = [_new(s.shape, s.dtype, dev) for s in srcs]
+    n_tiles = -(-n_tok // BM)
+    n_prog = _n_programs(dev, n_tiles)
+    dw_parts = torch.zeros((n_prog, S, d), dtype=torch.float32, device=dev)
+    if n_tiles:
+        _bwd_kernel[(n_prog,)](_ptr_table(srcs), srcs[0], _ptr_table(grads), w,
+                               grad.contiguous(), stat.contiguous(), off.contiguous(), dw_parts,
+                               len(srcs), n_tok, S, d, dh, eps, n_tiles, n_prog,
+                               H=heads, HP=HP, DHP=DHP, BM=BM, SINGLE=(S == 1), num_warps=TUNE["bwd_warps"])
+    else:
+        for g in grads:
+            g.zero_()
+    dw = dw_parts.sum(0)
+    return [(dw * g32).to(queries.dtype), (dw * q32).to(norm_weights.dtype), *grads]
+
+
+# ---------------------------------------------------------------- reference inside the op
+
+def _ref_partial(srcs, queries, norm_weights, heads, eps):
+    with torch.no_grad():
+        return tuple(_ref.route_partial(srcs, queries, norm_weights, heads, eps))
+
+
+def _ref_backward(srcs, queries, norm_weights, grad, stat, off, heads, eps) -> list[Tensor]:
+    ctx = SimpleNamespace(saved_tensors=(queries, norm_weights, stat, *srcs), heads=heads, eps=eps)
+    with torch.no_grad():
+        gq, gg, _, _, *gs = _ref._PartialRead.backward(ctx, None, off, grad)
+    return [gq, gg, *gs]
+
+
+# ---------------------------------------------------------------- the ops
+
+@torch.library.custom_op("mhar::route", mutates_args=())
+def route_op(sources: list[Tensor], query: Tensor, norm_weight: Tensor, heads: int, eps: float) -> tuple[Tensor, Tensor]:
+    d = query.shape[-1]
+    if _use_triton(sources[0]):
+        return _triton_forward(list(sources), query.view(1, d), norm_weight.view(1, d), heads, eps, final=True)
+    m, l, o = _ref_partial(list(sources), query.view(1, d), norm_weight.view(1, d), heads, eps)
+    n_tok = o.shape[1]
+    y = (o[0].view(n_tok, heads, d // heads) / l[0].unsqueeze(-1)).view(sources[0].shape).to(sources[0].dtype)
+    return y, (m[0] + torch.log(l[0])).contiguous()
+
+
+@route_op.register_fake
+def _(sources, query, norm_weight, heads, eps):
+    d = query.shape[-1]
+    ct = torch.float64 if sources[0].dtype == torch.float64 else torch.float32
+    n_tok = sources[0].numel() // d
+    return torch.empty_like(sources[0], memory_format=torch.contiguous_format), sources[0].new_empty((n_tok, heads), dtype=ct)
+
+
+@torch.library.custom_op("mhar::route_partial", mutates_args=())
+def route_partial_op(sources: list[Tensor], queries: Tensor, norm_weights: Tensor, heads: int,
+                     eps: float) -> tuple[Tensor, Tensor, Tensor]:
+    if _use_triton(sources[0]):
+        return _triton_forward(list(sources), queries, norm_weights, heads, eps, final=False)
+    m, l, o = _ref_partial(list(sources), queries, norm_weights, heads, eps)
+    return m.contiguous(), l.contiguous(), o.contiguous()
+
+
+@route_partial_op.register_fake
+def _(sources, queries, norm_weights, heads, eps):
+    S, d = queries.shape
+    ct = torch.float64 if sources[0].dtype == torch.float64 else torch.float32
+    n_tok = sources[0].numel() // d
+    return (sources[0].new_empty((S, n_tok, heads), dtype=ct), sources[0].new_empty((S, n_tok, heads), dtype=ct),
+            sources[0].new_empty((S, n_tok, d), dtype=ct))
+
+
+@torch.library.custom_op("mhar::route_backward", mutates_args=())
+def route_backward_op(sources: list[Tensor], queries: Tensor, norm_weights: Tensor, grad: Tensor, stat: Tensor,
+                      off: Tensor, heads: int, eps: float) -> list[Tensor]:
+    """grad: (S, M, d) upstream gradient; stat: (S, M, H) logit offset (m or lse);
+    off: (S, M, H) grad_l (partial) or -(grad_y . y) per head (final read)."""
+    if _use_triton(sources[0]):
+        return _triton_backward(list(sources), queries, norm_weights, grad, stat, off, heads, eps)
+    return [t.contiguous() for t in _ref_backward(list(sources), queries, norm_weights, grad, stat, off, heads, eps)]
+
+
+@route_backward_op.register_fake
+def _(sources, queries, norm_weights, grad, stat, off, heads, eps):
+    return [torch.empty_like(queries), torch.empty_like(norm_weights),
+            *[torch.empty_like(s, memory_format=torch.contiguous_format) for s in sources]]
+
+
+def _route_setup(ctx, inputs, output):
+    sources, query, norm_weight, heads, eps = inputs
+    y, lse = output
+    ctx.save_for_backward(query, norm_weight, y, lse, *sources)
+    ctx.heads, ctx.eps, ctx.n = heads, eps, len(sources)
+    ctx.mark_non_differentiable(lse)
+
+
+def _route_backward(ctx, grad_y, grad_lse):
+    query, norm_weight, y, lse, *sources = ctx.saved_tensors
+    heads, d = ctx.heads, query.shape[-1]
+    if grad_y is None:
+        return [None] * ctx.n, None, None, None, None
+    n_tok = lse.shape[0]
+    ct = lse.dtype
+    gy = grad_y.reshape(n_tok, d)
+    off = -(gy.to(ct) * y.reshape(n_tok, d).to(ct)).view(n_tok, heads, d // heads).sum(-1)
+    res = route_backward_op(sources, query.view(1, d), norm_weight.view(1, d), gy.view(1, n_tok, d),
+                            lse.view(1, n_tok, heads), off.view(1, n_tok, heads), heads, ctx.eps)
+    return list(res[2:]), res[0].view(query.shape), res[1].view(norm_weight.shape), None, None
+
+
+route_op.register_autograd(_route_backward, setup_context=_route_setup)
+
+
+def _partial_setup(ctx, inputs, output):
+    sources, queries, norm_weights, heads, eps = inputs
+    m, l, o = output
+    ctx.save_for_backward(queries, norm_weights, m, *sources)
+    ctx.heads, ctx.eps, ctx.n = heads, eps, len(sources)
+    ctx.mark_non_differentiable(m)
+
+
+def _partial_backward(ctx, grad_m, grad_l, grad_o):
+    queries, norm_weights, m, *sources = ctx.saved_tensors
+    if grad_l is None and grad_o is None:
+        return [None] * ctx.n, None, None, None, None
+    S, d = queries.shape
+    n_tok = m.shape[1]
+    if grad_l is None:
+        grad_l = torch.zeros_like(m)
+    if grad_o is None:
+        grad_o = m.new_zeros((S, n_tok, d))
+    res = route_backward_op(sources, queries, norm_weights, grad_o, m, grad_l, ctx.heads, ctx.eps)
+    return list(res[2:]), res[0], res[1], None, None
+
+
+route_partial_op.register_autograd(_partial_backward, setup_context=_partial_setup)
+
+
+# ---------------------------------------------------------------- public entry points
+
+def _validate(srcs: list[Tensor], d: int, heads: int) -> None:
+    if not srcs:
+        raise ValueError("route needs at least one source")
+    check_heads(d, heads)
+    lead = srcs[0].shape
+    for s in srcs:
+        if s.shape != lead or s.shape[-1] != d:
+            raise ValueError(f"every source must have shape {tuple(lead)} with last dim d={d}; got {tuple(s.shape)}")
+        if s.device != srcs[0].device or s.dtype != srcs[0].dtype:
+            raise ValueError("every source must have the same device and dtype")
+
+
+def _as_list(sources) -> list[Tensor]:
+    if isinstance(sources, Tensor):
+        return list(sources.unbind(0))  # views, no copy
+    return list(sources)
+
+
+def route(sources, query: Tensor, norm_weight: Tensor, heads: int = 1, eps: float = KEY_NORM_EPS) -> Tensor:
+    """One routing site: read N sources with H heads (see :mod:`mhar.routing.reference`).
+    ``query``, ``norm_weight``: (d,). Each source (..., d). Returns (..., d) in the
+    sources' dtype. Runs the fused kernels on CUDA, the reference elsewhere."""
+    srcs = _as_list(sources)
+    if query.dim() != 1 or norm_weight.shape != query.shape:
+        raise ValueError(f"query and norm_weight must both be (d,); got {tuple(query.shape)} and {tuple(norm_weight.shape)}")
+    _validate(srcs, query.shape[0], heads)
+    y, _ = route_op(srcs, query, norm_weight, heads, eps)
+    return y
+
+
+def route_partial(sources, queries: Tensor, norm_weights: Tensor, heads: int = 1,
+                  eps: float = KEY_NORM_EPS) -> Partial:
+    """Phase 1 of the two-phase read: S queries (S, d) over the same N sources, each
+    source read once per call. Returns a :class:`Partial` (m, l, o) in fp32."""
+    srcs = _as_list(sources)
+    if queries.dim() != 2 or norm_weights.shape != queries.shape:
+        raise ValueError(f"queries and norm_weights must both be (S, d); got {tuple(queries.shape)} "
+                         f"and {tuple(norm_weights.shape)}")
+    _validate(srcs, queries.shape[1], heads)
+    m, l, o = route_partial_op(srcs, queries, norm_weights, heads, eps)
+    return Partial(m, l, o)

@@ -1,0 +1,163 @@
+"""Cases for the fused routing kernels on the CPU through Triton's interpreter.
+
+Run by test_triton_interpret.py in a subprocess with TRITON_INTERPRET=1 (triton reads it
+when it is first imported, so it cannot be switched on inside a shared pytest process).
+
+Every case draws fresh random inputs, poisons the kernels' outputs with NaN before
+each call (MHAR_ROUTING_POISON=1) and compares forward and every gradient with the
+reference run in fp64 (relative error <= 1e-5 for fp32 inputs, <= 1e-2 for bf16)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import zlib
+
+import pytest
+import torch
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+triton = pytest.importorskip("triton")
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+from mhar import routing  # noqa: E402
+from mhar.routing import op as rop  # noqa: E402
+from routing_checks import (check_deterministic, check_partial, check_route, check_two_phase,  # noqa: E402
+                            make_inputs, rel)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def interpreter():
+    assert os.environ.get("TRITON_INTERPRET") == "1", "run through test_triton_interpret.py (sets TRITON_INTERPRET=1)"
+    os.environ["MHAR_ROUTING_POISON"] = "1"
+    routing.set_backend("triton")
+    yield
+    routing.set_backend(None)
+
+
+@pytest.fixture
+def gen(request):
+    # fresh inputs per case (a different seed for every test id)
+    return torch.Generator().manual_seed(zlib.crc32(request.node.nodeid.encode()))
+
+
+@pytest.fixture
+def small_tiles():
+    # force several token tiles (and several persistent backward programs) per call
+    old = dict(rop.TUNE)
+    rop.TUNE.update(fwd_elems=32, bwd_elems=32)
+    yield
+    rop.TUNE.update(old)
+
+
+SHAPES = [  # (N, leading shape, d, H)
+    (1, (3,), 1, 1),
+    (2, (5,), 123, 1),
+    (3, (2, 3), 16, 2),
+    (4, (7,), 32, 4),
+    (5, (3,), 64, 8),
+    (3, (3,), 48, 16),  # head width 3: not a power of two
+    (73, (2,), 16, 16),
+    (6, (5,), 40, 8),  # head width 5
+]
+
+
+@pytest.mark.parametrize("n,lead,d,heads", SHAPES)
+def test_route_fp32(n, lead, d, heads, gen):
+    check_route(n, lead, d, heads, gen=gen)
+
+
+@pytest.mark.parametrize("n,lead,d,heads", [(4, (9,), 16, 1), (3, (11,), 24, 4), (2, (13,), 123, 1)])
+def test_route_many_tiles(n, lead, d, heads, gen, small_tiles):
+    check_route(n, lead, d, heads, gen=gen)
+
+
+@pytest.mark.parametrize("n,lead,d,heads,S", [(1, (3,), 1, 1, 2), (3, (5,), 123, 1, 3), (4, (2, 3), 32, 8, 4),
+                                              (73, (2,), 16, 4, 2), (5, (3,), 48, 16, 1)])
+def test_partial_fp32(n, lead, d, heads, S, gen):
+    check_partial(n, lead, d, heads, S, gen=gen)
+
+
+def test_partial_many_tiles(gen, small_tiles):
+    check_partial(3, (9,), 24, 2, 3, gen=gen)
+
+
+@pytest.mark.parametrize("heads", [1, 4])
+def test_two_phase_merge(heads, gen):
+    check_two_phase(4, 3, (5,), 32, heads, 3, gen=gen)
+
+
+@pytest.mark.parametrize("n,lead,d,heads", [(3, (5,), 64, 1), (4, (3,), 64, 8), (2, (5,), 123, 1)])
+def test_route_bf16(n, lead, d, heads, gen):
+    check_route(n, lead, d, heads, dtype=torch.bfloat16, tol=1e-2, gen=gen)
+
+
+def test_partial_bf16(gen):
+    check_partial(4, (5,), 32, 4, 2, dtype=torch.bfloat16, tol=1e-2, gen=gen)
+
+
+def test_stacked_sources(gen):
+    check_route(4, (5,), 32, 4, gen=gen, stacked=True)
+
+
+@pytest.mark.parametrize("S", [1, 3])
+def test_deterministic(S, gen, small_tiles):
+    check_deterministic(5, (9,), 24, 4, S=S, gen=gen)
+
+
+def test_forced_reference_inside_op(gen):
+    routing.set_backend("reference")
+    try:
+        check_route(3, (4,), 16, 4, gen=gen)
+        check_partial(3, (4,), 16, 4, 2, gen=gen)
+    finally:
+        routing.set_backend("triton")
+
+
+def test_opcheck(gen):
+    srcs, q, g = make_inputs(3, (4,), 16, torch.float32, "cpu", gen=gen)
+    torch.library.opcheck(rop.route_op, ([s.detach().requires_grad_() for s in srcs], q, g, 4, 1e-6))
+    srcs, q, g = make_inputs(3, (4,), 16, torch.float32, "cpu", S=2, gen=gen)
+    torch.library.opcheck(rop.route_partial_op, (srcs, q, g, 2, 1e-6))
+
+
+def test_compile_fullgraph(gen):
+    srcs, q, g = make_inputs(4, (5,), 32, torch.float32, "cpu", gen=gen)
+    qs, gs = (torch.stack([q.detach(), -q.detach()]).requires_grad_(), torch.stack([g.detach(), g.detach()]).requires_grad_())
+
+    def f(srcs, q, g, qs, gs):
+        y = routing.route(srcs, q, g, 4)
+        p = routing.route_partial(srcs[:2], qs, gs, 4)
+        p2 = routing.route_partial(srcs[2:], qs, gs, 4)
+        x = routing.finalize(routing.merge_partials(p, p2), srcs[0].shape, srcs[0].dtype)
+        return (y * y).sum() + (x * x).sum()
+
+    torch._dynamo.reset()
+    cf = torch.compile(f, fullgraph=True, backend="aot_eager")
+    out = cf(srcs, q, g, qs, gs)
+    grads = torch.autograd.grad(out, [*srcs, q, g, qs, gs])
+    routing.set_backend("reference")
+    try:
+        ref_out = f(srcs, q, g, qs, gs)
+        ref = torch.autograd.grad(ref_out, [*srcs, q, g, qs, gs])
+    finally:
+        routing.set_backend("triton")
+    assert rel(out, ref_out) <= 1e-5
+    for a, b in zip(grads, ref):
+        assert rel(a, b) <= 1e-5
+
+
+def test_checkpoint(gen):
+    from torch.utils.checkpoint import checkpoint
+
+    srcs, q, g = make_inputs(3, (5,), 16, torch.float32, "cpu", gen=gen)
+
+    def f(*srcs):
+        return routing.route(list(srcs), q, g, 2).square().sum()
+
+    out = checkpoint(f, *srcs, use_reentrant=False)
+    grads = torch.autograd.grad(out, [*srcs, q, g])
+    ref = torch.autograd.grad(f(*srcs), [*srcs, q, g])
+    for a, b in zip(grads, ref):
+        assert torch.equal(a, b)

@@ -1,0 +1,106 @@
+"""Shared checks for the fused routing kernels (CPU interpreter and CUDA)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from mhar import routing
+from mhar.routing import reference as R
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.detach().double().cpu(), b.detach().double().cpu()
+    assert torch.isfinite(a).all(), "non-finite values (unwritten or poisoned output?)"
+    return ((a - b).norm() / b.norm().clamp_min(1e-300)).item()
+
+
+def make_inputs(n, lead, d, dtype, device, S=None, gen=None):
+    """Fresh random inputs with logits of order one (queries ~ N(0, 4/d))."""
+    srcs = [torch.randn(*lead, d, generator=gen, device="cpu").to(device=device, dtype=dtype).requires_grad_()
+            for _ in range(n)]
+    shape = (d,) if S is None else (S, d)
+    q = (torch.randn(*shape, generator=gen) * (2 / math.sqrt(d))).to(device).requires_grad_()
+    g = (1 + 0.2 * torch.randn(*shape, generator=gen)).to(device).requires_grad_()
+    return srcs, q, g
+
+
+def _f64(ts):
+    return [t.detach().cpu().double().requires_grad_() for t in ts]
+
+
+def check_route(n, lead, d, heads, dtype=torch.float32, device="cpu", tol=1e-5, gen=None, stacked=False):
+    srcs, q, g = make_inputs(n, lead, d, dtype, device, gen=gen)
+    arg = torch.stack([s.detach() for s in srcs]).requires_grad_() if stacked else srcs
+    y = routing.route(arg, q, g, heads)
+    assert y.shape == srcs[0].shape and y.dtype == dtype
+    s64, (q64, g64) = _f64(srcs), _f64([q, g])
+    y64 = R.route(s64, q64, g64, heads)
+    assert rel(y, y64) <= tol, ("forward", rel(y, y64))
+    gy = torch.randn(y64.shape, generator=gen, dtype=torch.float64)
+    wrt = [arg, q, g] if stacked else [*srcs, q, g]
+    grads = torch.autograd.grad(y, wrt, gy.to(device=device, dtype=dtype))
+    ref = torch.autograd.grad(y64, [*s64, q64, g64], gy)
+    if stacked:
+        ref = [torch.stack(ref[:n]), *ref[n:]]
+    names = ["sources"] * (len(ref) - 2) + ["query", "norm_weight"]
+    for name, a, b in zip(names, grads, ref):
+        assert a.shape == b.shape
+        assert rel(a, b) <= tol, (name, rel(a, b))
+    return grads
+
+
+def check_partial(n, lead, d, heads, S, dtype=torch.float32, device="cpu", tol=1e-5, gen=None):
+    srcs, q, g = make_inputs(n, lead, d, dtype, device, S=S, gen=gen)
+    p = routing.route_partial(srcs, q, g, heads)
+    s64, (q64, g64) = _f64(srcs), _f64([q, g])
+    p64 = R.route_partial(s64, q64, g64, heads)
+    for name, a, b in zip("mlo", p, p64):
+        assert a.shape == b.shape and a.dtype == torch.float32
+        assert rel(a, b) <= tol, (name, rel(a, b))
+    gl = torch.randn(p64.l.shape, generator=gen, dtype=torch.float64)
+    go = torch.randn(p64.o.shape, generator=gen, dtype=torch.float64)
+    loss = (p.l * gl.to(device, torch.float32)).sum() + (p.o * go.to(device, torch.float32)).sum()
+    grads = torch.autograd.grad(loss, [*srcs, q, g])
+    ref = torch.autograd.grad((p64.l * gl).sum() + (p64.o * go).sum(), [*s64, q64, g64])
+    for a, b in zip(grads, ref):
+        assert rel(a, b) <= tol, rel(a, b)
+
+
+def check_two_phase(n_old, n_new, lead, d, heads, S, dtype=torch.float32, device="cpu", tol=1e-5, gen=None):
+    """Phase 1 over old sources for S queries, phase 2 over new ones, merge, finalize:
+    equals the one-pass read, values and gradients."""
+    srcs, q, g = make_inputs(n_old + n_new, lead, d, dtype, device, S=S, gen=gen)
+    old, new = srcs[:n_old], srcs[n_old:]
+    p1 = routing.route_partial(old, q, g, heads)
+    outs = []
+    for s in range(S):
+        p2 = routing.route_partial(new, q[s:s + 1], g[s:s + 1], heads)
+        one = routing.Partial(p1.m[s:s + 1], p1.l[s:s + 1], p1.o[s:s + 1])
+        outs.append(routing.finalize(routing.merge_partials(one, p2), srcs[0].shape, dtype)[0])
+    s64, (q64, g64) = _f64(srcs), _f64([q, g])
+    full = [R.route(s64, q64[s], g64[s], heads) for s in range(S)]
+    for a, b in zip(outs, full):
+        assert rel(a, b) <= tol
+    gys = [torch.randn(b.shape, generator=gen, dtype=torch.float64) for b in full]
+    grads = torch.autograd.grad(sum((a * gy.to(device, dtype)).sum() for a, gy in zip(outs, gys)), [*srcs, q, g])
+    ref = torch.autograd.grad(sum((b * gy).sum() for b, gy in zip(full, gys)), [*s64, q64, g64])
+    for a, b in zip(grads, ref):
+        assert rel(a, b) <= tol, rel(a, b)
+
+
+def check_deterministic(n, lead, d, heads, S=1, device="cpu", dtype=torch.float32, gen=None):
+    srcs, q, g = make_inputs(n, lead, d, dtype, device, S=None if S == 1 else S, gen=gen)
+
+    def run():
+        if S == 1:
+            out = routing.route(srcs, q, g, heads)
+        else:
+            out = routing.route_partial(srcs, q, g, heads).o
+        gy = torch.ones_like(out) + torch.arange(out.numel(), device=device).view(out.shape).to(out.dtype) * 1e-3
+        return [out, *torch.autograd.grad(out, [*srcs, q, g], gy)]
+
+    a, b = run(), run()
+    for x, y in zip(a, b):
+        assert torch.equal(x, y)
