@@ -1,0 +1,106 @@
+"""The decoder: causality, learning, configuration errors, parameter counts."""
+
+import pytest
+import torch
+
+from mhar.model import Decoder, ModelConfig, StreamConfig, apply_overrides, count_parameters, get_preset
+from mhar.model.config import PRESETS
+
+METHODS = {
+    "standard": StreamConfig(method="standard"),
+    "hyper": StreamConfig(method="hyper", hyper_n=4),
+    "attnres": StreamConfig(method="routed", heads=1),
+    "mhar": StreamConfig(method="routed", heads=4),
+    "mhar-block": StreamConfig(method="routed", heads=4, block_size=2, schedule="two-phase"),
+    "mhar-chunked": StreamConfig(method="routed", heads=4, schedule="two-phase", chunk=3),
+    "delta": StreamConfig(method="delta", heads=4, block_size=2),
+}
+
+
+def tiny(stream: StreamConfig) -> ModelConfig:
+    return ModelConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=64, max_seq_len=32,
+                       stream=stream)
+
+
+@pytest.mark.parametrize("name", list(METHODS))
+def test_causality(name):
+    torch.manual_seed(0)
+    model = Decoder(tiny(METHODS[name]))
+    with torch.no_grad():  # routing away from uniform, gates open
+        for p in model.residual.parameters():
+            p.add_(torch.randn_like(p) * 0.5)
+    x = torch.randint(0, 64, (2, 16))
+    y = x.clone()
+    t = 9
+    y[:, t + 1:] = torch.randint(0, 64, (2, 16 - t - 1))
+    a, b = model(x), model(y)
+    torch.testing.assert_close(a[:, :t + 1], b[:, :t + 1], rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(a[:, t + 1:], b[:, t + 1:])
+
+
+@pytest.mark.parametrize("name", list(METHODS))
+def test_every_method_learns_a_fixed_batch(name):
+    torch.manual_seed(1)
+    model = Decoder(tiny(METHODS[name]))
+    x = torch.randint(0, 64, (2, 17))
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(50):
+        loss = model.loss(x[:, :-1], x[:, 1:])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.5 * losses[0], losses[::10]
+    routing = [p for p in model.residual.parameters()]
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in routing)
+
+
+def test_chunked_loss_equals_full_loss():
+    torch.manual_seed(2)
+    model = Decoder(tiny(METHODS["mhar"]))
+    x = torch.randint(0, 64, (2, 17))
+    torch.testing.assert_close(model.loss(x[:, :-1], x[:, 1:], chunk_size=5), model.loss(x[:, :-1], x[:, 1:]))
+
+
+@pytest.mark.parametrize("bad,match", [
+    (dict(stream=StreamConfig(method="routed", heads=5)), "heads=5 must divide d_model=32"),
+    (dict(n_kv_heads=3), "n_kv_heads=3 must divide n_heads=4"),
+    (dict(stream=StreamConfig(method="routed", block_size=-2)), "block_size=-2"),
+    (dict(stream=StreamConfig(method="delta", block_size=0)), "block_size=0"),
+    (dict(stream=StreamConfig(method="mixture")), "stream.method='mixture' is not one of standard, routed"),
+    (dict(stream=StreamConfig(method="routed", schedule="lazy")), "stream.schedule='lazy'"),
+])
+def test_invalid_configurations_name_the_field(bad, match):
+    kw = dict(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=64)
+    kw.update(bad)
+    with pytest.raises(ValueError, match=match.replace("(", r"\(")):
+        ModelConfig(**kw)
+
+
+def test_overrides():
+    cfg = apply_overrides(get_preset("tiny", "mhar"), ["stream.heads=4", "d_model=256"])
+    assert cfg.stream.heads == 4 and cfg.d_model == 256
+    with pytest.raises(ValueError, match="did you mean stream.heads"):
+        apply_overrides(cfg, ["stream.head=2"])
+    with pytest.raises(ValueError, match="heads=3 must divide"):
+        apply_overrides(cfg, {"stream.heads": 3})
+
+
+@pytest.mark.parametrize("preset", list(PRESETS))
+def test_parameter_counts(preset):
+    base = count_parameters(get_preset(preset, "baseline"))
+    routed = count_parameters(get_preset(preset, "mhar"))
+    cfg = get_preset(preset)
+    assert base["routing"] == 0
+    # 2d per site (query and key-norm weight), 2L + 1 sites; H adds nothing
+    assert routed["routing"] == 2 * cfg.d_model * (2 * cfg.n_layers + 1)
+    assert routed["total"] - base["total"] == routed["routing"]
+    assert count_parameters(get_preset(preset, "attnres"))["total"] == routed["total"]
+    if preset.startswith("paper"):
+        assert routed["routing_pct"] < 0.03  # SPEC: about +0.02%
+
+
+def test_paper_shapes():
+    c = get_preset("paper-1b")
+    assert (c.d_model, c.n_layers, c.n_heads, c.n_kv_heads, c.d_ff, c.vocab_size) == (1280, 36, 16, 8, 5120, 151936)

@@ -1,0 +1,184 @@
+"""Residual-stream strategies: initial reads, schedules, block bookkeeping, delta identity."""
+
+import pytest
+import torch
+
+from mhar.model import Decoder, ModelConfig, StreamConfig, method_stream
+from mhar.streams import DeltaStream, HyperStream, RoutedStream, StandardStream
+
+D, L2 = 16, 6  # width, sublayers
+
+
+def small_config(stream: StreamConfig, **kw) -> ModelConfig:
+    base = dict(vocab_size=97, d_model=32, n_layers=3, n_heads=4, n_kv_heads=2, d_ff=48, max_seq_len=64)
+    base.update(kw)
+    return ModelConfig(stream=stream, **base)
+
+
+def randomize_routing(model: Decoder, seed: int = 0) -> None:
+    """Non-trivial routing parameters (at init every read is uniform)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.residual.named_parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * (0.5 if "alpha" in name or "beta" in name else 1.0)
+                    + (1.0 if "key_norms" in name or "static" in name else 0.0))
+
+
+def drive(stream, emb, outputs):
+    """Run a stream over fixed sublayer outputs; return the reads and the final state."""
+    state = stream.start(emb)
+    reads = []
+    for i, y in enumerate(outputs):
+        reads.append(state.read(i))
+        state.write(i, y)
+    return reads, state.final(), state
+
+
+@pytest.mark.parametrize("stream", [
+    RoutedStream(D, L2, heads=1), RoutedStream(D, L2, heads=4), RoutedStream(D, L2, heads=4, block_size=2),
+    RoutedStream(D, L2, heads=2, block_size=4, schedule="two-phase"), RoutedStream(D, L2, 4, schedule="two-phase", chunk=3),
+])
+def test_routed_reads_start_uniform_and_first_read_is_the_embedding(stream):
+    torch.manual_seed(0)
+    emb = torch.randn(2, 3, D)
+    outputs = [torch.randn(2, 3, D) for _ in range(L2)]
+    reads, final, _ = drive(stream, emb, outputs)
+    assert torch.equal(reads[0], emb)  # exactly
+    S = stream.block_size
+    for i in range(1, L2):
+        if not S:
+            visible = [emb] + outputs[:i]
+        else:
+            done = i // S
+            blocks = [emb] + [sum(outputs[b * S:(b + 1) * S]) for b in range(done)]
+            visible = blocks + ([sum(outputs[done * S:i])] if i % S else [])
+        torch.testing.assert_close(reads[i], torch.stack(visible).mean(0), rtol=1e-5, atol=1e-6)
+    every = [emb] + outputs if not S else [emb] + [sum(outputs[b:b + S]) for b in range(0, L2, S)]
+    torch.testing.assert_close(final, torch.stack(every).mean(0), rtol=1e-5, atol=1e-6)
+
+
+def test_block_summaries_are_sums_of_raw_outputs_and_last_partial_block_counts():
+    torch.manual_seed(1)
+    emb, outputs = torch.randn(4, D), [torch.randn(4, D) for _ in range(7)]
+    _, _, state = drive(RoutedStream(D, 7, heads=2, block_size=3), emb, outputs)
+    expected = [emb, sum(outputs[0:3]), sum(outputs[3:6]), outputs[6]]
+    assert len(state.sources) == 4
+    for got, want in zip(state.sources, expected):
+        torch.testing.assert_close(got, want)
+
+
+def test_standard_and_hyper_at_init_are_the_running_sum():
+    torch.manual_seed(2)
+    emb, outputs = torch.randn(3, D), [torch.randn(3, D) for _ in range(L2)]
+    std_reads, std_final, _ = drive(StandardStream(D, L2), emb, outputs)
+    hyp_reads, hyp_final, _ = drive(HyperStream(D, L2, n=4), emb, outputs)
+    for a, b in zip(std_reads, hyp_reads):
+        torch.testing.assert_close(a, b)
+    torch.testing.assert_close(std_final, emb + sum(outputs))
+    torch.testing.assert_close(hyp_final, std_final)
+
+
+def test_hyper_matches_the_hyper_connections_package():
+    hc = pytest.importorskip("hyper_connections")
+    torch.manual_seed(3)
+    n, B, T = 4, 2, 3
+    ours = HyperStream(D, L2, n=n)
+    with torch.no_grad():
+        ours.static_alpha.add_(0.3 * torch.randn(ours.static_alpha.shape))
+        ours.static_beta.add_(0.3 * torch.randn(ours.static_beta.shape))
+    emb, outputs = torch.randn(B, T, D), [torch.randn(B, T, D) for _ in range(L2)]
+    reads, final, _ = drive(ours, emb, outputs)
+    # The package keeps the n streams folded into the batch dimension.
+    X = torch.stack([emb] * n, 1).flatten(0, 1)  # '(b s) t d'
+    for i in range(L2):
+        layer = hc.HyperConnections(n, dim=D, layer_index=i)
+        with torch.no_grad():
+            layer.static_alpha.copy_(ours.static_alpha[i])
+            layer.static_beta.copy_(ours.static_beta[i])
+        branch_input, add_residual = layer(X)
+        torch.testing.assert_close(branch_input, reads[i], rtol=1e-5, atol=1e-5)
+        X = add_residual(outputs[i])
+    torch.testing.assert_close(X.view(B, n, T, D).mean(1), final, rtol=1e-5, atol=1e-5)
+
+
+def test_delta_block_delta_is_end_minus_start_of_that_block():
+    """Would fail for 'subtract the previous delta' from the second block on."""
+    torch.manual_seed(4)
+    emb = torch.randn(2, D)
+    outputs = [torch.randn(2, D) for _ in range(8)]
+    _, _, state = drive(DeltaStream(D, 8, heads=2, block_size=2), emb, outputs)
+    h = [emb]
+    for y in outputs:
+        h.append(h[-1] + y)
+    deltas = state.sources[1:]
+    assert len(deltas) == 4
+    for b, delta in enumerate(deltas):
+        torch.testing.assert_close(delta, h[2 * b + 2] - h[2 * b])
+    wrong = h[4] - (h[2] - h[0])  # the public implementation's mistake, for block 2
+    assert not torch.allclose(deltas[1], wrong)
+
+
+@pytest.mark.parametrize("block_size", [1, 2, 4])
+@pytest.mark.parametrize("schedule", ["one-pass", "two-phase"])
+def test_delta_with_zero_gates_is_bit_identical_to_standard(block_size, schedule):
+    torch.manual_seed(5)
+    std = Decoder(small_config(StreamConfig(method="standard")))
+    delta = Decoder(small_config(StreamConfig(method="delta", heads=4, block_size=block_size, schedule=schedule)))
+    missing, unexpected = delta.load_state_dict(std.state_dict(), strict=False)
+    assert not unexpected and all(k.startswith("residual.") for k in missing)
+    with torch.no_grad():  # routing parameters anything but the gates
+        delta.residual.queries.normal_()
+        delta.residual.null_source.normal_()
+    x = torch.randint(0, 97, (2, 20))
+    assert torch.equal(std(x), delta(x))
+
+
+ROUTED_VARIANTS = [
+    ("full/chunk", dict(method="routed", heads=4, schedule="two-phase", chunk=c)) for c in (1, 2, 3, 5, 8)
+] + [
+    ("block", dict(method="routed", heads=2, block_size=S, schedule="two-phase")) for S in (1, 2, 3, 4)
+]
+
+
+@pytest.mark.parametrize("name,kw", ROUTED_VARIANTS)
+def test_two_phase_equals_one_pass(name, kw):
+    torch.manual_seed(6)
+    two = Decoder(small_config(StreamConfig(**kw)))
+    randomize_routing(two)
+    one = Decoder(small_config(StreamConfig(**{**kw, "schedule": "one-pass"})))
+    one.load_state_dict(two.state_dict())
+    x = torch.randint(0, 97, (2, 12))
+    a, b = one(x), two(x)
+    torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    a.square().mean().backward()
+    b.square().mean().backward()
+    for (n, p1), (_, p2) in zip(one.named_parameters(), two.named_parameters()):
+        torch.testing.assert_close(p1.grad, p2.grad, rtol=1e-4, atol=1e-6, msg=n)
+
+
+@pytest.mark.parametrize("heads", [1, 4])
+def test_block_size_one_equals_full_routing(heads):
+    torch.manual_seed(7)
+    full = Decoder(small_config(StreamConfig(method="routed", heads=heads)))
+    randomize_routing(full)
+    block = Decoder(small_config(StreamConfig(method="routed", heads=heads, block_size=1)))
+    block.load_state_dict(full.state_dict())
+    x = torch.randint(0, 97, (2, 10))
+    torch.testing.assert_close(full(x), block(x), rtol=0, atol=0)
+
+
+def test_initial_parameters():
+    s = RoutedStream(D, L2, heads=4)
+    assert torch.count_nonzero(s.queries) == 0 and torch.all(s.key_norms == 1)
+    d = DeltaStream(D, L2, heads=4, block_size=2)
+    assert torch.count_nonzero(d.gates) == 0 and torch.count_nonzero(d.null_source) == 0
+    assert torch.count_nonzero(d.queries) == 0 and torch.all(d.key_norms == 1)
+    assert s.queries.shape == (L2 + 1, D)  # one site per sublayer plus the final read
+
+
+def test_method_names():
+    assert method_stream("mhar", 24).heads == 8
+    assert method_stream("mhar-h4", 24).heads == 4
+    assert method_stream("mhar-block", 24).block_size == 3  # about 8 blocks
+    with pytest.raises(ValueError, match="did you mean"):
+        method_stream("mhr", 24)
