@@ -104,3 +104,23 @@ def test_parameter_counts(preset):
 def test_paper_shapes():
     c = get_preset("paper-1b")
     assert (c.d_model, c.n_layers, c.n_heads, c.n_kv_heads, c.d_ff, c.vocab_size) == (1280, 36, 16, 8, 5120, 151936)
+
+
+@pytest.mark.parametrize("z_loss", [0.0, 1e-2])
+def test_chunked_linear_cross_entropy_matches_plain(z_loss):
+    from mhar.model.loss import linear_cross_entropy
+    torch.manual_seed(3)
+    h = torch.randn(37, 16, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(50, 16, dtype=torch.float64, requires_grad=True)
+    t = torch.randint(0, 50, (37,))
+    t[5] = -100  # ignored
+    a = linear_cross_entropy(h, w, t, chunk_size=0, z_loss=z_loss)
+    ga = torch.autograd.grad(a * 3, (h, w))
+    b = linear_cross_entropy(h, w, t, chunk_size=8, z_loss=z_loss)
+    gb = torch.autograd.grad(b * 3, (h, w))
+    torch.testing.assert_close(a, b)
+    for x, y in zip(ga, gb):
+        torch.testing.assert_close(x, y)
+    ref = torch.nn.functional.cross_entropy(h @ w.t(), t)
+    if z_loss == 0:
+        torch.testing.assert_close(a, ref)

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mhar.model.config import ModelConfig
+from mhar.model.loss import linear_cross_entropy
 from mhar.model.layers import AttentionSublayer, KVCache, MLPSublayer, RMSNorm, rope_cos_sin
 from mhar.streams import build_stream
 
@@ -64,18 +65,12 @@ class Decoder(nn.Module):
         """Logits (B, T, vocab)."""
         return F.linear(self.hidden_states(input_ids, cache), self.output_weight)
 
-    def loss(self, input_ids: Tensor, targets: Tensor, chunk_size: int = 0) -> Tensor:
-        """Mean next-token cross-entropy. ``chunk_size > 0`` computes the LM head and
-        loss in chunks of tokens so the full (tokens x vocab) logits never exist at once."""
+    def loss(self, input_ids: Tensor, targets: Tensor, chunk_size: int = 0, z_loss: float = 0.0) -> Tensor:
+        """Mean next-token cross-entropy (+ z_loss * logsumexp^2). ``chunk_size > 0``
+        fuses the LM head with the loss in chunks of tokens, so the full (tokens x
+        vocab) logits never exist (see :mod:`mhar.model.loss`)."""
         h = self.hidden_states(input_ids).flatten(0, 1)
-        t = targets.flatten()
-        if chunk_size <= 0 or h.shape[0] <= chunk_size:
-            return F.cross_entropy(F.linear(h, self.output_weight).float(), t)
-        total = h.new_zeros((), dtype=torch.float32)
-        for start in range(0, h.shape[0], chunk_size):
-            logits = F.linear(h[start:start + chunk_size], self.output_weight).float()
-            total = total + F.cross_entropy(logits, t[start:start + chunk_size], reduction="sum")
-        return total / t.numel()
+        return linear_cross_entropy(h, self.output_weight, targets.flatten(), chunk_size, z_loss)
 
     # -- parameter accounting --------------------------------------------------
     def parameter_counts(self) -> dict[str, int]:
