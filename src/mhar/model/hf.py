@@ -1,0 +1,222 @@
+"""Hugging Face ``transformers`` integration: a config class and a ``PreTrainedModel``
+for mhar decoders (every stream method), registered with ``AutoConfig`` and
+``AutoModelForCausalLM`` under ``model_type = "mhar"``.
+
+    from mhar.model.hf import MharConfig, MharForCausalLM
+    model = MharForCausalLM(MharConfig.from_model_config(get_preset("tiny", "mhar")))
+    model.save_pretrained("out")                     # safetensors + remote code
+    model = AutoModelForCausalLM.from_pretrained("out")
+    model.generate(ids, max_new_tokens=20)           # KV cache: only attention needs one
+
+A saved folder also carries the model code (``modeling_mhar.py`` and the mhar modules
+it needs, flattened beside it), so ``from_pretrained(folder, trust_remote_code=True)``
+works where mhar is not installed; see :mod:`mhar.model.remote`.
+
+Padded batches are not supported (every row must be full length: depth routing is per
+token, but the attention here has no padding mask); ``generate`` on one prompt, or on
+prompts of equal length, is exact.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from mhar.model.config import ModelConfig, StreamConfig
+from mhar.model.decoder import Decoder
+from mhar.model.layers import RMSNorm
+
+try:
+    from transformers import GenerationMixin, PretrainedConfig, PreTrainedModel
+    from transformers.modeling_outputs import CausalLMOutputWithPast
+except ImportError as err:  # pragma: no cover - the import error names the extra to install
+    raise ImportError("the Hugging Face integration needs transformers: pip install 'mhar-pytorch[hf]'") from err
+
+try:  # transformers >= 4.36
+    from transformers.cache_utils import DynamicCache
+except ImportError:  # pragma: no cover
+    DynamicCache = None
+
+_CACHE_FIELD = "cache" if "cache" in getattr(CausalLMOutputWithPast, "__dataclass_fields__", {}) else "past_key_values"
+_MODEL_FIELDS = [f.name for f in dataclasses.fields(ModelConfig) if f.name != "stream"]
+
+
+class MharConfig(PretrainedConfig):
+    """The :class:`~mhar.model.config.ModelConfig` of an mhar decoder as a ``transformers``
+    config. Fields keep their mhar names (``d_model``, ``n_layers``, ...); the usual
+    Hugging Face names (``hidden_size``, ``num_hidden_layers``, ...) are aliases."""
+
+    model_type = "mhar"
+    keys_to_ignore_at_inference = ["past_key_values"]
+    attribute_map = {
+        "hidden_size": "d_model",
+        "num_hidden_layers": "n_layers",
+        "num_attention_heads": "n_heads",
+        "num_key_value_heads": "n_kv_heads",
+        "intermediate_size": "d_ff",
+        "max_position_embeddings": "max_seq_len",
+        "rms_norm_eps": "norm_eps",
+        "initializer_range": "init_std",
+    }
+
+    def __init__(self, vocab_size: int = 151936, d_model: int = 512, n_layers: int = 12, n_heads: int = 8,
+                 n_kv_heads: int = 4, d_ff: int = 1536, max_seq_len: int = 2048, head_dim: int = 0,
+                 rope_theta: float = 1e4, norm_eps: float = 1e-6, init_std: float = 0.02, qk_norm: bool = True,
+                 attention_bias: bool = False, tie_embeddings: bool = True, stream: dict | None = None,
+                 **kwargs: Any):
+        self.vocab_size, self.d_model, self.n_layers, self.n_heads = vocab_size, d_model, n_layers, n_heads
+        self.n_kv_heads, self.d_ff, self.max_seq_len, self.head_dim = n_kv_heads, d_ff, max_seq_len, head_dim
+        self.rope_theta, self.norm_eps, self.init_std, self.qk_norm = rope_theta, norm_eps, init_std, qk_norm
+        self.attention_bias, self.tie_embeddings = attention_bias, tie_embeddings
+        if isinstance(stream, StreamConfig):
+            stream = dataclasses.asdict(stream)
+        self.stream = dict(stream or {})
+        # The decoder ties its head itself (no lm_head module when tied): transformers must not tie.
+        kwargs["tie_word_embeddings"] = False
+        kwargs.setdefault("use_cache", True)
+        super().__init__(**kwargs)
+        self.to_model_config()  # validate now: a bad value fails here, naming the field
+
+    def to_model_config(self) -> ModelConfig:
+        return ModelConfig(**{name: getattr(self, name) for name in _MODEL_FIELDS}, stream=StreamConfig(**self.stream))
+
+    @classmethod
+    def from_model_config(cls, cfg: ModelConfig, **kwargs: Any) -> "MharConfig":
+        d = cfg.to_dict()
+        return cls(**d, **kwargs)
+
+
+def _init_stream_parameters(stream: nn.Module) -> None:
+    """The streams' own initialisation (queries, gates and null source zero, key norms
+    one), for weights that a checkpoint does not provide."""
+    with torch.no_grad():
+        for name, p in stream.named_parameters(recurse=False):
+            if name == "key_norms":
+                p.fill_(1.0)
+            elif name in ("queries", "gates", "null_source"):
+                p.zero_()
+
+
+class _CacheAdapter:
+    """A ``transformers`` cache (``DynamicCache``) seen through :class:`mhar.model.layers.KVCache`'s
+    interface, so ``generate`` and the decoder share one cache object."""
+
+    def __init__(self, cache):
+        self.cache = cache
+
+    def layer_length(self, layer: int) -> int:
+        return int(self.cache.get_seq_length(layer))
+
+    @property
+    def length(self) -> int:
+        return self.layer_length(0)
+
+    def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        return self.cache.update(k, v, layer)
+
+
+class MharPreTrainedModel(PreTrainedModel):
+    config_class = MharConfig
+    base_model_prefix = "model"
+    supports_gradient_checkpointing = False
+    _no_split_modules = ["AttentionSublayer", "MLPSublayer"]
+    _supports_cache_class = True
+    _supports_static_cache = False
+
+    def _init_weights(self, module: nn.Module) -> None:
+        std = self.config.init_std
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, 0.0, std)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, 0.0, std)
+        elif isinstance(module, RMSNorm):
+            nn.init.ones_(module.weight)
+        elif module is getattr(getattr(self, "model", None), "residual", None):
+            _init_stream_parameters(module)
+
+
+class MharForCausalLM(MharPreTrainedModel, GenerationMixin):
+    """An mhar :class:`~mhar.model.decoder.Decoder` (``self.model``) as a causal LM."""
+
+    def __init__(self, config: MharConfig):
+        super().__init__(config)
+        self.model = Decoder(config.to_model_config())
+        self.post_init()
+
+    # -- embeddings (for resize_token_embeddings and friends) -------------------
+    def get_input_embeddings(self) -> nn.Module:
+        return self.model.embed
+
+    def set_input_embeddings(self, value: nn.Module) -> None:
+        self.model.embed = value
+
+    def get_output_embeddings(self) -> nn.Module | None:
+        return self.model.lm_head
+
+    def set_output_embeddings(self, value: nn.Module) -> None:
+        self.model.lm_head = value
+
+    @property
+    def decoder(self) -> Decoder:
+        return self.model
+
+    # -- forward ------------------------------------------------------------------
+    def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
+                past_key_values=None, cache=None, inputs_embeds: Tensor | None = None, labels: Tensor | None = None,
+                use_cache: bool | None = None, return_dict: bool | None = None, logits_to_keep: int | Tensor = 0,
+                **kwargs: Any):
+        if input_ids is None:
+            raise ValueError("MharForCausalLM needs input_ids (inputs_embeds is not supported)")
+        if attention_mask is not None and not bool(attention_mask.bool().all()):
+            raise ValueError("MharForCausalLM does not support padding (attention_mask has zeros): "
+                             "use one sequence, or sequences of equal length, per batch")
+        # transformers >= 5.2x calls the cache ``cache``; earlier versions ``past_key_values``
+        past_key_values = cache if cache is not None else past_key_values
+        use_cache = self.config.use_cache if use_cache is None else use_cache
+        if not use_cache:
+            past_key_values = None
+        elif past_key_values is None:
+            if DynamicCache is None:  # pragma: no cover
+                raise RuntimeError("this transformers version has no DynamicCache; pass use_cache=False")
+            past_key_values = DynamicCache()
+        cache = _CacheAdapter(past_key_values) if past_key_values is not None else None
+        hidden = self.model.hidden_states(input_ids, cache)
+        if isinstance(logits_to_keep, int):
+            kept = hidden[:, -logits_to_keep:] if logits_to_keep > 0 else hidden
+        else:
+            kept = hidden[:, logits_to_keep]
+        logits = F.linear(kept, self.model.output_weight)
+        loss = None
+        if labels is not None:
+            shift_logits = logits[:, :-1].float() if kept is hidden else F.linear(hidden, self.model.output_weight)[:, :-1].float()
+            loss = F.cross_entropy(shift_logits.reshape(-1, shift_logits.shape[-1]),
+                                   labels[:, 1:].reshape(-1).to(shift_logits.device), ignore_index=-100)
+        out = CausalLMOutputWithPast(loss=loss, logits=logits,
+                                     **{_CACHE_FIELD: past_key_values if use_cache else None})
+        if return_dict is False:
+            return out.to_tuple()
+        return out
+
+
+def _register() -> None:
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    try:
+        AutoConfig.register("mhar", MharConfig)
+    except ValueError:  # already registered (module reloaded)
+        pass
+    try:
+        AutoModelForCausalLM.register(MharConfig, MharForCausalLM)
+    except ValueError:
+        pass
+
+
+_register()
+
+__all__ = ["MharConfig", "MharForCausalLM", "MharPreTrainedModel"]
