@@ -93,8 +93,7 @@ def plot_map(m: RoutingMap, path: str | Path, dpi: int = 110) -> Path:
     w = max(3.0, cell * len(m.columns) + 1.5)
     h = max(2.5, cell * len(m.sites) + 1.2)
     fig, axes = plt.subplots(nrows, ncols, figsize=(w * ncols + 0.8, h * nrows + 0.6), squeeze=False)
-    cmap = matplotlib.colormaps["viridis"].copy()
-    cmap.set_bad("#dddddd")
+    cmap = matplotlib.colormaps["viridis"].with_extremes(bad="#dddddd")
     im = None
     for k in range(nrows * ncols):
         ax = axes[k // ncols][k % ncols]

@@ -1,0 +1,341 @@
+"""One Markdown + HTML report over several run folders: comparison table, loss
+curves, the H-sweep curve (loss against H), the probe table and the routing maps.
+
+The report is a list of blocks rendered twice: ``report.md`` links the PNGs in
+``img/``; ``report.html`` is self-contained (PNGs embedded as base64).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import html
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from mhar.analysis.maps import RoutingMap, plot_map
+from mhar.analysis.probe import ProbeResult
+from mhar.analysis.runs import RunSummary, summarize_run
+
+
+# ----------------------------------------------------------------------------- blocks
+
+@dataclass
+class Heading:
+    text: str
+    level: int = 2
+
+
+@dataclass
+class Para:
+    text: str
+
+
+@dataclass
+class Table:
+    header: list[str]
+    rows: list[list[str]]
+    caption: str = ""
+
+
+@dataclass
+class Image:
+    path: Path      # absolute path of the PNG
+    alt: str
+
+
+@dataclass
+class Report:
+    title: str
+    out: Path
+    blocks: list = field(default_factory=list)
+
+    def add(self, *blocks) -> None:
+        self.blocks.extend(blocks)
+
+
+def _md_cell(s: str) -> str:
+    return str(s).replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(r: Report) -> str:
+    out = [f"# {r.title}", ""]
+    for b in r.blocks:
+        if isinstance(b, Heading):
+            out += ["#" * b.level + " " + b.text, ""]
+        elif isinstance(b, Para):
+            out += [b.text, ""]
+        elif isinstance(b, Table):
+            if b.caption:
+                out += [b.caption, ""]
+            out.append("| " + " | ".join(_md_cell(h) for h in b.header) + " |")
+            out.append("|" + "|".join("---" if i == 0 else "---:" for i in range(len(b.header))) + "|")
+            for row in b.rows:
+                out.append("| " + " | ".join(_md_cell(c) for c in row) + " |")
+            out.append("")
+        elif isinstance(b, Image):
+            out += [f"![{b.alt}]({b.path.relative_to(r.out).as_posix()})", ""]
+    return "\n".join(out)
+
+
+_CSS = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}
+table{border-collapse:collapse;margin:0.5em 0 1.5em;font-size:0.9em}th,td{border:1px solid #ccc;padding:3px 8px}
+td{text-align:right}td:first-child,th:first-child{text-align:left}th{background:#f3f3f3}
+img{max-width:100%;border:1px solid #eee;margin:0.5em 0}.cap{color:#555;font-size:0.9em}"""
+
+
+def render_html(r: Report) -> str:
+    out = ["<!DOCTYPE html>", "<html><head><meta charset='utf-8'>", f"<title>{html.escape(r.title)}</title>",
+           f"<style>{_CSS}</style></head><body>", f"<h1>{html.escape(r.title)}</h1>"]
+    for b in r.blocks:
+        if isinstance(b, Heading):
+            out.append(f"<h{b.level}>{html.escape(b.text)}</h{b.level}>")
+        elif isinstance(b, Para):
+            out.append(f"<p>{html.escape(b.text)}</p>")
+        elif isinstance(b, Table):
+            if b.caption:
+                out.append(f"<p class='cap'>{html.escape(b.caption)}</p>")
+            out.append("<table><tr>" + "".join(f"<th>{html.escape(str(h))}</th>" for h in b.header) + "</tr>")
+            for row in b.rows:
+                out.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>")
+            out.append("</table>")
+        elif isinstance(b, Image):
+            data = base64.b64encode(b.path.read_bytes()).decode("ascii")
+            out.append(f"<img alt='{html.escape(b.alt)}' src='data:image/png;base64,{data}'>")
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"
+
+
+# ----------------------------------------------------------------------------- pieces
+
+def _f(x: float | None, nd: int = 4) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.{nd}f}"
+
+
+def method_label(s: RunSummary) -> str:
+    st = s.stream
+    m = st.get("method", "?")
+    if m == "routed":
+        base = "AttnRes" if s.heads == 1 else f"MHAR H={s.heads}"
+        return base + (f", block S={s.block_size}" if s.block_size else "")
+    if m == "delta":
+        return f"delta H={s.heads}, S={s.block_size}"
+    if m == "hyper":
+        return f"hyper-conn. n={st.get('hyper_n', 4)}"
+    return "baseline" if m == "standard" else str(m)
+
+
+def _baseline(runs: Sequence[RunSummary]) -> RunSummary | None:
+    for s in runs:
+        if s.stream.get("method") == "standard" and s.tail_mean is not None:
+            return s
+    return None
+
+
+def comparison_table(runs: Sequence[RunSummary]) -> Table:
+    base = _baseline(runs)
+    header = ["run", "method", "params", "routing params", "last step", "final val loss",
+              "tail-mean val loss", "vs baseline"]
+    rows = []
+    for s in runs:
+        p = s.params
+        delta = "" if base is None or s is base or s.tail_mean is None else f"{s.tail_mean - base.tail_mean:+.4f}"
+        rows.append([s.name, method_label(s), f"{p['total']:,}" if p else "n/a",
+                     f"{p['routing']:,} ({p['routing_pct']:.3f}%)" if p else "n/a", str(s.last_step),
+                     _f(s.final_val), _f(s.tail_mean) + (f" (last {min(s.tail_k, len(s.val))})" if s.val else ""),
+                     delta])
+    cap = ("Tail-mean: the mean of the last tail_k validation evaluations (SPEC.md section 4). "
+           "'vs baseline': tail-mean minus the baseline run's (negative is better).")
+    return Table(header, rows, cap)
+
+
+def plot_loss_curves(runs: Sequence[RunSummary], path: Path) -> Path | None:
+    if not any(s.val or s.train for s in runs):
+        return None
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for s in runs:
+        label = f"{s.name} ({method_label(s)})"
+        if s.val:
+            axes[0].plot(*zip(*s.val), marker=".", label=label)
+        if s.train:
+            steps, loss = zip(*s.train)
+            ema, sm = [], None
+            for v in loss:  # light smoothing for readability
+                sm = v if sm is None else 0.9 * sm + 0.1 * v
+                ema.append(sm)
+            axes[1].plot(steps, ema, label=label)
+    axes[0].set_title("validation loss")
+    axes[1].set_title("training loss (EMA 0.9)")
+    for ax in axes:
+        ax.set_xlabel("step")
+        ax.set_ylabel("loss")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def h_sweep(runs: Sequence[RunSummary]) -> dict[str, list[tuple[int, float, str]]]:
+    """Routed runs grouped by everything but H (preset, block size): series of
+    (H, tail-mean, run name) with at least two distinct H values."""
+    groups: dict[str, list[tuple[int, float, str]]] = {}
+    for s in runs:
+        if s.stream.get("method") != "routed" or s.tail_mean is None:
+            continue
+        key = (s.preset or "?") + (f", block S={s.block_size}" if s.block_size else ", full routing")
+        groups.setdefault(key, []).append((s.heads, s.tail_mean, s.name))
+    return {k: sorted(v) for k, v in groups.items() if len({h for h, _, _ in v}) >= 2}
+
+
+def plot_h_sweep(series: dict[str, list[tuple[int, float, str]]], path: Path,
+                 baseline: RunSummary | None = None) -> Path | None:
+    if not series:
+        return None
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    for key, pts in series.items():
+        hs = sorted({h for h, _, _ in pts})
+        mean = [sum(v for h2, v, _ in pts if h2 == h) / sum(1 for h2, _, _ in pts if h2 == h) for h in hs]
+        ax.scatter([h for h, _, _ in pts], [v for _, v, _ in pts], s=12, alpha=0.5)
+        ax.plot(hs, mean, marker="o", label=key)
+    if baseline is not None and baseline.tail_mean is not None:
+        ax.axhline(baseline.tail_mean, color="gray", ls="--", label=f"baseline ({baseline.name})")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("routing heads H")
+    ax.set_ylabel("tail-mean validation loss")
+    ax.set_title("H sweep")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def probe_tables(name: str, r: ProbeResult) -> list:
+    if r.kind == "slices":
+        cap = (f"{name}: H = 1, S = {r.slices} slices; score = mean over tokens and slices of KL(slice || shared); "
+               f"null = {r.draws} random queries of matched norm (seed {r.seed}); {r.tokens} tokens.")
+        header = ["site", "sources", "||q||", "learned KL", "null KL", "learned excess"]
+        rows = [[f"{s.index} {s.name}" + (" (trivial)" if s.trivial else ""), str(s.num_sources), _f(s.query_norm, 3),
+                 _f(s.learned), f"{_f(s.null)} ± {_f(s.null_std)}", _f(s.excess)] for s in r.sites]
+        o = r.overall
+        rows.append([f"overall ({o['sites']} sites)", "", "", _f(o["learned"]), _f(o["null"]), _f(o["excess"])])
+        return [Table(header, rows, cap)]
+    cap = (f"{name}: H = {r.heads}; deviation = mean over tokens of KL(head || head consensus); null = {r.draws} "
+           f"random queries of matched norm (seed {r.seed}); head corr. = mean Pearson correlation between "
+           f"heads' weights over (token, source); {r.tokens} tokens.")
+    header = ["site", "sources", "||q||", "mean deviation", "null", "excess", "head corr."] + \
+             [f"h{h}" for h in range(r.heads)]
+    rows = []
+    for s in r.sites:
+        rows.append([f"{s.index} {s.name}" + (" (trivial)" if s.trivial else ""), str(s.num_sources),
+                     _f(s.query_norm, 3), _f(s.learned), f"{_f(s.null)} ± {_f(s.null_std)}", _f(s.excess),
+                     _f(s.head_correlation, 3)] + [_f(v) for v in s.head_deviation])
+    o = r.overall
+    rows.append([f"overall ({o['sites']} sites)", "", "", _f(o["learned"]), _f(o["null"]), _f(o["excess"]),
+                 _f(o["head_correlation"], 3)] + [_f(v) for v in o["head_deviation"]])
+    return [Table(header, rows, cap)]
+
+
+def probe_summary_table(results: Sequence[tuple[str, ProbeResult]]) -> Table:
+    header = ["run", "probe", "learned", "null", "learned excess", "head corr."]
+    rows = []
+    for name, r in results:
+        o = r.overall
+        kind = f"slices S={r.slices} (H=1)" if r.kind == "slices" else f"head deviation (H={r.heads})"
+        rows.append([name, kind, _f(o["learned"]), _f(o["null"]), _f(o["excess"]),
+                     _f(o.get("head_correlation"), 3) if r.kind == "heads" else ""])
+    return Table(header, rows, "Overall means over the routing sites that read at least two sources.")
+
+
+# ----------------------------------------------------------------------------- the report
+
+Analyser = Callable[[Path], tuple[ProbeResult | None, RoutingMap | None]]
+
+
+def build_report(runs: Sequence[str | Path], out: str | Path, analyse: Analyser | None = None,
+                 title: str = "mhar report") -> tuple[Path, Path]:
+    """Write ``out/report.md`` and ``out/report.html`` (and ``out/img/*.png``).
+    ``analyse(run_path)`` returns the run's (probe, map) or Nones; it is called only
+    for runs with a routed or delta stream."""
+    if not runs:
+        raise ValueError("report needs at least one run folder")
+    summaries = [summarize_run(r) for r in runs]
+    names = [s.name for s in summaries]
+    for i, s in enumerate(summaries):  # keep image names unique
+        if names.count(s.name) > 1:
+            s.name = f"{s.name}-{i}"
+    out = Path(out)
+    img = out / "img"
+    img.mkdir(parents=True, exist_ok=True)
+    rep = Report(title, out)
+    rep.add(Para(f"Generated {_dt.datetime.now(_dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} from "
+                 f"{len(summaries)} run folder(s): " + ", ".join(str(s.path) for s in summaries) + "."))
+
+    rep.add(Heading("Comparison"), comparison_table(summaries))
+    rep.add(Heading("Loss curves"))
+    curves = plot_loss_curves(summaries, img / "loss_curves.png")
+    rep.add(Image(curves, "loss curves") if curves else Para("No metrics recorded in these runs."))
+
+    rep.add(Heading("H sweep"))
+    series = h_sweep(summaries)
+    sweep = plot_h_sweep(series, img / "h_sweep.png", _baseline(summaries))
+    if sweep:
+        rows = [[key, str(h), _f(v), n] for key, pts in series.items() for h, v, n in pts]
+        rep.add(Image(sweep, "H sweep"), Table(["group", "H", "tail-mean val loss", "run"], rows))
+    else:
+        rep.add(Para("Not drawn: no group of routed runs (same preset and block size) with at least two values of H."))
+
+    routed = [s for s in summaries if s.routes]
+    probes: list[tuple[str, ProbeResult]] = []
+    maps: list[tuple[str, Path]] = []
+    if analyse is not None:
+        for s in routed:
+            probe, rmap = analyse(s.path)
+            if probe is not None:
+                probes.append((s.name, probe))
+            if rmap is not None:
+                maps.append((s.name, plot_map(rmap, img / f"map_{_safe(s.name)}.png")))
+    rep.add(Heading("Disagreement probe"))
+    if probes:
+        rep.add(Para("H = 1 runs: SPEC.md section 4's probe. Each site's query and normalised keys are cut into S "
+                     "contiguous slices; each slice's own softmax over the sources is compared with the shared one "
+                     "by KL(slice || shared), averaged over tokens and slices; the null is the same score for random "
+                     "queries of the same norm; learned excess = learned - null. H > 1 runs: each head's deviation "
+                     "KL(head || head consensus) from the mean of the heads' weights, with the same null."))
+        rep.add(probe_summary_table(probes))
+        for name, p in probes:
+            rep.add(Heading(name, 3), *probe_tables(name, p))
+    else:
+        rep.add(Para("No probe: no run with a routed or delta stream" if not routed else "Probe not computed."))
+    rep.add(Heading("Routing maps"))
+    if maps:
+        rep.add(Para("Token-averaged routing weights on validation text: one heatmap per head, routing sites (rows) "
+                     "against sources (columns); grey: not available at that site. Every row sums to one."))
+        for name, p in maps:
+            rep.add(Heading(name, 3), Image(p, f"routing map {name}"))
+    else:
+        rep.add(Para("No maps: no run with a routed or delta stream" if not routed else "Maps not computed."))
+
+    md, htm = out / "report.md", out / "report.html"
+    md.write_text(render_markdown(rep))
+    htm.write_text(render_html(rep))
+    return md, htm
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)

@@ -1,0 +1,212 @@
+"""Reading run folders for analysis: config, metrics, the trained model and the
+validation tokens it was evaluated on. Uses the trainer's own loaders (mhar.train)."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+CONFIG_NAMES = ("config.json", "resolved_config.json", "train_config.json")
+METRICS_NAME = "metrics.jsonl"
+
+# keys a metrics record may use for the validation / training loss
+_VAL_KEYS = ("val_loss", "eval_loss", "val/loss", "validation_loss")
+_TRAIN_KEYS = ("train_loss", "loss", "train/loss")
+
+
+def run_dir(path: str | Path) -> Path:
+    p = Path(path).expanduser()
+    if not p.is_dir():
+        raise FileNotFoundError(f"{p}: no such run folder")
+    return p
+
+
+def config_path(run: str | Path) -> Path:
+    p = run_dir(run)
+    for name in CONFIG_NAMES:
+        if (p / name).is_file():
+            return p / name
+    raise FileNotFoundError(f"{p}: not a run folder (no {' / '.join(CONFIG_NAMES)})")
+
+
+def load_config_dict(run: str | Path) -> dict[str, Any]:
+    path = config_path(run)
+    try:
+        return json.loads(path.read_text())
+    except ValueError as err:
+        raise ValueError(f"{path}: not valid JSON ({err})") from None
+
+
+def read_metrics(run: str | Path) -> list[dict[str, Any]]:
+    """Every record of the run's metrics.jsonl (a torn last line is skipped)."""
+    path = run_dir(run) / METRICS_NAME
+    if not path.is_file():
+        return []
+    out = []
+    lines = path.read_text().splitlines()
+    for n, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            if n == len(lines) - 1:  # being written
+                continue
+            raise ValueError(f"{path}:{n + 1}: not valid JSON") from None
+    return out
+
+
+def _first(rec: dict, keys: tuple[str, ...]) -> float | None:
+    for k in keys:
+        v = rec.get(k)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+            return float(v)
+    return None
+
+
+@dataclass
+class RunSummary:
+    """What the report needs from one run folder."""
+
+    path: Path
+    name: str
+    method: str
+    stream: dict[str, Any]
+    preset: str
+    seed: int
+    tail_k: int
+    params: dict[str, Any] = field(default_factory=dict)
+    val: list[tuple[int, float]] = field(default_factory=list)     # (step, validation loss)
+    train: list[tuple[int, float]] = field(default_factory=list)   # (step, training loss)
+
+    @property
+    def heads(self) -> int:
+        return int(self.stream.get("heads", 1)) if self.routes else 0
+
+    @property
+    def routes(self) -> bool:
+        return self.stream.get("method") in ("routed", "delta")
+
+    @property
+    def block_size(self) -> int:
+        return int(self.stream.get("block_size", 0))
+
+    @property
+    def final_val(self) -> float | None:
+        return self.val[-1][1] if self.val else None
+
+    @property
+    def tail_mean(self) -> float | None:
+        if not self.val:
+            return None
+        tail = [v for _, v in self.val[-self.tail_k:]]
+        return sum(tail) / len(tail)
+
+    @property
+    def last_step(self) -> int:
+        steps = [s for s, _ in self.val] + [s for s, _ in self.train]
+        return max(steps) if steps else 0
+
+
+def summarize_run(run: str | Path) -> RunSummary:
+    p = run_dir(run)
+    cfg = load_config_dict(p)
+    model = cfg.get("model", {})
+    stream = model.get("stream", {}) if isinstance(model, dict) else {}
+    s = RunSummary(p, p.name, str(cfg.get("method", stream.get("method", "?"))), stream, str(cfg.get("preset", "")),
+                   int(cfg.get("seed", 0)), int(cfg.get("tail_k", 11)))
+    try:
+        from mhar.model import ModelConfig, count_parameters
+        s.params = count_parameters(ModelConfig.from_dict(model))
+    except (ValueError, TypeError):
+        s.params = {}
+    for rec in read_metrics(p):
+        step = rec.get("step")
+        if not isinstance(step, int):
+            continue
+        v = _first(rec, _VAL_KEYS)
+        if v is not None:
+            s.val.append((step, v))
+        t = _first(rec, _TRAIN_KEYS)
+        if t is not None and v is None:
+            s.train.append((step, t))
+    return s
+
+
+# ----------------------------------------------------------------------------- model and tokens
+
+def load_train_config(run: str | Path):
+    from mhar.train.config import TrainConfig
+    return TrainConfig.from_dict(load_config_dict(run))
+
+
+def checkpoint_folder(run: str | Path) -> Path:
+    p = run_dir(run)
+    for sub in ("checkpoints", "ckpt", "."):
+        from mhar.train.checkpoint import list_checkpoints
+        if list_checkpoints(p / sub):
+            return p / sub
+    raise FileNotFoundError(f"{p}: no checkpoint in the run folder (train it first, or wait for its first checkpoint)")
+
+
+def _model_state(state: dict[str, Any]) -> dict[str, Tensor]:
+    for key in ("model", "model_state", "state_dict"):
+        if isinstance(state.get(key), dict):
+            return state[key]
+    raise ValueError("checkpoint has no model state ('model')")
+
+
+def load_run_model(run: str | Path, step: int | None = None):
+    """(model in eval mode on the CPU, TrainConfig, checkpoint step): the newest
+    checkpoint, or the one of ``step``."""
+    from mhar.model import Decoder
+    from mhar.train.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint
+
+    cfg = load_train_config(run)
+    folder = checkpoint_folder(run)
+    if step is None:
+        found = latest_checkpoint(folder)
+        if found is None:
+            raise FileNotFoundError(f"{folder}: no readable checkpoint")
+        path, state = found
+        ck_step = int(state.get("step", 0)) if isinstance(state.get("step"), int) else -1
+        if ck_step < 0:
+            ck_step = [s for s, p in list_checkpoints(folder) if p == path][0]
+    else:
+        avail = dict(list_checkpoints(folder))
+        if step not in avail:
+            raise FileNotFoundError(f"{folder}: no checkpoint of step {step} (available: {sorted(avail)})")
+        state, ck_step = load_checkpoint(avail[step]), step
+    model = Decoder(cfg.model)
+    sd = {k.removeprefix("_orig_mod.").removeprefix("module."): v for k, v in _model_state(state).items()}
+    try:
+        model.load_state_dict(sd)
+    except RuntimeError as err:
+        raise ValueError(f"{folder}: checkpoint does not match the run's model config: {err}") from None
+    return model.eval(), cfg, ck_step
+
+
+def validation_inputs(cfg, windows: int | None = None, seq_len: int | None = None) -> Tensor:
+    """The run's fixed validation windows as model inputs (n, seq_len): the same
+    windows its evaluations used (``mhar.train.data.build_data``)."""
+    from mhar.train.data import build_data
+
+    T = seq_len or cfg.seq_len
+    data = build_data(cfg.data, T, 1, cfg.seed)
+    val = data.val[:, :-1]
+    if windows is not None:
+        if windows < 1:
+            raise ValueError(f"windows={windows} must be >= 1")
+        val = val[:windows]
+    return val
+
+
+def batches(inputs: Tensor, batch_size: int = 8):
+    for i in range(0, inputs.shape[0], batch_size):
+        yield inputs[i:i + batch_size]
