@@ -13,11 +13,10 @@ import torch
 from torch import Tensor
 
 CONFIG_NAMES = ("config.json", "resolved_config.json", "train_config.json")
-METRICS_NAME = "metrics.jsonl"
 
 # keys a metrics record may use for the validation / training loss
 _VAL_KEYS = ("val_loss", "eval_loss", "val/loss", "validation_loss")
-_TRAIN_KEYS = ("train_loss", "loss", "train/loss")
+_TRAIN_KEYS = ("loss", "train_loss", "train/loss")
 
 
 def run_dir(path: str | Path) -> Path:
@@ -44,22 +43,9 @@ def load_config_dict(run: str | Path) -> dict[str, Any]:
 
 
 def read_metrics(run: str | Path) -> list[dict[str, Any]]:
-    """Every record of the run's metrics.jsonl (a torn last line is skipped)."""
-    path = run_dir(run) / METRICS_NAME
-    if not path.is_file():
-        return []
-    out = []
-    lines = path.read_text().splitlines()
-    for n, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            if n == len(lines) - 1:  # being written
-                continue
-            raise ValueError(f"{path}:{n + 1}: not valid JSON") from None
-    return out
+    """Every record of the run's metrics.jsonl (the trainer's reader: a line cut by a crash is skipped)."""
+    from mhar.train.metrics import read_metrics as _read
+    return _read(run_dir(run))
 
 
 def _first(rec: dict, keys: tuple[str, ...]) -> float | None:
@@ -133,8 +119,9 @@ def summarize_run(run: str | Path) -> RunSummary:
         v = _first(rec, _VAL_KEYS)
         if v is not None:
             s.val.append((step, v))
+            rec = {k: x for k, x in rec.items() if k not in _VAL_KEYS}
         t = _first(rec, _TRAIN_KEYS)
-        if t is not None and v is None:
+        if t is not None:
             s.train.append((step, t))
     return s
 
