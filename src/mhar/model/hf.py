@@ -67,7 +67,7 @@ class MharConfig(PretrainedConfig):
                  n_kv_heads: int = 4, d_ff: int = 1536, max_seq_len: int = 2048, head_dim: int = 0,
                  rope_theta: float = 1e4, norm_eps: float = 1e-6, init_std: float = 0.02, qk_norm: bool = True,
                  attention_bias: bool = False, tie_embeddings: bool = True, stream: dict | None = None,
-                 **kwargs: Any):
+                 use_cache: bool = True, **kwargs: Any):
         self.vocab_size, self.d_model, self.n_layers, self.n_heads = vocab_size, d_model, n_layers, n_heads
         self.n_kv_heads, self.d_ff, self.max_seq_len, self.head_dim = n_kv_heads, d_ff, max_seq_len, head_dim
         self.rope_theta, self.norm_eps, self.init_std, self.qk_norm = rope_theta, norm_eps, init_std, qk_norm
@@ -77,8 +77,8 @@ class MharConfig(PretrainedConfig):
         self.stream = dict(stream or {})
         # The decoder ties its head itself (no lm_head module when tied): transformers must not tie.
         kwargs["tie_word_embeddings"] = False
-        kwargs.setdefault("use_cache", True)
         super().__init__(**kwargs)
+        self.use_cache = use_cache
         self.to_model_config()  # validate now: a bad value fails here, naming the field
 
     def to_model_config(self) -> ModelConfig:
@@ -166,6 +166,14 @@ class MharForCausalLM(MharPreTrainedModel, GenerationMixin):
     def decoder(self) -> Decoder:
         return self.model
 
+    def save_pretrained(self, save_directory, *args: Any, **kwargs: Any):
+        """``PreTrainedModel.save_pretrained`` (safetensors by default) plus the model code,
+        so the folder also loads with ``trust_remote_code=True`` where mhar is not installed."""
+        self.config.auto_map = dict(_AUTO_MAP)
+        out = super().save_pretrained(save_directory, *args, **kwargs)
+        _write_remote_code(save_directory)
+        return out
+
     # -- forward ------------------------------------------------------------------
     def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
                 past_key_values=None, cache=None, inputs_embeds: Tensor | None = None, labels: Tensor | None = None,
@@ -178,7 +186,7 @@ class MharForCausalLM(MharPreTrainedModel, GenerationMixin):
                              "use one sequence, or sequences of equal length, per batch")
         # transformers >= 5.2x calls the cache ``cache``; earlier versions ``past_key_values``
         past_key_values = cache if cache is not None else past_key_values
-        use_cache = self.config.use_cache if use_cache is None else use_cache
+        use_cache = getattr(self.config, "use_cache", True) if use_cache is None else use_cache
         if not use_cache:
             past_key_values = None
         elif past_key_values is None:
@@ -204,6 +212,23 @@ class MharForCausalLM(MharPreTrainedModel, GenerationMixin):
         return out
 
 
+_AUTO_MAP = {"AutoConfig": "modeling_mhar.MharConfig", "AutoModelForCausalLM": "modeling_mhar.MharForCausalLM"}
+
+
+def _write_remote_code(folder) -> None:
+    import importlib
+    import shutil
+    from pathlib import Path
+
+    try:  # mhar installed: bundle its current sources
+        importlib.import_module("mhar.model.remote").write_remote_code(folder)
+    except ImportError:  # running as remote code: copy this file and its flat siblings
+        here = Path(__file__).resolve().parent
+        for f in [here / "modeling_mhar.py", *here.glob("mhar_*.py")]:
+            if f.exists() and f.parent != Path(folder).resolve():
+                shutil.copy(f, Path(folder) / f.name)
+
+
 def _register() -> None:
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -217,6 +242,7 @@ def _register() -> None:
         pass
 
 
-_register()
+if __name__ == "mhar.model.hf":  # (not in the copy saved as remote code)
+    _register()
 
 __all__ = ["MharConfig", "MharForCausalLM", "MharPreTrainedModel"]
