@@ -1,0 +1,159 @@
+"""A run is a folder (DESIGN.md): ``config.json`` (the resolved TrainConfig),
+``metrics.jsonl`` (one JSON object per logged step), ``tb/`` (TensorBoard event
+files), ``checkpoints/``, ``loss.png`` and, once finished, ``summary.json``."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import resource
+from pathlib import Path
+from typing import Any, Iterable
+
+import torch
+
+CONFIG = "config.json"
+METRICS = "metrics.jsonl"
+SUMMARY = "summary.json"
+CHECKPOINTS = "checkpoints"
+PLOT = "loss.png"
+
+
+def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
+    path = Path(run_dir) / METRICS
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if line:
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:  # a line cut by a crash
+                continue
+    return rows
+
+
+def tail_mean(values: list[float], k: int) -> float:
+    """The paper's tail-mean: the mean of the last ``k`` evaluations (all when fewer)."""
+    if not values:
+        return math.nan
+    tail = values[-k:]
+    return sum(tail) / len(tail)
+
+
+def memory_mb(device: torch.device) -> float:
+    """Peak memory: allocated CUDA memory on a GPU, the process's peak RSS on the CPU."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss / 1024 if os.uname().sysname != "Darwin" else rss / 2**20
+
+
+class MetricsLog:
+    """Appends rows to ``metrics.jsonl`` (flushed each row) and mirrors scalars to TensorBoard."""
+
+    def __init__(self, run_dir: str | Path, resume_step: int | None = None, tensorboard: bool = True):
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / METRICS
+        if resume_step is not None:
+            # drop rows logged after the checkpoint we resume from: they will be redone
+            rows = [r for r in read_metrics(self.run_dir) if r.get("step", 0) <= resume_step]
+            self.path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        elif self.path.exists():
+            self.path.unlink()
+        self.file = open(self.path, "a")
+        self.tb = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:  # pragma: no cover - tensorboard is a dependency
+                pass
+            else:
+                self.tb = SummaryWriter(str(self.run_dir / "tb"), purge_step=resume_step)
+
+    def log(self, row: dict[str, Any]) -> None:
+        self.file.write(json.dumps(row) + "\n")
+        self.file.flush()
+        if self.tb is not None:
+            step = row["step"]
+            for key, value in row.items():
+                if key != "step" and isinstance(value, (int, float)) and math.isfinite(value):
+                    self.tb.add_scalar(_tb_name(key), value, step)
+
+    def close(self) -> None:
+        self.file.close()
+        if self.tb is not None:
+            self.tb.close()
+
+
+def _tb_name(key: str) -> str:
+    return {"loss": "train/loss", "val_loss": "val/loss", "lr": "train/lr", "grad_norm": "train/grad_norm",
+            "tokens_per_s": "perf/tokens_per_s", "memory_mb": "perf/memory_mb",
+            "tokens": "train/tokens"}.get(key, f"misc/{key}")
+
+
+# ----------------------------------------------------------------- plots
+
+def _smooth(values: list[float], alpha: float = 0.9) -> list[float]:
+    out, acc = [], None
+    for v in values:
+        acc = v if acc is None else alpha * acc + (1 - alpha) * v
+        out.append(acc)
+    return out
+
+
+def plot_runs(runs: dict[str, str | Path], out: str | Path, title: str = "") -> Path:
+    """One PNG: validation loss (markers) and smoothed training loss (faint) against
+    tokens, one colour per run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.5), dpi=120)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    lows = []
+    for i, (label, run_dir) in enumerate(runs.items()):
+        rows = read_metrics(run_dir)
+        c = colours[i % len(colours)]
+        train = [(r["tokens"], r["loss"]) for r in rows if "loss" in r and math.isfinite(r["loss"])]
+        val = [(r["tokens"], r["val_loss"]) for r in rows if "val_loss" in r]
+        if train:
+            xs, ys = zip(*train)
+            ax.plot(xs, _smooth(list(ys)), color=c, alpha=0.35, linewidth=1)
+        if val:
+            xs, ys = zip(*val)
+            ax.plot(xs, ys, color=c, marker="o", markersize=3, linewidth=1.5, label=f"{label} (val)")
+            lows.append(min(ys))
+    if lows:  # zoom on the part of the curves where the methods differ
+        top = max(r["val_loss"] for run in runs.values() for r in read_metrics(run) if "val_loss" in r)
+        span = top - min(lows)
+        ax.set_ylim(min(lows) - 0.05 * span - 0.01, min(top, min(lows) + 1.5 * max(span, 0.1)) + 0.02)
+    ax.set_xlabel("training tokens")
+    ax.set_ylabel("loss (val: markers, train: smoothed)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    out = Path(out)
+    fig.savefig(out)
+    plt.close(fig)
+    return out
+
+
+def write_json(path: str | Path, obj: Any) -> None:
+    """Write JSON via a temporary file and a rename, so readers never see half a file."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def summaries(run_dirs: Iterable[str | Path]) -> list[dict[str, Any]]:
+    out = []
+    for d in run_dirs:
+        p = Path(d) / SUMMARY
+        out.append(json.loads(p.read_text()) if p.exists() else {})
+    return out

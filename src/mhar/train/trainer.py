@@ -1,0 +1,391 @@
+"""The training loop, one small class.
+
+Hooks a later feature overrides (multi-GPU, midtraining of converted models,
+benchmarks) instead of copying the loop:
+
+* :meth:`Trainer.build_model` - the ``nn.Module`` to train (default: a seeded
+  :class:`~mhar.model.Decoder` of ``cfg.model``);
+* :meth:`Trainer.wrap_model` - the parallel / compiled wrapper around the loss
+  module (default: ``torch.compile`` when ``cfg.compile``);
+* :meth:`Trainer.compute_loss` - one micro-batch's loss;
+* :meth:`Trainer.build_data` - loader, validation windows and vocabulary;
+* ``rank`` / ``world_size`` and :meth:`Trainer.is_main` - who logs and checkpoints.
+
+On the CPU a run is deterministic: a ``--resume`` from any checkpoint produces the
+same loss sequence, bit for bit, as the uninterrupted run (the checkpoint holds the
+model, AdamW, the schedule position, the torch / NumPy / Python RNG states and the
+loader position).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import math
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from mhar.model import Decoder, ModelConfig
+from mhar.train import checkpoint as ckpt
+from mhar.train.config import TrainConfig, config_diff
+from mhar.train.data import TrainData, build_data
+from mhar.train.errors import CheckpointError, DivergenceError, TrainingError
+from mhar.train.metrics import (CHECKPOINTS, CONFIG, PLOT, SUMMARY, MetricsLog, memory_mb, plot_runs, tail_mean,
+                                write_json)
+from mhar.train.optim import build_optimizer
+from mhar.train.schedule import lr_at
+
+
+class LossModule(nn.Module):
+    """``forward(x, y) -> loss``: the unit that :meth:`Trainer.wrap_model` wraps, so a
+    compiled or data-parallel wrapper sees the loss computation as its forward."""
+
+    def __init__(self, model: nn.Module, chunk_size: int = 0):
+        super().__init__()
+        self.model = model
+        self.chunk_size = chunk_size
+
+    def forward(self, x: Tensor, y: Tensor) -> Tensor:
+        return self.model.loss(x, y, chunk_size=self.chunk_size)
+
+
+def rng_state() -> dict[str, Any]:
+    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def _resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device=cuda but no CUDA GPU is available (use device=cpu or auto)")
+    return torch.device(name)
+
+
+def _is_disk_full(err: BaseException) -> bool:
+    return isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+class Trainer:
+    """Train ``cfg`` into the run folder ``run_dir``.
+
+    ``resume=True`` continues from the newest checkpoint in ``run_dir`` (its model
+    config must equal ``cfg.model``: a difference is refused and listed). Without
+    ``resume`` a folder that already holds checkpoints is refused, so no run is
+    overwritten by accident.
+    """
+
+    def __init__(self, cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet: bool = False,
+                 progress: bool = True, label: str | None = None, rank: int = 0, world_size: int = 1,
+                 data: TrainData | None = None):
+        self.cfg = cfg
+        self.run_dir = Path(run_dir)
+        self.quiet, self.progress = quiet, progress and not quiet
+        self.label = label or cfg.method
+        self.rank, self.world_size = rank, world_size
+        self.device = _resolve_device(cfg.device)
+        if cfg.threads and self.device.type == "cpu":
+            torch.set_num_threads(cfg.threads)
+        self.amp_dtype = self._amp_dtype()
+
+        # data first: the model's vocabulary may come from the dataset
+        self.data = data or self.build_data()
+        if cfg.vocab_from_data and cfg.model.vocab_size != self.data.vocab_size:
+            cfg.model.vocab_size = self.data.vocab_size
+        if cfg.model.vocab_size < self.data.vocab_size:
+            raise ValueError(f"model.vocab_size={cfg.model.vocab_size} is smaller than the dataset's vocabulary "
+                             f"({self.data.vocab_size}); set vocab_from_data=true or a larger vocab_size")
+        cfg.validate()
+
+        self.step = 0
+        self.tokens = 0
+        self.train_time = 0.0
+        self.evals: list[tuple[int, float]] = []  # (step, validation loss)
+        self.resumed_from: Path | None = None
+        resume_state = self._prepare_folder(resume)
+
+        seed_everything(cfg.seed)
+        self.model = self.build_model().to(self.device)
+        self.loss_module = self.wrap_model(LossModule(self.model, cfg.loss_chunk))
+        self.optimizer = build_optimizer(self.model, cfg.lr, cfg.weight_decay, (cfg.beta1, cfg.beta2), cfg.eps,
+                                         cfg.decay_all)
+        if resume_state is not None:
+            self.load_state_dict(resume_state)
+        self.log = MetricsLog(self.run_dir, resume_step=self.step if resume_state is not None else None,
+                              tensorboard=self.is_main()) if self.is_main() else None
+
+    # ------------------------------------------------------------------ hooks
+    def build_data(self) -> TrainData:
+        c = self.cfg
+        return build_data(c.data, c.seq_len, c.batch_size, c.seed, self.rank, self.world_size)
+
+    def build_model(self) -> nn.Module:
+        """Called after ``seed_everything(cfg.seed)``: equal seeds give equal initial
+        weights for the parameters that methods share."""
+        return Decoder(self.cfg.model)
+
+    def wrap_model(self, module: nn.Module) -> nn.Module:
+        return torch.compile(module) if self.cfg.compile else module
+
+    def compute_loss(self, x: Tensor, y: Tensor) -> Tensor:
+        return self.loss_module(x, y)
+
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    # ------------------------------------------------------------------ setup
+    def _amp_dtype(self) -> torch.dtype | None:
+        if self.cfg.dtype == "bfloat16" or (self.cfg.dtype == "auto" and self.device.type == "cuda"):
+            return torch.bfloat16
+        return None
+
+    def autocast(self):
+        if self.amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.amp_dtype)
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.run_dir / CHECKPOINTS
+
+    def _prepare_folder(self, resume: bool) -> dict[str, Any] | None:
+        """Create or check the run folder; returns the checkpoint state to resume from."""
+        existing = ckpt.list_checkpoints(self.checkpoint_dir)
+        if not resume:
+            if existing:
+                raise ValueError(f"run folder {self.run_dir} already holds checkpoints; pass --resume to continue "
+                                 "it or choose another --out")
+            if self.is_main():
+                self.run_dir.mkdir(parents=True, exist_ok=True)
+                self.cfg.save(self.run_dir / CONFIG)
+                (self.run_dir / SUMMARY).unlink(missing_ok=True)
+            return None
+        if not self.run_dir.is_dir():
+            raise FileNotFoundError(f"cannot resume: run folder {self.run_dir} does not exist")
+        saved_cfg = self.run_dir / CONFIG
+        if saved_cfg.exists():
+            old = TrainConfig.load(saved_cfg)
+            self.check_model_config(old.model)
+        ckpt.clean_stale_tmp(self.checkpoint_dir)
+        found = ckpt.latest_checkpoint(self.checkpoint_dir)
+        if found is None:
+            raise FileNotFoundError(f"cannot resume: no checkpoint in {self.checkpoint_dir}")
+        path, state = found
+        self.check_model_config(ModelConfig.from_dict(state["config"]["model"]))
+        self.resumed_from = path
+        if self.is_main():
+            self.cfg.save(self.run_dir / CONFIG)
+        return state
+
+    def check_model_config(self, old: ModelConfig) -> None:
+        diff = config_diff(old.to_dict(), self.cfg.model.to_dict(), "model.")
+        if diff:
+            raise ValueError(f"refusing to resume {self.run_dir} with a different model config: " + "; ".join(diff))
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "tokens": self.tokens,
+            "train_time": self.train_time,
+            "evals": list(self.evals),
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "schedule": {"step": self.step, "peak_lr": self.cfg.lr, "warmup": self.cfg.warmup,
+                         "total": self.cfg.steps, "min_lr_ratio": self.cfg.min_lr_ratio},
+            "rng": rng_state(),
+            "loader": self.data.loader.state_dict(),
+            "config": self.cfg.to_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.step, self.tokens = int(state["step"]), int(state["tokens"])
+        self.train_time = float(state.get("train_time", 0.0))
+        self.evals = [tuple(e) for e in state.get("evals", [])]
+        self.data.loader.load_state_dict(state["loader"])
+        set_rng_state(state["rng"])
+
+    def save_checkpoint(self) -> Path | None:
+        if not self.is_main():
+            return None
+        bad = [n for n, p in self.model.named_parameters() if not torch.isfinite(p).all()]
+        if bad:
+            raise DivergenceError(f"parameters {', '.join(bad[:3])} are not finite at step {self.step}: "
+                                  f"no checkpoint written; the last good checkpoint {self.last_checkpoint()} is kept")
+        return ckpt.save_checkpoint(self.state_dict(), self.checkpoint_dir, self.step, self.cfg.keep_last)
+
+    def last_checkpoint(self) -> Path | None:
+        found = ckpt.list_checkpoints(self.checkpoint_dir)
+        return found[-1][1] if found else None
+
+    # ------------------------------------------------------------------ evaluation
+    @torch.no_grad()
+    def evaluate(self) -> float:
+        """Mean loss over the fixed validation windows."""
+        self.model.eval()
+        val = self.data.val
+        total, n = 0.0, 0
+        for start in range(0, val.shape[0], self.cfg.batch_size):
+            w = val[start:start + self.cfg.batch_size].to(self.device)
+            with self.autocast():
+                loss = self.model.loss(w[:, :-1], w[:, 1:], chunk_size=self.cfg.loss_chunk)
+            total += float(loss) * w.shape[0]
+            n += w.shape[0]
+        self.model.train()
+        return total / n
+
+    # ------------------------------------------------------------------ training
+    def train_step(self) -> tuple[float, float, float]:
+        """One optimiser step (with gradient accumulation). Returns (loss, grad norm, lr).
+        Raises :class:`DivergenceError` before touching the weights if the loss or the
+        gradient norm is not finite."""
+        c = self.cfg
+        lr = lr_at(self.step, c.lr, c.warmup, c.steps, c.min_lr_ratio)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        loss_sum = torch.zeros((), device=self.device)
+        for _ in range(c.grad_accum):
+            x, y = self.data.loader.next_batch()
+            x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+            with self.autocast():
+                loss = self.compute_loss(x, y)
+            (loss / c.grad_accum).backward()
+            loss_sum += loss.detach().float()
+        loss_value = float(loss_sum) / c.grad_accum
+        if not math.isfinite(loss_value):
+            self.optimizer.zero_grad(set_to_none=True)
+            raise DivergenceError(self._divergence_message("loss", loss_value))
+        max_norm = c.grad_clip if c.grad_clip > 0 else math.inf
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm))
+        if not math.isfinite(grad_norm):
+            self.optimizer.zero_grad(set_to_none=True)
+            raise DivergenceError(self._divergence_message("gradient norm", grad_norm))
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return loss_value, grad_norm, lr
+
+    def _divergence_message(self, what: str, value: float) -> str:
+        last = self.last_checkpoint()
+        kept = f"the last good checkpoint {last} is kept (resume with --resume, e.g. with a lower lr)" if last \
+            else "no checkpoint was written yet"
+        return f"{what} is {value} at step {self.step + 1} of run {self.run_dir}: training stopped; {kept}"
+
+    def fit(self) -> dict[str, Any]:
+        """Train to ``cfg.steps``; returns the summary (also written to ``summary.json``)."""
+        c = self.cfg
+        bar = self._progress_bar()
+        try:
+            while self.step < c.steps:
+                t0 = time.perf_counter()
+                loss, grad_norm, lr = self.train_step()
+                if self.device.type == "cuda":
+                    torch.cuda.synchronize(self.device)
+                dt = time.perf_counter() - t0
+                self.step += 1
+                step_tokens = c.tokens_per_step * self.world_size
+                self.tokens += step_tokens
+                self.train_time += dt
+                row = {"step": self.step, "tokens": self.tokens, "loss": loss, "lr": lr, "grad_norm": grad_norm,
+                       "tokens_per_s": step_tokens / dt if dt > 0 else 0.0, "memory_mb": memory_mb(self.device)}
+                last = self.step == c.steps
+                if self.step % c.eval_every == 0 or last:
+                    val = self.evaluate()
+                    self.evals.append((self.step, val))
+                    row["val_loss"] = val
+                if self.log is not None and (self.step % c.log_every == 0 or "val_loss" in row or last):
+                    self.log.log(row)
+                self._report(bar, row)
+                if self.step % c.checkpoint_every == 0 or last:
+                    self.save_checkpoint()
+        except OSError as err:
+            if _is_disk_full(err):
+                last = self.last_checkpoint()
+                raise TrainingError(f"disk full while writing to {self.run_dir} ({err}); "
+                                    f"last good checkpoint: {last or 'none'}") from err
+            raise
+        finally:
+            if bar is not None:
+                bar.close()
+            if self.log is not None:
+                self.log.close()
+        return self.finish()
+
+    def finish(self) -> dict[str, Any]:
+        summary = self.summary()
+        if self.is_main():
+            write_json(self.run_dir / SUMMARY, summary)
+            plot_runs({self.label: self.run_dir}, self.run_dir / PLOT, title=f"{self.label} ({self.cfg.preset})")
+        return summary
+
+    def summary(self) -> dict[str, Any]:
+        vals = [v for _, v in self.evals]
+        k = self.cfg.tail_k
+        counts = self.model.parameter_counts() if hasattr(self.model, "parameter_counts") else {}
+        return {
+            "label": self.label,
+            "method": self.cfg.method,
+            "preset": self.cfg.preset,
+            "stream": self.cfg.model.stream.__dict__ if hasattr(self.cfg.model, "stream") else {},
+            "steps": self.step,
+            "tokens": self.tokens,
+            "final_val_loss": vals[-1] if vals else math.nan,
+            "tail_mean_val_loss": tail_mean(vals, k),
+            "tail_k": min(k, len(vals)),
+            "evals": [list(e) for e in self.evals],
+            "tokens_per_s": self.tokens / self.train_time if self.train_time > 0 else 0.0,
+            "train_time_s": self.train_time,
+            "params": counts,
+            "device": str(self.device),
+            "dtype": str(self.amp_dtype or torch.float32).replace("torch.", ""),
+            "torch": torch.__version__,
+        }
+
+    # ------------------------------------------------------------------ progress
+    def _progress_bar(self):
+        if not self.progress or not self.is_main():
+            return None
+        from tqdm.auto import tqdm
+
+        return tqdm(total=self.cfg.steps, initial=self.step, desc=self.label, unit="step", dynamic_ncols=True,
+                    file=sys.stderr, leave=True)
+
+    def _report(self, bar, row: dict[str, Any]) -> None:
+        if not self.is_main():
+            return
+        if bar is not None:
+            post = {"loss": f"{row['loss']:.3f}", "tok/s": f"{self.tokens / max(self.train_time, 1e-9):.0f}"}
+            if self.evals:
+                post["val"] = f"{self.evals[-1][1]:.3f}"
+            bar.set_postfix(post, refresh=False)
+            bar.update(1)
+        elif self.quiet and ("val_loss" in row or row["step"] == self.cfg.steps):
+            rate = self.tokens / max(self.train_time, 1e-9)
+            eta = (self.cfg.steps - self.step) * self.cfg.tokens_per_step * self.world_size / max(rate, 1e-9)
+            val = f" val {row['val_loss']:.4f}" if "val_loss" in row else ""
+            print(f"[{self.label}] step {self.step}/{self.cfg.steps} loss {row['loss']:.4f}{val} "
+                  f"lr {row['lr']:.2e} tok/s {rate:.0f} eta {eta:.0f}s", file=sys.stderr, flush=True)
