@@ -105,6 +105,7 @@ class Trainer:
         self.run_dir = Path(run_dir)
         self.quiet, self.progress = quiet, progress and not quiet
         self.label = label or cfg.method
+        self.desc = self.label  # the progress bar's title
         self.rank, self.world_size = rank, world_size
         self.device = _resolve_device(cfg.device)
         if cfg.threads and self.device.type == "cpu":
@@ -371,7 +372,7 @@ class Trainer:
             return None
         from tqdm.auto import tqdm
 
-        return tqdm(total=self.cfg.steps, initial=self.step, desc=self.label, unit="step", dynamic_ncols=True,
+        return tqdm(total=self.cfg.steps, initial=self.step, desc=self.desc, unit="step", dynamic_ncols=True,
                     file=sys.stderr, leave=True)
 
     def _report(self, bar, row: dict[str, Any]) -> None:

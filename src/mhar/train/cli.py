@@ -1,0 +1,130 @@
+"""``mhar train``, ``mhar compare`` and ``mhar sweep``."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from mhar.train.compare import DEFAULT_METHODS, comparison_table, default_out, method_config, run_methods, write_report
+from mhar.train.config import TRAIN_PRESETS, TrainConfig, apply_train_overrides, train_preset
+from mhar.train.errors import TrainingError
+from mhar.train.metrics import CONFIG
+
+OVERRIDES_HELP = ("dotted config overrides, e.g. steps=400 lr=1e-3 batch_size=16 stream.heads=4 d_model=256 "
+                  "data.source=synthetic (model keys may omit the 'model.' prefix)")
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help=OVERRIDES_HELP)
+    p.add_argument("--preset", default=None, help=f"training preset: {', '.join(TRAIN_PRESETS)} (default tiny)")
+    p.add_argument("--out", default=None, help="output folder (default runs/<kind>-<time>)")
+    p.add_argument("--resume", action="store_true", help="continue the run(s) in --out from the last checkpoint")
+    p.add_argument("--quiet", action="store_true", help="no progress bar: one plain line per evaluation (for logs)")
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("train", help="train one model (a preset, a method, dotted overrides)",
+                              description="Train one model into a run folder (config.json, metrics.jsonl, "
+                                          "TensorBoard events, checkpoints/, loss.png, summary.json).")
+    _common(p)
+    p.add_argument("--method", default=None,
+                   help="residual stream: baseline, hyper, attnres, mhar, attnres-block, mhar-block, delta, "
+                        "or NAME-hH for H heads (default baseline)")
+    p.set_defaults(func=cmd_train)
+
+    p = subparsers.add_parser("compare", help="train several methods on the same data and budget, then tabulate",
+                              description="Train each method with the same seed, data order, validation windows and "
+                                          "budget; print a table, write curves.png and report.md.")
+    _common(p)
+    p.add_argument("--methods", default=",".join(DEFAULT_METHODS),
+                   help=f"comma-separated methods (default {','.join(DEFAULT_METHODS)}); any NAME-hH and the "
+                        "block variants are allowed")
+    p.set_defaults(func=cmd_compare)
+
+    p = subparsers.add_parser("sweep", help="compare one routed method over several head counts H",
+                              description="Like compare, over H: trains METHOD-hH for each H (and the baseline).")
+    _common(p)
+    p.add_argument("--heads", default="1,2,4,8,16", help="comma-separated head counts (default 1,2,4,8,16)")
+    p.add_argument("--method", default="mhar", help="routed method to sweep (mhar, mhar-block, delta; default mhar)")
+    p.add_argument("--no-baseline", action="store_true", help="do not train the baseline alongside")
+    p.set_defaults(func=cmd_sweep)
+
+
+def _command_line() -> str:
+    return "mhar " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+
+
+def _split(text: str, what: str) -> list[str]:
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        raise ValueError(f"{what} is empty")
+    return items
+
+
+def cmd_train(args) -> int:
+    from mhar.train.trainer import Trainer
+
+    if args.resume:
+        if not args.out:
+            raise ValueError("--resume needs --out RUN_FOLDER")
+        saved = Path(args.out) / CONFIG
+        if args.preset or args.method:
+            cfg = apply_train_overrides(train_preset(args.preset or "tiny", args.method or "baseline"),
+                                        args.overrides)
+        elif saved.exists():
+            cfg = apply_train_overrides(TrainConfig.load(saved), args.overrides)
+        else:
+            raise FileNotFoundError(f"cannot resume: {saved} does not exist")
+    else:
+        cfg = apply_train_overrides(train_preset(args.preset or "tiny", args.method or "baseline"), args.overrides)
+    out = Path(args.out) if args.out else default_out(f"{cfg.preset}-{cfg.method}")
+    try:
+        trainer = Trainer(cfg, out, resume=args.resume, quiet=args.quiet)
+        if trainer.resumed_from is not None and not args.quiet:
+            print(f"resuming from {trainer.resumed_from} (step {trainer.step})", file=sys.stderr)
+        s = trainer.fit()
+    except TrainingError as err:
+        print(f"mhar train: error: {err}", file=sys.stderr)
+        return 1
+    print(f"{s['label']}: final val loss {s['final_val_loss']:.4f}, tail-mean {s['tail_mean_val_loss']:.4f} "
+          f"(last {s['tail_k']}), {s['tokens_per_s']:.0f} tokens/s, {s['params'].get('total', 0):,} parameters")
+    print(f"run folder: {out}")
+    return 0
+
+
+def _compare(args, methods: list[str], kind: str, title: str) -> int:
+    preset = args.preset or "tiny"
+    out = Path(args.out) if args.out else default_out(kind)
+    if args.resume and not out.is_dir():
+        raise FileNotFoundError(f"cannot resume: {out} does not exist")
+    try:
+        results = run_methods(preset, methods, out, args.overrides, resume=args.resume, quiet=args.quiet)
+    except TrainingError as err:
+        print(f"mhar {kind}: error: {err}", file=sys.stderr)
+        return 1
+    saved = out / methods[0] / CONFIG  # the resolved config (vocabulary from the data)
+    cfg = TrainConfig.load(saved) if saved.exists() else method_config(preset, methods[0], args.overrides)
+    md, png = write_report(out, results, title, _command_line(), cfg)
+    print()
+    print(comparison_table(results))
+    print()
+    print(f"plot: {png}\nreport: {md}")
+    return 0
+
+
+def cmd_compare(args) -> int:
+    methods = _split(args.methods, "--methods")
+    return _compare(args, methods, "compare", f"Comparison: {', '.join(methods)}")
+
+
+def cmd_sweep(args) -> int:
+    try:
+        heads = [int(h) for h in _split(args.heads, "--heads")]
+    except ValueError:
+        raise ValueError(f"--heads must be comma-separated integers; got {args.heads!r}") from None
+    if any(h < 1 for h in heads):
+        raise ValueError(f"--heads must be positive; got {args.heads!r}")
+    methods = ([] if args.no_baseline else ["baseline"]) + [f"{args.method}-h{h}" for h in heads]
+    return _compare(args, methods, "sweep", f"Sweep of {args.method} over H = {', '.join(map(str, heads))}")

@@ -1,0 +1,150 @@
+"""Paired comparisons: train several methods with the same seed, data order,
+validation windows and budget, then tabulate, plot and report.
+
+A comparison is a folder: one run folder per method (``<out>/<method>/``), plus
+``curves.png``, ``report.md`` and ``compare.json``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import platform
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from mhar.train import checkpoint as ckpt
+from mhar.train.config import TrainConfig, apply_train_overrides, train_preset
+from mhar.train.metrics import CHECKPOINTS, CONFIG, SUMMARY, plot_runs, write_json
+from mhar.train.trainer import Trainer
+
+DEFAULT_METHODS = ("baseline", "hyper", "attnres", "mhar")
+
+
+def method_config(preset: str, method: str, overrides: list[str] | None = None) -> TrainConfig:
+    """The config of one method: the preset with its stream set to ``method``, then
+    the user's overrides (which apply to every method alike)."""
+    return apply_train_overrides(train_preset(preset, method), list(overrides or []))
+
+
+def _finished(run_dir: Path, cfg: TrainConfig) -> dict[str, Any] | None:
+    """The summary of a finished run with the same config, if there is one."""
+    import json
+
+    summary, saved = run_dir / SUMMARY, run_dir / CONFIG
+    if not (summary.exists() and saved.exists()):
+        return None
+    old = TrainConfig.load(saved).to_dict()
+    new = cfg.to_dict()
+    old["model"].pop("vocab_size", None)  # resolved from the data at run time
+    new["model"].pop("vocab_size", None)
+    return json.loads(summary.read_text()) if old == new else None
+
+
+def run_methods(preset: str, methods: list[str], out: str | Path, overrides: list[str] | None = None, *,
+                resume: bool = False, quiet: bool = False, progress: bool = True,
+                trainer_cls: Callable[..., Trainer] = Trainer) -> list[dict[str, Any]]:
+    """Train each method into ``out/<method>``; returns their summaries, in order.
+    With ``resume``, finished runs with an identical config are reused and
+    interrupted ones continue from their last checkpoint."""
+    if not methods:
+        raise ValueError("no methods to compare")
+    if len(set(methods)) != len(methods):
+        raise ValueError(f"methods must be distinct; got {', '.join(methods)}")
+    configs = [method_config(preset, m, overrides) for m in methods]  # every config is checked before any training
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    results = []
+    for i, (method, cfg) in enumerate(zip(methods, configs)):
+        run_dir = out / method
+        label = f"{method} ({i + 1}/{len(methods)})"
+        done = _finished(run_dir, cfg) if resume else None
+        if done is not None:
+            if not quiet:
+                print(f"{method}: reusing the finished run in {run_dir}", file=sys.stderr)
+            results.append(done)
+            continue
+        again = resume and bool(ckpt.list_checkpoints(run_dir / CHECKPOINTS))
+        trainer = trainer_cls(cfg, run_dir, resume=again, quiet=quiet, progress=progress, label=method)
+        trainer.desc = label
+        results.append(trainer.fit())
+    return results
+
+
+# ----------------------------------------------------------------- table and report
+
+def _fmt(x: float, digits: int = 4) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def _heads(summary: dict[str, Any]) -> str:
+    s = summary.get("stream", {})
+    if s.get("method") in ("routed", "delta"):
+        return str(s.get("heads", "-"))
+    if s.get("method") == "hyper":
+        return f"n={s.get('hyper_n')}"
+    return "-"
+
+
+def comparison_table(results: list[dict[str, Any]]) -> str:
+    """A Markdown table: final and tail-mean validation loss, delta to the baseline
+    (tail-means; the first run when there is no 'baseline'), tokens/s, parameters."""
+    ref = next((r for r in results if r.get("label") == "baseline"), results[0])
+    ref_tail = ref.get("tail_mean_val_loss", math.nan)
+    k = max((r.get("tail_k", 0) for r in results), default=0)
+    head = (f"| method | H | params | routing params | final val loss | tail-mean val loss (last {k}) "
+            f"| delta vs {ref.get('label')} | tokens/s | train time |")
+    rows = [head, "|" + "---|" * 9]
+    for r in results:
+        p = r.get("params", {})
+        tail = r.get("tail_mean_val_loss", math.nan)
+        delta = "0 (ref)" if r is ref else f"{tail - ref_tail:+.4f}"
+        rows.append(f"| {r.get('label')} | {_heads(r)} | {p.get('total', 0):,} | "
+                    f"{p.get('routing', 0):,} ({p.get('routing_pct', 0.0):.2f}%) | {_fmt(r.get('final_val_loss'))} | "
+                    f"{_fmt(tail)} | {delta} | {r.get('tokens_per_s', 0):,.0f} | {r.get('train_time_s', 0):.1f} s |")
+    return "\n".join(rows)
+
+
+def write_report(out: str | Path, results: list[dict[str, Any]], title: str, command: str,
+                 cfg: TrainConfig) -> tuple[Path, Path]:
+    """Write ``curves.png``, ``report.md`` and ``compare.json`` into ``out``."""
+    out = Path(out)
+    png = plot_runs({r["label"]: out / r["label"] for r in results}, out / "curves.png", title=title)
+    table = comparison_table(results)
+    first = results[0]
+    lines = [
+        f"# {title}",
+        "",
+        f"- command: `{command}`",
+        f"- date: {_dt.datetime.now(_dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}",
+        f"- preset: `{cfg.preset}`; {cfg.steps} steps of {cfg.tokens_per_step:,} tokens "
+        f"({first.get('tokens', 0):,} tokens per method), seq_len {cfg.seq_len}, peak lr {cfg.lr:g}, "
+        f"warm-up {cfg.warmup}, seed {cfg.seed}",
+        f"- model: d_model {cfg.model.d_model}, {cfg.model.n_layers} layers, vocab {cfg.model.vocab_size}",
+        f"- data: `{cfg.data.source}`; {cfg.data.val_windows} fixed validation windows, "
+        f"evaluation every {cfg.eval_every} steps; tail-mean = mean of the last {cfg.tail_k} evaluations",
+        f"- device: {first.get('device')} ({first.get('dtype')}), torch {torch.__version__}, "
+        f"{platform.machine()}, {torch.get_num_threads()} threads",
+        "",
+        "Every method saw the same initial weights for shared parameters, the same batches in the same "
+        "order and the same validation windows. One seed only: small deltas are within noise.",
+        "",
+        table,
+        "",
+        "![validation curves](curves.png)",
+        "",
+        "Run folders (config, metrics.jsonl, TensorBoard events, checkpoints): "
+        + ", ".join(f"`{r['label']}/`" for r in results),
+        "",
+    ]
+    md = out / "report.md"
+    md.write_text("\n".join(lines))
+    write_json(out / "compare.json", {"title": title, "command": command, "results": results})
+    return md, png
+
+
+def default_out(kind: str) -> Path:
+    return Path("runs") / f"{kind}-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
