@@ -23,13 +23,15 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
         count = valid.sum().clamp(min=1)
         needs_grad = hidden.requires_grad or weight.requires_grad
         grad_hidden = torch.empty_like(hidden) if needs_grad else None
-        grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if needs_grad else None
-        total = torch.zeros((), dtype=torch.float32, device=hidden.device)
+        grad_weight = torch.zeros(weight.shape, dtype=torch.promote_types(weight.dtype, torch.float32),
+                                  device=weight.device) if needs_grad else None
+        acc = torch.promote_types(hidden.dtype, torch.float32)  # fp32 math (fp64 stays fp64)
+        total = torch.zeros((), dtype=acc, device=hidden.device)
         for start in range(0, n, chunk_size):
             h = hidden[start:start + chunk_size]
             t = targets[start:start + chunk_size]
             v = valid[start:start + chunk_size]
-            logits = (h @ weight.t()).float()
+            logits = (h @ weight.t()).to(acc)
             lse = torch.logsumexp(logits, -1)
             safe_t = torch.where(v, t, torch.zeros_like(t))
             target_logit = logits.gather(1, safe_t[:, None]).squeeze(1)
@@ -42,7 +44,7 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
                 g *= (v / count)[:, None]
                 g = g.to(h.dtype)
                 grad_hidden[start:start + chunk_size] = g @ weight
-                grad_weight += (g.t() @ h).float()
+                grad_weight += (g.t() @ h).to(grad_weight.dtype)
         ctx.save_for_backward(grad_hidden, grad_weight)
         ctx.weight_dtype = weight.dtype
         return total / count
@@ -60,7 +62,7 @@ def linear_cross_entropy(hidden: Tensor, weight: Tensor, targets: Tensor, chunk_
     """Mean of CE(hidden @ weight.T, targets) (+ z_loss * logsumexp^2) over valid targets.
     ``hidden`` (n, d), ``targets`` (n,). ``chunk_size <= 0`` uses the plain path."""
     if chunk_size <= 0:
-        logits = F.linear(hidden, weight).float()
+        logits = F.linear(hidden, weight).to(torch.promote_types(hidden.dtype, torch.float32))
         valid = targets != ignore_index
         lse = torch.logsumexp(logits, -1)
         ce = F.cross_entropy(logits, targets, ignore_index=ignore_index, reduction="none")
