@@ -170,6 +170,9 @@ def load_run_model(run: str | Path, step: int | None = None):
         if step not in avail:
             raise FileNotFoundError(f"{folder}: no checkpoint of step {step} (available: {sorted(avail)})")
         state, ck_step = load_checkpoint(avail[step]), step
+    if isinstance(state.get("config"), dict) and "model" in state["config"]:
+        from mhar.train.config import TrainConfig
+        cfg = TrainConfig.from_dict(state["config"])  # the config the weights were trained with
     model = Decoder(cfg.model)
     sd = {k.removeprefix("_orig_mod.").removeprefix("module."): v for k, v in _model_state(state).items()}
     try:

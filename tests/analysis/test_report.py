@@ -1,0 +1,95 @@
+"""The CLI and the report on the run folders of a tiny comparison, trained here."""
+
+import json
+import math
+import re
+
+import pytest
+import torch
+
+from mhar.cli import main
+
+METHODS = ["baseline", "attnres", "mhar-h2", "mhar-h4"]
+OVERRIDES = ["data.source=synthetic", "data.vocab_size=64", "model.d_model=32", "model.n_layers=2",
+             "model.n_heads=2", "model.n_kv_heads=1", "model.d_ff=64", "steps=12", "batch_size=4", "seq_len=32",
+             "eval_every=3", "warmup=2", "checkpoint_every=100", "data.val_windows=8", "tail_k=2", "lr=1e-2",
+             "threads=1"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    from mhar.train import Trainer, apply_train_overrides, train_preset
+
+    root = tmp_path_factory.mktemp("compare")
+    for m in METHODS:
+        cfg = apply_train_overrides(train_preset("tiny", m), OVERRIDES)
+        Trainer(cfg, root / m, quiet=True, progress=False).fit()
+    return root
+
+
+def test_probe_cli_on_a_trained_single_head_run(runs, capsys):
+    assert main(["probe", str(runs / "attnres"), "--windows", "4", "--draws", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "KL(slice || shared)" in out and "learned excess" in out and "overall" in out
+    data = json.loads((runs / "attnres" / "analysis" / "probe.json").read_text())
+    assert data["kind"] == "slices" and data["slices"] == 4 and data["tokens"] == 4 * 32
+    assert len(data["sites"]) == 5  # 4 sublayers + the final read
+    o = data["overall"]
+    assert math.isclose(o["excess"], o["learned"] - o["null"], rel_tol=1e-9, abs_tol=1e-12)
+    assert o["learned"] > 0  # trained queries moved off zero: the reads are no longer uniform
+
+
+def test_probe_cli_on_a_multi_head_run(runs, capsys):
+    assert main(["probe", str(runs / "mhar-h4"), "--windows", "2", "--draws", "2", "--out",
+                 str(runs / "probe-h4")]) == 0
+    data = json.loads((runs / "probe-h4" / "probe.json").read_text())
+    assert data["kind"] == "heads" and data["heads"] == 4
+    assert len(data["correlation_matrix"]) == 4 and all(len(s["head_deviation"]) == 4 for s in data["sites"])
+
+
+def test_maps_cli_rows_sum_to_one(runs, capsys):
+    assert main(["maps", str(runs / "mhar-h2"), "--windows", "3"]) == 0
+    folder = runs / "mhar-h2" / "analysis"
+    assert (folder / "maps.png").read_bytes()[:4] == b"\x89PNG"
+    m = json.loads((folder / "maps.json").read_text())
+    assert len(m["weights"]) == 2 and m["sites"][-1] == "final" and m["tokens"] == 3 * 32
+    for head in m["weights"]:
+        for i, row in enumerate(head):
+            avail = [v for v in row if v is not None]
+            assert len(avail) == i + 1  # full routing: site i reads i + 1 sources
+            assert math.isclose(sum(avail), 1.0, rel_tol=1e-6)  # fp32 weights
+
+
+def test_baseline_has_nothing_to_probe(runs, capsys):
+    assert main(["probe", str(runs / "baseline"), "--windows", "1"]) == 2
+    assert "no routing sites" in capsys.readouterr().err
+    assert main(["maps", str(runs / "nope")]) == 2
+
+
+def test_report_from_a_tiny_comparison(runs, tmp_path, capsys):
+    out = tmp_path / "report"
+    assert main(["report", str(runs), "--out", str(out), "--windows", "2", "--draws", "2"]) == 0
+    md = (out / "report.md").read_text()
+    html = (out / "report.html").read_text()
+    for m in METHODS:
+        assert f"| {m} |" in md
+    # the table's numbers are the trainer's own tail-means
+    for m in METHODS:
+        summary = json.loads((runs / m / "summary.json").read_text())
+        row = next(line for line in md.splitlines() if line.startswith(f"| {m} |"))
+        assert f"{summary['tail_mean_val_loss']:.4f}" in row
+    assert re.search(r"\| mhar-h2 \| MHAR H=2 \|.*\| [+-]\d\.\d{4} \|", md)  # difference to the baseline
+    for img in ("loss_curves.png", "h_sweep.png", "map_attnres.png", "map_mhar-h2.png", "map_mhar-h4.png"):
+        assert (out / "img" / img).read_bytes()[:4] == b"\x89PNG"
+        assert f"img/{img}" in md
+    assert "## H sweep" in md and "| tiny, full routing | 4 |" in md
+    assert "KL(slice || shared)" in md and "KL(head || head consensus)" in md
+    assert html.count("data:image/png;base64,") == 5 and "<table>" in html and "img/" not in html
+
+
+def test_report_without_checkpoint_analysis(runs, tmp_path):
+    out = tmp_path / "r2"
+    assert main(["report", str(runs / "baseline"), str(runs / "attnres"), "--out", str(out), "--no-probe",
+                 "--no-maps"]) == 0
+    md = (out / "report.md").read_text()
+    assert "Probe not computed" in md and "Not drawn" in md
