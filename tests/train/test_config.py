@@ -1,0 +1,60 @@
+import math
+
+import pytest
+
+from mhar.train import TrainConfig, apply_train_overrides, train_preset
+from mhar.train.config import config_diff
+from mhar.train.schedule import lr_at
+
+
+def test_preset_and_overrides():
+    cfg = apply_train_overrides(train_preset("tiny", "mhar"), ["lr=1e-3", "stream.heads=4", "model.d_model=256",
+                                                                "data.source=synthetic", "decay_all=false"])
+    assert cfg.lr == 1e-3 and cfg.model.stream.heads == 4 and cfg.model.d_model == 256
+    assert cfg.data.source == "synthetic" and cfg.decay_all is False
+    assert cfg.model.stream.method == "routed"
+
+
+def test_method_override_sets_the_stream():
+    cfg = apply_train_overrides(train_preset("tiny"), ["method=hyper"])
+    assert cfg.method == "hyper" and cfg.model.stream.method == "hyper"
+
+
+def test_unknown_key_lists_close_matches():
+    with pytest.raises(ValueError, match="did you mean.*stream.heads"):
+        apply_train_overrides(train_preset("tiny"), ["stream.head=4"])
+    with pytest.raises(ValueError, match="did you mean.*warmup"):
+        apply_train_overrides(train_preset("tiny"), ["warmpu=10"])
+
+
+@pytest.mark.parametrize("item, match", [("steps=0", "steps"), ("lr=-1", "lr"), ("device=tpu", "device"),
+                                         ("seq_len=100000", "max_seq_len"), ("stream.heads=3", "heads"),
+                                         ("lr", "key=value"), ("steps=abc", "steps")])
+def test_bad_values_name_the_field(item, match):
+    with pytest.raises(ValueError, match=match):
+        apply_train_overrides(train_preset("tiny", "mhar"), [item])
+
+
+def test_unknown_preset():
+    with pytest.raises(ValueError, match="did you mean tiny"):
+        train_preset("tine")
+
+
+def test_roundtrip(tmp_path):
+    cfg = train_preset("tiny", "mhar-h4")
+    cfg.save(tmp_path / "c.json")
+    back = TrainConfig.load(tmp_path / "c.json")
+    assert back == cfg and not config_diff(back.to_dict(), cfg.to_dict())
+    other = apply_train_overrides(cfg, ["d_model=64"])
+    assert config_diff(cfg.to_dict(), other.to_dict()) == ["model.d_model: 128 -> 64"]
+
+
+def test_schedule_warmup_then_cosine_to_min():
+    peak, warm, total = 1.0, 10, 110
+    lrs = [lr_at(s, peak, warm, total, 0.1) for s in range(total)]
+    assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(1.0)
+    assert lrs[10] == pytest.approx(1.0) and lrs[-1] == pytest.approx(0.1)
+    assert all(a >= b for a, b in zip(lrs[10:], lrs[11:]))
+    mid = 10 + (total - 1 - 10) / 2
+    assert lr_at(int(mid), peak, warm, total) == pytest.approx(0.55, abs=0.01)
+    assert all(math.isfinite(x) for x in lrs)

@@ -1,0 +1,67 @@
+"""On the CPU a resumed run reproduces the uninterrupted run bit for bit."""
+
+import pytest
+import torch
+
+from mhar.train import Trainer
+from mhar.train.metrics import read_metrics
+
+
+class Interrupted(Exception):
+    pass
+
+
+class StopAfter(Trainer):
+    """Simulates a crash: raises after ``stop_at`` optimiser steps."""
+
+    stop_at = 0
+
+    def train_step(self):
+        if self.step == self.stop_at:
+            raise Interrupted
+        return super().train_step()
+
+
+def _seq(run_dir, key):
+    return [r.get(key) for r in read_metrics(run_dir)]
+
+
+@pytest.mark.parametrize("method, extra", [("mhar-h2", ["grad_accum=2"]), ("hyper", [])])
+def test_resume_is_bit_exact(tmp_path, small_cfg, method, extra):
+    opts = ["steps=8", "checkpoint_every=3", "eval_every=2", "keep_last=1", *extra]
+    full = Trainer(small_cfg(method, *opts), tmp_path / "full", progress=False)
+    full.fit()
+
+    StopAfter.stop_at = 5  # dies after step 5; the last checkpoint is step 3 (keep_last=1)
+    with pytest.raises(Interrupted):
+        StopAfter(small_cfg(method, *opts), tmp_path / "cut", progress=False).fit()
+    assert _seq(tmp_path / "cut", "step") == [1, 2, 3, 4, 5]
+    resumed = Trainer(small_cfg(method, *opts), tmp_path / "cut", resume=True, progress=False)
+    assert resumed.step == 3 and resumed.resumed_from.name == "step_00000003.pt"
+    resumed.fit()
+
+    for key in ("step", "tokens", "loss", "grad_norm", "lr", "val_loss"):
+        assert _seq(tmp_path / "full", key) == _seq(tmp_path / "cut", key), key
+    for (name, a), b in zip(full.model.state_dict().items(), resumed.model.state_dict().values()):
+        assert torch.equal(a, b), name
+    assert full.summary()["tail_mean_val_loss"] == resumed.summary()["tail_mean_val_loss"]
+
+
+def test_resume_refuses_a_changed_model(tmp_path, small_cfg):
+    Trainer(small_cfg("mhar-h2", "steps=2", "checkpoint_every=1"), tmp_path / "r", progress=False).fit()
+    with pytest.raises(ValueError, match=r"different model config.*model.stream.heads: 2 -> 4"):
+        Trainer(small_cfg("mhar-h4", "steps=2"), tmp_path / "r", resume=True, progress=False)
+
+
+def test_existing_run_is_not_overwritten(tmp_path, small_cfg):
+    Trainer(small_cfg("baseline", "steps=1"), tmp_path / "r", progress=False).fit()
+    with pytest.raises(ValueError, match="already holds checkpoints; pass --resume"):
+        Trainer(small_cfg("baseline", "steps=1"), tmp_path / "r", progress=False)
+
+
+def test_resume_extends_a_finished_run(tmp_path, small_cfg):
+    Trainer(small_cfg("baseline", "steps=2", "eval_every=1"), tmp_path / "r", progress=False).fit()
+    t = Trainer(small_cfg("baseline", "steps=4", "eval_every=1"), tmp_path / "r", resume=True, progress=False)
+    s = t.fit()
+    assert s["steps"] == 4 and [e[0] for e in s["evals"]] == [1, 2, 3, 4]
+    assert _seq(tmp_path / "r", "step") == [1, 2, 3, 4]
