@@ -1,0 +1,352 @@
+"""Routing benchmark: fused Triton kernels vs the reference, torch.compile and the peers.
+
+    PYTHONPATH=src python bench/routing.py --out bench/results/routing_h200.json
+
+Per-call time (one site over N = 2L+1 sources, 16,384 tokens, bf16), forward and
+forward+backward, at the paper shapes d/L = 512/12, 1024/24, 1280/36; whole-step routing
+time (every site of one model step: one-pass, and two-phase in chunks); achieved
+bandwidth on the bytes the algorithm must move against a device-to-device copy
+measured in the same run. Peers at H = 1: ``fused_attnres`` (fla-core) and
+``attn_res`` (liger-kernel), skipped where they cannot run. Writes JSON and a Markdown
+table (same stem) with the command, device, versions and commit.
+
+Bytes the algorithm must move (bf16, M tokens, width d, N sources, e = 2 bytes):
+forward  (N + 1) M d e  (read each source once, write the read);
+backward (2N + 2) M d e (read each source, grad_y and y once, write each source's gradient).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+import traceback
+
+import torch
+
+from mhar import routing
+from mhar.routing import op as rop
+from mhar.routing import reference as R
+
+SHAPES = [(512, 12), (1024, 24), (1280, 36)]
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+def bench(fn, warmup=25, rep=150):
+    import triton.testing as tt
+    return tt.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
+
+
+def copy_bandwidth():
+    n = 1 << 30  # 1 Gi bf16 elements = 2 GiB
+    x = torch.randn(n // 1024, 1024, device="cuda").to(torch.bfloat16)
+    y = torch.empty_like(x)
+    t = bench(lambda: y.copy_(x), rep=300)
+    gbs = 2 * x.numel() * 2 / (t * 1e-3) / 1e9
+    del x, y
+    torch.cuda.empty_cache()
+    return gbs, t
+
+
+def rel(a, b):
+    a, b = a.float(), b.float()
+    return ((a - b).norm() / b.norm()).item()
+
+
+class Case:
+    def __init__(self, d, n, tokens, heads_list, seed=0):
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        self.d, self.n, self.M = d, n, tokens
+        self.srcs = [torch.randn(tokens, d, device="cuda", generator=g).to(torch.bfloat16).requires_grad_()
+                     for _ in range(n)]
+        self.q = (torch.randn(d, device="cuda", generator=g) * (2 / math.sqrt(d))).requires_grad_()
+        self.g = (1 + 0.1 * torch.randn(d, device="cuda", generator=g)).requires_grad_()
+        self.gy = torch.randn(tokens, d, device="cuda", generator=g).to(torch.bfloat16)
+
+    def bytes_fwd(self):
+        return (self.n + 1) * self.M * self.d * 2
+
+    def bytes_bwd(self):
+        return (2 * self.n + 2) * self.M * self.d * 2
+
+
+def fns(case, route_fn):
+    wrt = [*case.srcs, case.q, case.g]
+
+    def fwd():
+        with torch.no_grad():
+            return route_fn(case.srcs, case.q, case.g)
+
+    def fwdbwd():
+        y = route_fn(case.srcs, case.q, case.g)
+        return torch.autograd.grad(y, wrt, case.gy)
+
+    return fwd, fwdbwd
+
+
+def peak_extra(case, route_fn):
+    """Extra peak memory of one fwd+bwd over the sources, in units of the sources' bytes."""
+    src_bytes = case.n * case.M * case.d * 2
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    y = route_fn(case.srcs, case.q, case.g)
+    gr = torch.autograd.grad(y, [*case.srcs, case.q, case.g], case.gy)
+    torch.cuda.synchronize()
+    extra = torch.cuda.max_memory_allocated() - base
+    del gr, y
+    return extra / src_bytes
+
+
+def ours(heads):
+    def f(srcs, q, g):
+        return routing.route(srcs, q, g, heads)
+    return f
+
+
+def eager_ref(heads):
+    def f(srcs, q, g):
+        return R.route(srcs, q, g, heads)
+    return f
+
+
+_compiled = {}
+
+
+def compiled_ref(heads):
+    if heads not in _compiled:
+        _compiled[heads] = torch.compile(lambda srcs, q, g: R.route(srcs, q, g, heads))
+    return _compiled[heads]
+
+
+def peer_fla():
+    from fla.ops.attnres import fused_attnres
+
+    def f(srcs, q, g):
+        return fused_attnres(q, srcs, g, rms_eps=1e-6)
+    return f
+
+
+def peer_liger():
+    from liger_kernel.transformers.functional import liger_attn_res
+
+    def f(srcs, q, g):
+        return liger_attn_res(list(srcs), q, g, eps=1e-6)
+    return f
+
+
+def measure(name, case, fn_factory, results, key, check=None, slow=False, mem=False):
+    try:
+        t0 = time.time()
+        route_fn = fn_factory()
+        fwd, fwdbwd = fns(case, route_fn)
+        y = fwd()  # compile / warm
+        err = None
+        if check is not None:
+            err = rel(y, check)
+        kw = dict(warmup=5, rep=60) if slow else {}
+        tf = bench(fwd, **kw)
+        tb = bench(fwdbwd, **kw)
+        row = {"impl": name, "fwd_ms": tf, "fwdbwd_ms": tb, "rel_err_vs_ref": err,
+               "fwd_GBs": case.bytes_fwd() / (tf * 1e-3) / 1e9,
+               "fwdbwd_GBs": (case.bytes_fwd() + case.bytes_bwd()) / (tb * 1e-3) / 1e9,
+               "setup_s": time.time() - t0}
+        if mem:
+            row["peak_extra_x_sources"] = peak_extra(case, route_fn)
+        results.setdefault(key, []).append(row)
+        log(f"  {name:>22}: fwd {tf:8.3f} ms  fwd+bwd {tb:8.3f} ms  ({row['fwdbwd_GBs']:.0f} GB/s)  err {err}")
+        return y
+    except Exception as e:  # a peer that cannot run a shape is skipped, with the reason
+        msg = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+        results.setdefault(key, []).append({"impl": name, "skipped": msg})
+        log(f"  {name:>22}: skipped ({msg})")
+        if os.environ.get("BENCH_TRACE"):
+            traceback.print_exc()
+        return None
+    finally:
+        torch.cuda.empty_cache()
+
+
+def whole_step(case, heads, chunk):
+    """All 2L+1 sites of one step (site j reads sources 0..j-1), fwd+bwd.
+    chunk=None: one-pass reads. chunk=S: two-phase, phase 1 over the sources that exist
+    at the start of each chunk of S sites (one call, S queries), phase 2 per site."""
+    n = case.n
+    d = case.d
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    Q = (torch.randn(n, d, device="cuda", generator=gen) * (2 / math.sqrt(d))).requires_grad_()
+    G = (1 + 0.1 * torch.randn(n, d, device="cuda", generator=gen)).requires_grad_()
+    srcs = case.srcs
+    wrt = [*srcs, Q, G]
+
+    def step():
+        outs = []
+        if chunk is None:
+            for j in range(1, n + 1):
+                outs.append(routing.route(srcs[:j], Q[j - 1], G[j - 1], heads))
+        else:
+            for j0 in range(1, n + 1, chunk):
+                j1 = min(n + 1, j0 + chunk)
+                p1 = routing.route_partial(srcs[:j0], Q[j0 - 1:j1 - 1], G[j0 - 1:j1 - 1], heads)
+                for j in range(j0, j1):
+                    s = j - j0
+                    one = routing.Partial(p1.m[s:s + 1], p1.l[s:s + 1], p1.o[s:s + 1])
+                    if j > j0:
+                        p2 = routing.route_partial(srcs[j0:j], Q[j - 1:j], G[j - 1:j], heads)
+                        one = routing.merge_partials(one, p2)
+                    outs.append(routing.finalize(one, srcs[0].shape, srcs[0].dtype)[0])
+        loss = sum((o * case.gy).float().sum() for o in outs)
+        return torch.autograd.grad(loss, wrt)
+
+    t = bench(step, warmup=3, rep=200)
+    return t
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="bench/results/routing_h200.json")
+    ap.add_argument("--tokens", type=int, default=16384)
+    ap.add_argument("--shapes", default="all")
+    ap.add_argument("--heads", default="1,8,16")
+    ap.add_argument("--no-compiled", action="store_true")
+    ap.add_argument("--no-eager", action="store_true")
+    ap.add_argument("--no-step", action="store_true")
+    ap.add_argument("--chunk", type=int, default=8)
+    ap.add_argument("--tune", action="store_true", help="sweep kernel tile sizes first")
+    args = ap.parse_args()
+    assert torch.cuda.is_available(), "bench/routing.py needs a CUDA GPU"
+    routing.set_backend("auto")
+    import triton
+
+    meta = {"command": " ".join([os.path.basename(sys.executable)] + sys.argv),
+            "device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+            "python": platform.python_version(), "commit": os.environ.get("MHAR_COMMIT") or _git_commit(),
+            "tokens": args.tokens, "dtype": "bfloat16", "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
+    for mod in ("fla", "liger_kernel"):
+        try:
+            m = __import__(mod)
+            meta[mod] = getattr(m, "__version__", "?")
+        except Exception as e:
+            meta[mod] = f"unavailable ({type(e).__name__})"
+    log(json.dumps(meta))
+    copy_gbs, copy_ms = copy_bandwidth()
+    meta["copy_GBs"] = copy_gbs
+    log(f"device-to-device copy: {copy_gbs:.0f} GB/s")
+    heads_list = [int(h) for h in args.heads.split(",")]
+    shapes = SHAPES if args.shapes == "all" else [tuple(int(v) for v in s.split("/")) for s in args.shapes.split(",")]
+    results = {"meta": meta, "per_call": {}, "whole_step": {}, "tune": {}, "tune_choice": dict(rop.TUNE)}
+
+    def save():
+        os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=1)
+        write_md(results, args.out[:-5] + ".md")
+
+    for d, L in shapes:
+        n = 2 * L + 1
+        case = Case(d, n, args.tokens, heads_list)
+        log(f"== d={d} L={L} N={n} tokens={args.tokens}")
+        if args.tune:
+            tune(case, results, f"{d}/{n}")
+            save()
+        for h in heads_list:
+            key = f"{d}/{n}/H{h}"
+            with torch.no_grad():
+                refy = R.route(case.srcs, case.q, case.g, h)
+            measure("mhar-triton", case, lambda: ours(h), results["per_call"], key, check=refy, mem=True)
+            if not args.no_eager and h in (1, 8):
+                measure("eager-reference", case, lambda: eager_ref(h), results["per_call"], key, slow=True, mem=True)
+            if not args.no_compiled and h in (1, 8):
+                measure("compiled-reference", case, lambda: compiled_ref(h), results["per_call"], key, check=refy)
+            if h == 1:
+                measure("fla fused_attnres", case, peer_fla, results["per_call"], key, check=refy, mem=True)
+                measure("liger attn_res", case, peer_liger, results["per_call"], key, check=refy, mem=True)
+            del refy
+            save()
+        if not args.no_step:
+            for h in (1, 8):
+                for chunk in (None, args.chunk):
+                    try:
+                        t = whole_step(case, h, chunk)
+                        name = "one-pass" if chunk is None else f"two-phase S={chunk}"
+                        results["whole_step"].setdefault(f"{d}/{n}/H{h}", []).append({"schedule": name, "fwdbwd_ms": t})
+                        log(f"  whole step H={h} {name}: {t:.2f} ms")
+                    except Exception as e:
+                        log(f"  whole step failed: {e!r}")
+                    torch.cuda.empty_cache()
+            save()
+        del case
+        torch.cuda.empty_cache()
+    save()
+    log(open(args.out[:-5] + ".md").read())
+
+
+def tune(case, results, key):
+    """Sweep tile sizes (elements per program tile, warps) for forward and backward."""
+    saved = dict(rop.TUNE)
+    rows = []
+    for h in (1, 8):
+        for elems in (1024, 2048, 4096):
+            for warps in (4, 8):
+                rop.TUNE.update(fwd_elems=elems, fwd_warps=warps, bwd_elems=elems, bwd_warps=warps)
+                fwd, fwdbwd = fns(case, ours(h))
+                try:
+                    tf = bench(fwd, rep=60)
+                    tb = bench(fwdbwd, rep=60)
+                except Exception as e:
+                    log(f"  tune H={h} elems={elems} warps={warps}: failed {e!r}")
+                    continue
+                rows.append({"H": h, "elems": elems, "warps": warps, "fwd_ms": tf, "bwd_ms": tb - tf})
+                log(f"  tune H={h} elems={elems:5d} warps={warps}: fwd {tf:.3f} bwd~{tb - tf:.3f} ms")
+    rop.TUNE.update(saved)
+    results["tune"][key] = rows
+
+
+def _git_commit():
+    try:
+        return subprocess.check_output(["git", "rev-parse", "HEAD"], text=True).strip()
+    except Exception:
+        return "unknown"
+
+
+def write_md(results, path):
+    meta = results["meta"]
+    copy = meta.get("copy_GBs", float("nan"))
+    lines = ["# Routing benchmark", "",
+             f"- command: `{meta['command']}`", f"- device: {meta['device']}; torch {meta['torch']}, triton {meta['triton']}, "
+             f"python {meta['python']}; fla {meta.get('fla')}, liger-kernel {meta.get('liger_kernel')}",
+             f"- commit: {meta['commit']}; date {meta['date_utc']} UTC; {meta['tokens']} tokens, {meta['dtype']}",
+             f"- device-to-device copy: {copy:.0f} GB/s (bytes read + written)", "",
+             "## Per call (one site over N = 2L+1 sources)", "",
+             "| d/N/H | impl | fwd ms | fwd+bwd ms | fwd+bwd GB/s | % of copy | peak extra (x sources) | rel err |",
+             "|---|---|---|---|---|---|---|---|"]
+    for key, rows in results["per_call"].items():
+        for r in rows:
+            if "skipped" in r:
+                lines.append(f"| {key} | {r['impl']} | skipped: {r['skipped']} | | | | | |")
+                continue
+            pk = r.get("peak_extra_x_sources")
+            err = r.get("rel_err_vs_ref")
+            lines.append(f"| {key} | {r['impl']} | {r['fwd_ms']:.3f} | {r['fwdbwd_ms']:.3f} | {r['fwdbwd_GBs']:.0f} | "
+                         f"{100 * r['fwdbwd_GBs'] / copy:.0f}% | {'' if pk is None else f'{pk:.2f}'} | "
+                         f"{'' if err is None else f'{err:.1e}'} |")
+    if results["whole_step"]:
+        lines += ["", "## Whole step (all 2L+1 sites, fwd+bwd)", "", "| d/N/H | schedule | ms |", "|---|---|---|"]
+        for key, rows in results["whole_step"].items():
+            for r in rows:
+                lines.append(f"| {key} | {r['schedule']} | {r['fwdbwd_ms']:.2f} |")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""Fused routing kernels on a CUDA GPU (skipped without one): compiled Triton, larger
+and odd shapes, bf16, determinism, torch.compile (inductor, fullgraph), checkpointing.
+Outputs are poisoned with NaN before every kernel call."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+import torch
+
+pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+from mhar import routing  # noqa: E402
+from mhar.routing import op as rop  # noqa: E402
+from routing_checks import (check_deterministic, check_partial, check_route, check_two_phase,  # noqa: E402
+                            make_inputs, rel)
+
+DEV = "cuda"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def poison():
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        pytest.skip("compiled-kernel tests; unset TRITON_INTERPRET")
+    old = os.environ.get("MHAR_ROUTING_POISON")
+    os.environ["MHAR_ROUTING_POISON"] = "1"
+    routing.set_backend("auto")
+    yield
+    routing.set_backend(None)
+    if old is None:
+        os.environ.pop("MHAR_ROUTING_POISON", None)
+    else:
+        os.environ["MHAR_ROUTING_POISON"] = old
+
+
+@pytest.fixture
+def gen(request):
+    import zlib
+    return torch.Generator().manual_seed(zlib.crc32(request.node.nodeid.encode()))
+
+
+SHAPES = [(1, (7,), 1, 1), (2, (333,), 123, 1), (73, (2, 65), 64, 16), (25, (1000,), 512, 8),
+          (25, (513,), 512, 1), (49, (129,), 1024, 16), (73, (100,), 1280, 8), (9, (300,), 1280, 1),
+          (5, (77,), 48, 16), (6, (50,), 40, 8), (4, (1,), 4096, 4)]
+
+
+@pytest.mark.parametrize("n,lead,d,heads", SHAPES)
+def test_route_fp32(n, lead, d, heads, gen):
+    check_route(n, lead, d, heads, device=DEV, gen=gen)
+
+
+@pytest.mark.parametrize("n,lead,d,heads", [(25, (400,), 512, 1), (73, (64,), 1280, 8), (5, (99,), 123, 1)])
+def test_route_bf16(n, lead, d, heads, gen):
+    check_route(n, lead, d, heads, dtype=torch.bfloat16, device=DEV, tol=1e-2, gen=gen)
+
+
+@pytest.mark.parametrize("n,lead,d,heads,S", [(1, (3,), 1, 1, 2), (24, (300,), 512, 8, 4), (17, (77,), 123, 1, 3),
+                                              (73, (40,), 1280, 16, 8)])
+def test_partial_fp32(n, lead, d, heads, S, gen):
+    check_partial(n, lead, d, heads, S, device=DEV, gen=gen)
+
+
+def test_partial_bf16(gen):
+    check_partial(24, (300,), 1024, 8, 4, dtype=torch.bfloat16, device=DEV, tol=1e-2, gen=gen)
+
+
+@pytest.mark.parametrize("heads", [1, 8])
+def test_two_phase(heads, gen):
+    check_two_phase(12, 4, (257,), 512, heads, 4, device=DEV, gen=gen)
+
+
+@pytest.mark.parametrize("S", [1, 4])
+def test_deterministic(S, gen):
+    check_deterministic(25, (2049,), 512, 8, S=S, device=DEV, gen=gen)
+    check_deterministic(9, (1001,), 1280, 1, S=S, device=DEV, dtype=torch.bfloat16, gen=gen)
+
+
+def test_compile_inductor_fullgraph(gen):
+    srcs, q, g = make_inputs(6, (2, 100), 256, torch.bfloat16, DEV, gen=gen)
+    qs = torch.stack([q.detach(), 0.5 * q.detach()]).requires_grad_()
+    gs = torch.stack([g.detach(), g.detach()]).requires_grad_()
+
+    def f(srcs, q, g, qs, gs):
+        y = routing.route(srcs, q, g, 8)
+        p = routing.route_partial(srcs[:4], qs, gs, 8)
+        p2 = routing.route_partial(srcs[4:], qs, gs, 8)
+        x = routing.finalize(routing.merge_partials(p, p2), srcs[0].shape, srcs[0].dtype)
+        return (y.float() ** 2).sum() + (x.float() ** 2).sum()
+
+    torch._dynamo.reset()
+    cf = torch.compile(f, fullgraph=True)
+    out = cf(srcs, q, g, qs, gs)
+    grads = torch.autograd.grad(out, [*srcs, q, g, qs, gs])
+    eager = f(srcs, q, g, qs, gs)
+    ref = torch.autograd.grad(eager, [*srcs, q, g, qs, gs])
+    assert rel(out, eager) <= 1e-3
+    for a, b in zip(grads, ref):
+        assert rel(a, b) <= 1e-2
+
+
+def test_checkpoint(gen):
+    from torch.utils.checkpoint import checkpoint
+
+    srcs, q, g = make_inputs(8, (300,), 512, torch.bfloat16, DEV, gen=gen)
+
+    def f(*srcs):
+        return routing.route(list(srcs), q, g, 8).float().square().sum()
+
+    out = checkpoint(f, *srcs, use_reentrant=False)
+    grads = torch.autograd.grad(out, [*srcs, q, g])
+    ref = torch.autograd.grad(f(*srcs), [*srcs, q, g])
+    for a, b in zip(grads, ref):
+        assert torch.equal(a, b)
+
+
+def test_no_source_copies(gen):
+    """Peak memory of fwd+bwd: the gradients (one copy of the sources) plus small
+    per-token statistics, never a stacked copy of the history."""
+    srcs, q, g = make_inputs(16, (4096,), 1024, torch.bfloat16, DEV, gen=gen)
+    src_bytes = sum(s.numel() * s.element_size() for s in srcs)
+    y = routing.route(srcs, q, g, 8)
+    gy = torch.randn_like(y)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    y = routing.route(srcs, q, g, 8)
+    grads = torch.autograd.grad(y, [*srcs, q, g], gy)
+    torch.cuda.synchronize()
+    extra = torch.cuda.max_memory_allocated() - base
+    del grads
+    assert extra < 1.25 * src_bytes, (extra, src_bytes)
+
+
+def test_cuda_matches_interpreter_free_reference_backend(gen):
+    """Forcing the reference backend on CUDA gives the same read."""
+    srcs, q, g = make_inputs(5, (100,), 64, torch.float32, DEV, gen=gen)
+    y = routing.route(srcs, q, g, 4)
+    routing.set_backend("reference")
+    try:
+        y2 = routing.route(srcs, q, g, 4)
+    finally:
+        routing.set_backend("auto")
+    assert rel(y, y2) <= 1e-5
+    assert rop.get_backend() == "auto"
