@@ -4,6 +4,7 @@ from __future__ import annotations
 
 
 import torch
+import torch.utils.checkpoint
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -29,6 +30,9 @@ class Decoder(nn.Module):
         self.residual = build_stream(cfg.stream, cfg.d_model, cfg.num_sublayers)
         self.final_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        # Recompute each sublayer in backward instead of keeping its activations (the
+        # stream's sources are kept either way: they are the sublayers' inputs/outputs).
+        self.activation_checkpointing = False
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -57,8 +61,14 @@ class Decoder(nn.Module):
         positions = torch.arange(past, past + T, device=input_ids.device)
         cos, sin = rope_cos_sin(positions, self.config.attn_head_dim, self.config.rope_theta, x.dtype)
         state = self.residual.start(x)
+        recompute = self.activation_checkpointing and self.training and torch.is_grad_enabled() and cache is None
         for i, sublayer in enumerate(self.sublayers):
-            state.write(i, sublayer(state.read(i), cos, sin, cache))
+            x = state.read(i)
+            if recompute:
+                y = torch.utils.checkpoint.checkpoint(sublayer, x, cos, sin, use_reentrant=False)
+            else:
+                y = sublayer(x, cos, sin, cache)
+            state.write(i, y)
         return self.final_norm(state.final())
 
     def forward(self, input_ids: Tensor, cache: KVCache | None = None) -> Tensor:

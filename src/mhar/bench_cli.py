@@ -1,0 +1,183 @@
+"""`mhar bench step`: training-step throughput, MFU and peak memory of every method,
+side by side in one run, at the paper's shapes.
+
+One step = forward + backward + fused AdamW update of one microbatch, bf16 autocast,
+fp32 master weights, ``torch.compile`` of the decoder body, the LM head fused with the
+loss in chunks (no full logits). Routed methods use the routing op (fused kernels on
+CUDA) and the chunked two-phase schedule.
+
+MFU = model FLOPs per token x tokens/s / peak. Model FLOPs per token (training,
+forward + backward = 3 x forward): 6 x (matmul parameters, LM head included,
+embedding lookup excluded) + 6 x L x T x n_heads x head_dim for causal attention
+(12 x L x T x n_heads x head_dim halved by the mask). Routing is not counted: it is
+the overhead being measured. Peak: 989 TFLOP/s (H100/H200 SXM dense bf16).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from mhar.model import Decoder, apply_overrides, get_preset, method_stream
+
+PEAK_FLOPS = 989e12
+# The paper's microbatches (from the issue): tokens per step = batch x seq.
+PAPER_MICROBATCH = {"paper-100m": (8, 2048), "paper-350m": (16, 1024), "paper-1b": (16, 1024)}
+DEFAULT_METHODS = "baseline,hyper,attnres,mhar,mhar-block"
+
+
+def build(preset: str, method: str, seq_len: int, overrides: list[str], chunk: int, device: str) -> Decoder:
+    cfg = get_preset(preset, "baseline")
+    stream = method_stream(method, cfg.num_sublayers, cfg.d_model)
+    if stream.method in ("routed", "delta") and device == "cuda":
+        stream.schedule, stream.chunk = "two-phase", chunk
+    cfg.stream = stream
+    cfg.max_seq_len = max(cfg.max_seq_len, seq_len)
+    cfg = apply_overrides(cfg, overrides)
+    return Decoder(cfg).to(device)
+
+
+def time_step(model: Decoder, batch: int, seq_len: int, steps: int, warmup: int, compile_model: bool,
+              loss_chunk: int, device: str) -> dict:
+    torch.manual_seed(0)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1,
+                            fused=device == "cuda")
+    body = torch.compile(model.hidden_states) if compile_model else model.hidden_states
+    vocab = model.config.vocab_size
+    from mhar.model.loss import linear_cross_entropy
+
+    def step(x, y):
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=device == "cuda"):
+            h = body(x).flatten(0, 1)
+            loss = linear_cross_entropy(h, model.output_weight, y.flatten(), loss_chunk)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+    data = [torch.randint(0, vocab, (batch, seq_len + 1), device=device) for _ in range(4)]
+    t_compile = time.perf_counter()
+    for i in range(warmup):
+        step(data[i % 4][:, :-1], data[i % 4][:, 1:])
+    sync(device)
+    t_compile = time.perf_counter() - t_compile
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    times = []
+    for i in range(steps):
+        start = time.perf_counter()
+        loss = step(data[i % 4][:, :-1], data[i % 4][:, 1:])
+        sync(device)
+        times.append(time.perf_counter() - start)
+    times.sort()
+    median = times[len(times) // 2]
+    tokens = batch * seq_len
+    flops = model.flops_per_token(seq_len)
+    return {
+        "step_ms": 1e3 * median,
+        "tokens_per_s": tokens / median,
+        "mfu": flops * tokens / median / PEAK_FLOPS,
+        "peak_mem_gb": torch.cuda.max_memory_allocated() / 1e9 if device == "cuda" else float("nan"),
+        "flops_per_token": flops,
+        "warmup_s": t_compile,
+        "loss": float(loss),
+    }
+
+
+def sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def run_bench_step(args: argparse.Namespace) -> int:
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    methods = args.methods.split(",")
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results = []
+    for preset in args.preset.split(","):
+        batch, seq_len = PAPER_MICROBATCH.get(preset, (4, 128))
+        batch, seq_len = args.batch or batch, args.seq_len or seq_len
+        for method in methods:
+            torch.cuda.empty_cache() if device == "cuda" else None
+            model = build(preset, method, seq_len, args.overrides, args.chunk, device)
+            model.activation_checkpointing = args.activation_checkpointing
+            try:
+                r = time_step(model, batch, seq_len, args.steps, args.warmup, not args.no_compile, args.loss_chunk,
+                              device)
+            except torch.OutOfMemoryError as err:
+                r = {"error": f"out of memory: {err}"[:200]}
+            r.update(preset=preset, method=method, batch=batch, seq_len=seq_len)
+            results.append(r)
+            print(json.dumps(r), flush=True)
+            del model
+    base = {r["preset"]: r for r in results if r["method"] == "baseline" and "error" not in r}
+    for r in results:
+        b = base.get(r["preset"])
+        if b and "error" not in r:
+            r["throughput_vs_baseline"] = r["tokens_per_s"] / b["tokens_per_s"]
+            r["memory_vs_baseline"] = r["peak_mem_gb"] / b["peak_mem_gb"] if device == "cuda" else float("nan")
+    meta = {
+        "command": " ".join(["mhar"] + sys.argv[1:]),
+        "device": torch.cuda.get_device_name() if device == "cuda" else platform.processor() or "cpu",
+        "torch": torch.__version__, "python": platform.python_version(), "commit": _commit(),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+    }
+    try:
+        import triton
+        meta["triton"] = triton.__version__
+    except ImportError:
+        pass
+    stem = out_dir / f"step_{args.tag or '_'.join(args.preset.split(','))}"
+    stem.with_suffix(".json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+    lines = [f"# Training-step benchmark ({meta['device']})", "",
+             "| " + " | ".join(f"{k}: {v}" for k, v in meta.items()) + " |", "",
+             "| preset | method | batch x seq | step ms | tokens/s | MFU | peak GB | x baseline tput | x baseline mem |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        if "error" in r:
+            lines.append(f"| {r['preset']} | {r['method']} | {r['batch']}x{r['seq_len']} | {r['error']} |")
+            continue
+        lines.append(f"| {r['preset']} | {r['method']} | {r['batch']}x{r['seq_len']} | {r['step_ms']:.1f} | "
+                     f"{r['tokens_per_s']:,.0f} | {100 * r['mfu']:.1f}% | {r['peak_mem_gb']:.2f} | "
+                     f"{r.get('throughput_vs_baseline', float('nan')):.3f} | {r.get('memory_vs_baseline', float('nan')):.3f} |")
+    stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("bench", help="benchmarks (bench step: training-step throughput per method)")
+    bsub = p.add_subparsers(dest="bench_command", metavar="BENCH")
+    s = bsub.add_parser("step", help="tokens/s, MFU and peak memory per method in one run")
+    s.add_argument("--preset", default="paper-100m", help="comma list: paper-100m, paper-350m, paper-1b, tiny")
+    s.add_argument("--methods", default=DEFAULT_METHODS)
+    s.add_argument("--batch", type=int, default=0, help="microbatch (default: the paper's)")
+    s.add_argument("--seq-len", type=int, default=0)
+    s.add_argument("--steps", type=int, default=10)
+    s.add_argument("--warmup", type=int, default=4)
+    s.add_argument("--chunk", type=int, default=8, help="two-phase chunk (sublayers) for full routing")
+    s.add_argument("--loss-chunk", type=int, default=4096, help="tokens per fused LM-head/loss chunk (0: plain)")
+    s.add_argument("--no-compile", action="store_true")
+    s.add_argument("--activation-checkpointing", action="store_true")
+    s.add_argument("--out", default="bench/results")
+    s.add_argument("--tag", default="")
+    s.add_argument("overrides", nargs="*", help="dotted model overrides")
+    s.set_defaults(func=lambda a: run_bench_step(a))
+    p.set_defaults(func=lambda a: (p.print_help(), 2)[1])
