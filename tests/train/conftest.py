@@ -1,16 +1,11 @@
 import os
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-SRC = str(Path(__file__).resolve().parents[2] / "src")
-
-# A model and data small enough that a step takes milliseconds on one CPU core.
-SMALL = ["data.source=synthetic", "data.vocab_size=64", "data.val_windows=4", "d_model=32", "n_layers=2",
-         "n_heads=2", "n_kv_heads=1", "d_ff=64", "seq_len=16", "batch_size=2", "warmup=2", "lr=3e-3",
-         "threads=1"]
+sys.path.insert(0, os.path.dirname(__file__))  # tests/train/train_helpers.py (pytest runs in importlib mode)
+from train_helpers import SMALL  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -30,12 +25,6 @@ def small_cfg():
     return make
 
 
-def subprocess_env() -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = SRC + os.pathsep + env.get("PYTHONPATH", "")
-    return env
-
-
 @pytest.fixture
 def run_cli(capsys):
     """Run ``mhar ARGS`` in-process; returns (exit code, stdout, stderr)."""
@@ -46,6 +35,3 @@ def run_cli(capsys):
         out = capsys.readouterr()
         return code, out.out, out.err
     return run
-
-
-PYTHON = sys.executable
