@@ -277,15 +277,27 @@ def _build_into(tmp: Path, sources, fixed_tok, tok_kind, tok_name, model_vocab, 
             if m >= info.vocab_size or int(arr.min()) < 0:
                 raise ValueError(f"{tmp / TOKENIZER_FILE}: tokenizer produced id {m} >= its vocabulary size {info.vocab_size}")
             max_id[split] = max(max_id[split], m)
-            w = writers[split]
-            if w is None:
-                w = writers[split] = ShardWriter(tmp / f"{split}-{len(shard_lists[split]):05d}.bin", itemsize, info.vocab_size, info.sha256)
-            w.write(arr, ndoc)
             counts[split]["documents"] += ndoc
             counts[split]["tokens"] += int(arr.size)
-            if w.num_tokens >= shard_tokens:
-                shard_lists[split].append(w.close())
-                writers[split] = None
+            # Document ends (exclusive) inside arr; shards are cut at document boundaries.
+            ends = np.cumsum([p.size for p in parts])[1::2]
+            pos = 0
+            doc_i = 0
+            while pos < arr.size:
+                w = writers[split]
+                if w is None:
+                    w = writers[split] = ShardWriter(tmp / f"{split}-{len(shard_lists[split]):05d}.bin",
+                                                     itemsize, info.vocab_size, info.sha256)
+                room = shard_tokens - w.num_tokens
+                # take documents until the shard is full (at least one document)
+                j = int(np.searchsorted(ends, pos + room, side="right"))
+                j = max(j, doc_i + 1)
+                end = int(ends[j - 1])
+                w.write(arr[pos:end], j - doc_i)
+                pos, doc_i = end, j
+                if w.num_tokens >= shard_tokens:
+                    shard_lists[split].append(w.close())
+                    writers[split] = None
 
     t0 = time.time()
     batch_bytes = int(batch_mb * 1e6)

@@ -1,0 +1,102 @@
+import json
+
+import numpy as np
+import pytest
+
+from mhar.data import TokenDataset, build_dataset
+from mhar.data.sources import content_hash
+
+from .conftest import make_docs, write_corpus
+
+
+def split_docs(ds, split):
+    toks = ds.tokens(split)
+    ends = np.flatnonzero(toks == ds.eot_id)
+    out, start = [], 0
+    for e in ends:
+        out.append(ds.decode(toks[start:e]))
+        start = e + 1
+    assert start == toks.size  # every document ends with the end-of-text token
+    return out
+
+
+def test_round_trip(ds, corpus_docs):
+    train, val = split_docs(ds, "train"), split_docs(ds, "validation")
+    assert sorted(train + val) == sorted(corpus_docs)
+    assert ds.shards("train")[0].dtype == np.uint16
+    assert ds.num_tokens("train") == ds.manifest["splits"]["train"]["tokens"] > 0
+    assert ds.num_documents("train") + ds.num_documents("validation") == len(corpus_docs)
+    assert ds.decode(ds.encode(corpus_docs[3])) == corpus_docs[3]
+    assert ds.vocab_size == 320 and ds.tokenizer.get_vocab_size() == 320
+
+
+def test_manifest_records_sources_and_tokenizer(ds, corpus_dir):
+    m = ds.manifest
+    assert m["complete"] is True and m["dtype"] == "uint16"
+    assert m["tokenizer"]["kind"] == "bpe" and len(m["tokenizer"]["sha256"]) == 64
+    (src,) = m["sources"]
+    assert src["kind"] == "local" and src["location"] == str(corpus_dir.resolve()) and src["licence"]
+    assert src["documents"] == 120
+    assert m["splits"]["validation"]["documents"] > 0
+
+
+def test_split_deterministic_and_disjoint(tmp_path, corpus_docs, ds):
+    # Same documents in another order and layout -> the same split.
+    c2 = write_corpus(tmp_path / "c2", list(reversed(corpus_docs)), kinds=("jsonl",))
+    ds2 = TokenDataset(build_dataset([c2], tmp_path / "ds2", vocab_size=320, val_fraction=0.1))
+    for split in ("train", "validation"):
+        assert sorted(split_docs(ds2, split)) == sorted(split_docs(ds, split))
+    train, val = set(split_docs(ds, "train")), set(split_docs(ds, "validation"))
+    assert train and val and not (train & val)
+    # The rule is the documented hash rule.
+    for d in val:
+        assert int.from_bytes(content_hash(d)[:8], "little") / 2**64 < 0.1
+
+
+def test_build_is_deterministic(tmp_path, corpus_dir, built):
+    again = build_dataset([corpus_dir], tmp_path / "again", vocab_size=320, val_fraction=0.1)
+    for f in ("tokenizer.json", "train-00000.bin", "validation-00000.bin"):
+        assert (again / f).read_bytes() == (built / f).read_bytes()
+
+
+def test_exact_dedup(tmp_path):
+    docs = make_docs(10, seed=3)
+    root = write_corpus(tmp_path / "c", docs + docs[:4])  # 4 exact duplicates
+    m = TokenDataset(build_dataset([root], tmp_path / "d", vocab_size=300)).manifest
+    assert m["documents"] == 10 and m["dedup"]["duplicates_removed"] == 4
+
+
+def test_parquet_source(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+    docs = make_docs(12, seed=5)
+    (tmp_path / "p").mkdir()
+    pq.write_table(pa.table({"body": docs, "n": list(range(12))}), tmp_path / "p" / "x.parquet")
+    ds = TokenDataset(build_dataset([tmp_path / "p"], tmp_path / "d", vocab_size=300, text_field="body"))
+    assert ds.manifest["documents"] == 12
+    with pytest.raises(ValueError, match="x.parquet.*'text'"):
+        build_dataset([tmp_path / "p"], tmp_path / "d2", vocab_size=300)
+
+
+def test_shards_split_by_size(tmp_path, corpus_dir, corpus_docs):
+    ds = TokenDataset(build_dataset([corpus_dir], tmp_path / "d", vocab_size=320, val_fraction=0.1, shard_tokens=2000))
+    assert len(ds.shards("train")) > 3
+    from .test_build import split_docs as sd
+    assert sorted(sd(ds, "train") + sd(ds, "validation")) == sorted(corpus_docs)
+
+
+def test_given_tokenizer_file_and_folder(tmp_path, corpus_dir, ds):
+    tok_file = tmp_path / "tok" / "tokenizer.json"
+    tok_file.parent.mkdir()
+    ds.tokenizer.save(str(tok_file))
+    for src in (tok_file, tok_file.parent):
+        d = TokenDataset(build_dataset([corpus_dir], tmp_path / f"d-{src.name}", tokenizer=str(src), val_fraction=0.1))
+        assert d.tokenizer_sha256 == ds.tokenizer_sha256
+        assert d.manifest["tokenizer"]["kind"] == "file"
+        assert d.num_tokens("train") == ds.num_tokens("train")
+
+
+def test_existing_output_is_kept(tmp_path, corpus_dir, built):
+    with pytest.raises(ValueError, match="already exists"):
+        build_dataset([corpus_dir], built, vocab_size=320)
+    assert TokenDataset(built).num_tokens("train") > 0
