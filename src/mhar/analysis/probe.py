@@ -155,7 +155,7 @@ def probe_markdown(r: ProbeResult) -> str:
         lines.append(f"Disagreement probe (H = 1, S = {r.slices} slices, KL(slice || shared), "
                      f"null: {r.draws} random queries of matched norm, seed {r.seed}; {r.tokens} tokens)")
         lines.append("")
-        lines.append("| site | sources | ||q|| | learned KL | null KL | learned excess |")
+        lines.append("| site | sources | query norm | learned KL | null KL | learned excess |")
         lines.append("|---|---:|---:|---:|---:|---:|")
         for s in r.sites:
             t = " (trivial)" if s.trivial else ""
@@ -169,7 +169,7 @@ def probe_markdown(r: ProbeResult) -> str:
                      f"queries of matched norm, seed {r.seed}; {r.tokens} tokens)")
         lines.append("")
         hcols = " | ".join(f"h{h}" for h in range(r.heads))
-        lines.append(f"| site | sources | ||q|| | mean deviation | null | excess | head corr. | {hcols} |")
+        lines.append(f"| site | sources | query norm | mean deviation | null | excess | head corr. | {hcols} |")
         lines.append("|---|---:|---:|---:|---:|---:|---:|" + "---:|" * r.heads)
         for s in r.sites:
             t = " (trivial)" if s.trivial else ""

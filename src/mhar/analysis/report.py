@@ -38,6 +38,7 @@ class Table:
     header: list[str]
     rows: list[list[str]]
     caption: str = ""
+    left: int = 1  # leading text columns (left-aligned); the rest are numbers
 
 
 @dataclass
@@ -71,7 +72,7 @@ def render_markdown(r: Report) -> str:
             if b.caption:
                 out += [b.caption, ""]
             out.append("| " + " | ".join(_md_cell(h) for h in b.header) + " |")
-            out.append("|" + "|".join("---" if i == 0 else "---:" for i in range(len(b.header))) + "|")
+            out.append("|" + "|".join("---" if i < b.left else "---:" for i in range(len(b.header))) + "|")
             for row in b.rows:
                 out.append("| " + " | ".join(_md_cell(c) for c in row) + " |")
             out.append("")
@@ -82,7 +83,7 @@ def render_markdown(r: Report) -> str:
 
 _CSS = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;margin:0.5em 0 1.5em;font-size:0.9em}th,td{border:1px solid #ccc;padding:3px 8px}
-td{text-align:right}td:first-child,th:first-child{text-align:left}th{background:#f3f3f3}
+td{text-align:right}td.l{text-align:left}th{background:#f3f3f3}
 img{max-width:100%;border:1px solid #eee;margin:0.5em 0}.cap{color:#555;font-size:0.9em}"""
 
 
@@ -99,7 +100,8 @@ def render_html(r: Report) -> str:
                 out.append(f"<p class='cap'>{html.escape(b.caption)}</p>")
             out.append("<table><tr>" + "".join(f"<th>{html.escape(str(h))}</th>" for h in b.header) + "</tr>")
             for row in b.rows:
-                out.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>")
+                out.append("<tr>" + "".join((f"<td class='l'>" if i < b.left else "<td>") + f"{html.escape(str(c))}</td>"
+                                            for i, c in enumerate(row)) + "</tr>")
             out.append("</table>")
         elif isinstance(b, Image):
             data = base64.b64encode(b.path.read_bytes()).decode("ascii")
@@ -148,7 +150,7 @@ def comparison_table(runs: Sequence[RunSummary]) -> Table:
                      delta])
     cap = ("Tail-mean: the mean of the last tail_k validation evaluations (SPEC.md section 4). "
            "'vs baseline': tail-mean minus the baseline run's (negative is better).")
-    return Table(header, rows, cap)
+    return Table(header, rows, cap, left=2)
 
 
 def plot_loss_curves(runs: Sequence[RunSummary], path: Path) -> Path | None:
@@ -213,6 +215,10 @@ def plot_h_sweep(series: dict[str, list[tuple[int, float, str]]], path: Path,
     if baseline is not None and baseline.tail_mean is not None:
         ax.axhline(baseline.tail_mean, color="gray", ls="--", label=f"baseline ({baseline.name})")
     ax.set_xscale("log", base=2)
+    hs_all = sorted({h for pts in series.values() for h, _, _ in pts})
+    ax.set_xticks(hs_all)
+    ax.set_xticklabels([str(h) for h in hs_all])
+    ax.minorticks_off()
     ax.set_xlabel("routing heads H")
     ax.set_ylabel("tail-mean validation loss")
     ax.set_title("H sweep")
@@ -229,7 +235,7 @@ def probe_tables(name: str, r: ProbeResult) -> list:
     if r.kind == "slices":
         cap = (f"{name}: H = 1, S = {r.slices} slices; score = mean over tokens and slices of KL(slice || shared); "
                f"null = {r.draws} random queries of matched norm (seed {r.seed}); {r.tokens} tokens.")
-        header = ["site", "sources", "||q||", "learned KL", "null KL", "learned excess"]
+        header = ["site", "sources", "query norm", "learned KL", "null KL", "learned excess"]
         rows = [[f"{s.index} {s.name}" + (" (trivial)" if s.trivial else ""), str(s.num_sources), _f(s.query_norm, 3),
                  _f(s.learned), f"{_f(s.null)} ± {_f(s.null_std)}", _f(s.excess)] for s in r.sites]
         o = r.overall
@@ -238,7 +244,7 @@ def probe_tables(name: str, r: ProbeResult) -> list:
     cap = (f"{name}: H = {r.heads}; deviation = mean over tokens of KL(head || head consensus); null = {r.draws} "
            f"random queries of matched norm (seed {r.seed}); head corr. = mean Pearson correlation between "
            f"heads' weights over (token, source); {r.tokens} tokens.")
-    header = ["site", "sources", "||q||", "mean deviation", "null", "excess", "head corr."] + \
+    header = ["site", "sources", "query norm", "mean deviation", "null", "excess", "head corr."] + \
              [f"h{h}" for h in range(r.heads)]
     rows = []
     for s in r.sites:
@@ -259,7 +265,7 @@ def probe_summary_table(results: Sequence[tuple[str, ProbeResult]]) -> Table:
         kind = f"slices S={r.slices} (H=1)" if r.kind == "slices" else f"head deviation (H={r.heads})"
         rows.append([name, kind, _f(o["learned"]), _f(o["null"]), _f(o["excess"]),
                      _f(o.get("head_correlation"), 3) if r.kind == "heads" else ""])
-    return Table(header, rows, "Overall means over the routing sites that read at least two sources.")
+    return Table(header, rows, "Overall means over the routing sites that read at least two sources.", left=2)
 
 
 # ----------------------------------------------------------------------------- the report
@@ -296,7 +302,7 @@ def build_report(runs: Sequence[str | Path], out: str | Path, analyse: Analyser 
     sweep = plot_h_sweep(series, img / "h_sweep.png", _baseline(summaries))
     if sweep:
         rows = [[key, str(h), _f(v), n] for key, pts in series.items() for h, v, n in pts]
-        rep.add(Image(sweep, "H sweep"), Table(["group", "H", "tail-mean val loss", "run"], rows))
+        rep.add(Image(sweep, "H sweep"), Table(["group", "H", "tail-mean val loss", "run"], rows, left=1))
     else:
         rep.add(Para("Not drawn: no group of routed runs (same preset and block size) with at least two values of H."))
 
