@@ -52,8 +52,14 @@ def register(subparsers) -> None:
     p.set_defaults(func=cmd_sweep)
 
 
-def _command_line() -> str:
-    return "mhar " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+def _command_line(kind: str, args, extra: list[str]) -> str:
+    """The command, rebuilt from the parsed arguments (for the report)."""
+    parts = ["mhar", kind, *extra]
+    if args.preset:
+        parts += ["--preset", args.preset]
+    if args.out:
+        parts += ["--out", str(args.out)]
+    return " ".join(shlex.quote(p) for p in parts + list(args.overrides))
 
 
 def _split(text: str, what: str) -> list[str]:
@@ -94,7 +100,7 @@ def cmd_train(args) -> int:
     return 0
 
 
-def _compare(args, methods: list[str], kind: str, title: str) -> int:
+def _compare(args, methods: list[str], kind: str, title: str, extra: list[str]) -> int:
     preset = args.preset or "tiny"
     out = Path(args.out) if args.out else default_out(kind)
     if args.resume and not out.is_dir():
@@ -106,7 +112,7 @@ def _compare(args, methods: list[str], kind: str, title: str) -> int:
         return 1
     saved = out / methods[0] / CONFIG  # the resolved config (vocabulary from the data)
     cfg = TrainConfig.load(saved) if saved.exists() else method_config(preset, methods[0], args.overrides)
-    md, png = write_report(out, results, title, _command_line(), cfg)
+    md, png = write_report(out, results, title, _command_line(kind, args, extra), cfg)
     print()
     print(comparison_table(results))
     print()
@@ -116,7 +122,7 @@ def _compare(args, methods: list[str], kind: str, title: str) -> int:
 
 def cmd_compare(args) -> int:
     methods = _split(args.methods, "--methods")
-    return _compare(args, methods, "compare", f"Comparison: {', '.join(methods)}")
+    return _compare(args, methods, "compare", f"Comparison: {', '.join(methods)}", ["--methods", args.methods])
 
 
 def cmd_sweep(args) -> int:
@@ -127,4 +133,5 @@ def cmd_sweep(args) -> int:
     if any(h < 1 for h in heads):
         raise ValueError(f"--heads must be positive; got {args.heads!r}")
     methods = ([] if args.no_baseline else ["baseline"]) + [f"{args.method}-h{h}" for h in heads]
-    return _compare(args, methods, "sweep", f"Sweep of {args.method} over H = {', '.join(map(str, heads))}")
+    extra = ["--method", args.method, "--heads", args.heads] + (["--no-baseline"] if args.no_baseline else [])
+    return _compare(args, methods, "sweep", f"Sweep of {args.method} over H = {', '.join(map(str, heads))}", extra)

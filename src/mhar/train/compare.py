@@ -63,8 +63,7 @@ def run_methods(preset: str, methods: list[str], out: str | Path, overrides: lis
         label = f"{method} ({i + 1}/{len(methods)})"
         done = _finished(run_dir, cfg) if resume else None
         if done is not None:
-            if not quiet:
-                print(f"{method}: reusing the finished run in {run_dir}", file=sys.stderr)
+            print(f"{method}: reusing the finished run in {run_dir}", file=sys.stderr)
             results.append(done)
             continue
         again = resume and bool(ckpt.list_checkpoints(run_dir / CHECKPOINTS))

@@ -1,0 +1,112 @@
+"""mhar train / compare / sweep through the CLI, and the errors users can cause."""
+
+import json
+
+import pytest
+
+from mhar.train.compare import comparison_table, run_methods
+from train_helpers import SMALL
+
+
+def test_train_writes_a_run_folder(tmp_path, run_cli):
+    run = tmp_path / "run"
+    code, out, err = run_cli("train", "--method", "mhar-h2", "--out", run, "--quiet", *SMALL, "steps=4",
+                             "eval_every=2", "checkpoint_every=2", "log_every=1")
+    assert code == 0, err
+    assert "final val loss" in out and str(run) in out
+    assert "[mhar-h2] step 2/4" in err  # quiet mode: one plain line per evaluation
+    cfg = json.loads((run / "config.json").read_text())
+    assert cfg["model"]["stream"] == {**cfg["model"]["stream"], "method": "routed", "heads": 2}
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert {"step", "tokens", "loss", "lr", "grad_norm", "tokens_per_s", "memory_mb"} <= set(rows[0])
+    assert [("val_loss" in r) for r in rows] == [False, True, False, True]
+    assert rows[-1]["tokens"] == 4 * 2 * 16
+    assert list((run / "tb").glob("events.out.tfevents.*"))
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_00000002.pt", "step_00000004.pt"]
+    assert (run / "loss.png").stat().st_size > 1000
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["tail_mean_val_loss"] == pytest.approx((rows[1]["val_loss"] + rows[3]["val_loss"]) / 2)
+
+    # resume of a finished run with more steps
+    code, out, err = run_cli("train", "--out", run, "--resume", "--quiet", "steps=6")
+    assert code == 0, err
+    assert [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()][-1] == 6
+
+
+def test_compare_two_methods(tmp_path, run_cli):
+    out_dir = tmp_path / "cmp"
+    code, out, err = run_cli("compare", "--methods", "baseline,mhar-h2", "--out", out_dir, "--quiet", *SMALL,
+                             "steps=6", "eval_every=2", "tail_k=2")
+    assert code == 0, err
+    lines = [x for x in out.splitlines() if x.startswith("|")]
+    assert lines[0].startswith("| method | H | params") and "tail-mean val loss (last 2)" in lines[0]
+    assert lines[2].startswith("| baseline |") and "0 (ref)" in lines[2]
+    assert lines[3].startswith("| mhar-h2 | 2 |")
+    assert (out_dir / "curves.png").stat().st_size > 1000
+    report = (out_dir / "report.md").read_text()
+    assert "| mhar-h2 | 2 |" in report and "curves.png" in report and "mhar compare" in report
+    results = json.loads((out_dir / "compare.json").read_text())["results"]
+    b, m = results
+    delta = float(lines[3].split("|")[7])
+    assert delta == pytest.approx(m["tail_mean_val_loss"] - b["tail_mean_val_loss"], abs=1e-4)
+    # paired: same tokens, same number of evaluations at the same steps
+    assert b["tokens"] == m["tokens"] and [e[0] for e in b["evals"]] == [e[0] for e in m["evals"]]
+
+    # --resume reuses finished runs instead of training them again
+    code, out2, err = run_cli("compare", "--methods", "baseline,mhar-h2", "--out", out_dir, "--resume", "--quiet",
+                              *SMALL, "steps=6", "eval_every=2", "tail_k=2")
+    assert code == 0 and err.count("reusing the finished run") == 2
+    assert [x for x in out2.splitlines() if x.startswith("|")] == lines
+
+
+def test_sweep_over_heads(tmp_path, run_cli):
+    code, out, err = run_cli("sweep", "--heads", "1,4", "--out", tmp_path / "sw", "--quiet", *SMALL, "steps=2",
+                             "eval_every=1")
+    assert code == 0, err
+    rows = [x.split("|")[1].strip() for x in out.splitlines() if x.startswith("| ")]
+    assert rows[1:] == ["baseline", "mhar-h1", "mhar-h4"]
+
+
+def test_same_initial_weights_across_methods(tmp_path, small_cfg):
+    from mhar.train import Trainer
+    a = Trainer(small_cfg("baseline"), tmp_path / "a", progress=False).model.state_dict()
+    b = Trainer(small_cfg("mhar-h2"), tmp_path / "b", progress=False).model.state_dict()
+    shared = [k for k in a if k in b]
+    assert len(shared) > 5 and all((a[k] == b[k]).all() for k in shared)
+
+
+def test_table_without_baseline():
+    res = [{"label": "mhar-h1", "tail_mean_val_loss": 3.0, "final_val_loss": 3.0, "tail_k": 1, "params": {}},
+           {"label": "mhar-h8", "tail_mean_val_loss": 2.9, "final_val_loss": 2.9, "tail_k": 1, "params": {}}]
+    t = comparison_table(res)
+    assert "delta vs mhar-h1" in t and "-0.1000" in t
+
+
+@pytest.mark.parametrize("args, message", [
+    (["train", "stream.head=4"], "unknown config key 'stream.head'; did you mean stream.heads"),
+    (["train", "warmpu=3"], "did you mean warmup"),
+    (["train", "--method", "mhra"], "unknown method 'mhra'"),
+    (["train", "--preset", "tinyy"], "unknown preset 'tinyy'"),
+    (["train", "steps=0"], "steps=0 must be >= 1"),
+    (["train", "--resume"], "--resume needs --out"),
+    (["compare", "--methods", "baseline,mhar-h3"], "heads=3"),
+    (["compare", "--methods", "baseline,baseline"], "distinct"),
+    (["sweep", "--heads", "1,x"], "comma-separated integers"),
+    (["train", "data.source=/nonexistent/dataset"], "data.source"),
+])
+def test_cli_errors(tmp_path, run_cli, args, message):
+    code, out, err = run_cli(*args, "--out", tmp_path / "x") if "--resume" not in args else run_cli(*args)
+    assert code == 2
+    assert message in err and err.count("\n") == 1, err
+
+
+def test_cli_resume_errors(tmp_path, run_cli):
+    code, _, err = run_cli("train", "--out", tmp_path / "missing", "--resume")
+    assert code == 2 and "does not exist" in err
+    run = tmp_path / "r"
+    assert run_cli("train", "--method", "mhar-h2", "--out", run, "--quiet", *SMALL, "steps=1")[0] == 0
+    code, _, err = run_cli("train", "--out", run, "--resume", "d_model=64")
+    assert code == 2 and "different model config" in err and "model.d_model: 32 -> 64" in err
+    code, _, err = run_cli("train", "--method", "mhar-h2", "--out", run, *SMALL, "steps=1")
+    assert code == 2 and "already holds checkpoints" in err
