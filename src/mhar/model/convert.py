@@ -25,6 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from mhar.model.config import ModelConfig, StreamConfig
+from mhar.streams import build_stream
 
 SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3")
 
@@ -147,8 +148,9 @@ def map_state_dict(hf_state: dict[str, Tensor]) -> dict[str, Tensor]:
 
 
 def load_weights(decoder: nn.Module, hf_state: dict[str, Tensor]) -> None:
-    """Copy the pretrained weights into ``decoder``; every non-stream weight must be
-    provided, and the stream's parameters keep their (identity) initialisation."""
+    """Copy the pretrained weights into ``decoder`` (which may live on the meta device:
+    the weights are assigned, as copies); every non-stream weight must be provided, and
+    the stream's parameters keep their (identity) initialisation."""
     mapped = map_state_dict(hf_state)
     if decoder.lm_head is None:
         mapped.pop("lm_head.weight", None)  # tied: the source's head is the embedding
@@ -158,11 +160,16 @@ def load_weights(decoder: nn.Module, hf_state: dict[str, Tensor]) -> None:
     if missing or extra:
         raise ConversionError(f"weights do not match the converted architecture: missing {missing[:8]}, "
                               f"unexpected {extra[:8]}")
-    with torch.no_grad():
-        for k, v in mapped.items():
-            if own[k].shape != v.shape:
-                raise ConversionError(f"shape mismatch for {k}: source {tuple(v.shape)}, model {tuple(own[k].shape)}")
-            own[k].copy_(v)
+    full = {}
+    for k, t in own.items():
+        if k in mapped:
+            v = mapped[k]
+            if t.shape != v.shape:
+                raise ConversionError(f"shape mismatch for {k}: source {tuple(v.shape)}, model {tuple(t.shape)}")
+            full[k] = v.detach().clone()
+        else:
+            full[k] = t
+    decoder.load_state_dict(full, strict=True, assign=True)
 
 
 # -- sources ------------------------------------------------------------------------
@@ -226,7 +233,9 @@ def from_hf_model(hf_model, heads: int = 8, blocks: int = 8, method: str = "delt
              if getattr(hf_model.config, k, None) is not None}
     mcfg = MharConfig.from_model_config(cfg, **extra)
     dtype = next(hf_model.parameters()).dtype
-    model = MharForCausalLM(mcfg)
+    with torch.device("meta"):  # no random init of weights that are about to be replaced
+        model = MharForCausalLM(mcfg)
+    model.model.residual = build_stream(cfg.stream, cfg.d_model, cfg.num_sublayers)  # real, identity init
     load_weights(model.model, hf_model.state_dict())
     model.to(dtype)
     model.config.mhar_source = {"model_type": hf_model.config.model_type,
