@@ -265,6 +265,10 @@ def convert(src, dst=None, heads: int = 8, blocks: int = 8, check: bool = True,
             text: str | None = None, dtype: torch.dtype = torch.float32, log=print):
     """Convert ``src`` (folder or GGUF) into a delta-routed model; save it to ``dst`` when
     given (safetensors, config, tokenizer, remote code). Returns (model, report)."""
+    if dst is not None:
+        dst = Path(dst)
+        if dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
+            raise ValueError(f"{dst} exists and is not an empty folder; choose a new folder (nothing was written)")
     source = load_source(src, dtype=torch.float32)
     model = from_hf_model(source.model, heads=heads, blocks=blocks)
     cfg = model.config.to_model_config()
@@ -284,9 +288,6 @@ def convert(src, dst=None, heads: int = 8, blocks: int = 8, check: bool = True,
     if dtype != torch.float32:
         model.to(dtype)
     if dst is not None:
-        dst = Path(dst)
-        if dst.exists() and any(dst.iterdir()):
-            raise FileExistsError(f"{dst} exists and is not empty; choose a new folder")
         model.save_pretrained(dst)
         if source.tokenizer is not None:
             source.tokenizer.save_pretrained(dst)
