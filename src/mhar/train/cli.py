@@ -32,6 +32,9 @@ def register(subparsers) -> None:
     p.add_argument("--method", default=None,
                    help="residual stream: baseline, hyper, attnres, mhar, attnres-block, mhar-block, delta, "
                         "or NAME-hH for H heads (default baseline)")
+    p.add_argument("--parallel", default=None, choices=("none", "ddp", "fsdp"),
+                   help="multi-process training under torchrun: ddp or fsdp (FSDP2); default: the config's "
+                        "'parallel' (none; ddp when torchrun starts several processes). See docs/distributed.md")
     p.set_defaults(func=cmd_train)
 
     p = subparsers.add_parser("compare", help="train several methods on the same data and budget, then tabulate",
@@ -50,6 +53,10 @@ def register(subparsers) -> None:
     p.add_argument("--method", default="mhar", help="routed method to sweep (mhar, mhar-block, delta; default mhar)")
     p.add_argument("--no-baseline", action="store_true", help="do not train the baseline alongside")
     p.set_defaults(func=cmd_sweep)
+
+    from mhar.train.distributed import register as register_distributed  # mhar consolidate
+
+    register_distributed(subparsers)
 
 
 def _command_line(kind: str, args, extra: list[str]) -> str:
@@ -85,6 +92,14 @@ def cmd_train(args) -> int:
             raise FileNotFoundError(f"cannot resume: {saved} does not exist")
     else:
         cfg = apply_train_overrides(train_preset(args.preset or "tiny", args.method or "baseline"), args.overrides)
+    from mhar.train import distributed  # torchrun / DDP / FSDP2 (docs/distributed.md)
+
+    parallel = distributed.resolve_parallel(cfg, getattr(args, "parallel", None))
+    if parallel != cfg.parallel:
+        cfg = apply_train_overrides(cfg, {"parallel": parallel})
+    if parallel != "none":
+        return distributed.train_distributed(cfg, Path(args.out) if args.out else None, resume=args.resume,
+                                             quiet=args.quiet)
     out = Path(args.out) if args.out else default_out(f"{cfg.preset}-{cfg.method}")
     try:
         trainer = Trainer(cfg, out, resume=args.resume, quiet=args.quiet)

@@ -21,6 +21,7 @@ from mhar.model.config import ModelConfig, _dotted_keys, apply_overrides, get_pr
 DATA_SOURCES = ("builtin", "synthetic")  # or a path to a dataset folder
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "bfloat16")
+PARALLEL = ("none", "ddp", "fsdp")  # multi-process training: mhar.train.distributed
 
 
 @dataclass
@@ -93,6 +94,7 @@ class TrainConfig:
     loss_chunk: int = 0  # >0: LM head + loss in chunks of this many tokens
     threads: int = 0  # >0: torch.set_num_threads on the CPU
     vocab_from_data: bool = True  # set model.vocab_size to the dataset's vocabulary
+    parallel: str = "none"  # ddp | fsdp: one process per GPU under torchrun (docs/distributed.md)
 
     def __post_init__(self):
         if isinstance(self.model, dict):
@@ -123,6 +125,8 @@ class TrainConfig:
             raise ValueError(f"grad_clip={self.grad_clip} must be >= 0 (0: no clipping)")
         if self.device not in DEVICES:
             raise ValueError(f"device={self.device!r} is not one of {', '.join(DEVICES)}")
+        if self.parallel not in PARALLEL:
+            raise ValueError(f"parallel={self.parallel!r} is not one of {', '.join(PARALLEL)}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype={self.dtype!r} is not one of {', '.join(DTYPES)}")
         if self.seq_len > self.model.max_seq_len:

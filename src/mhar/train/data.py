@@ -55,7 +55,15 @@ def synthetic_tokens(vocab_size: int, num_tokens: int, seed: int, lexicon_seed: 
 
 
 class SyntheticLoader:
-    """Random windows of a synthetic stream; the position is a NumPy bit-generator state."""
+    """Random windows of a synthetic stream; the position is a NumPy bit-generator state.
+
+    Ranks partition the global batch (as :class:`mhar.data.TokenLoader` does): every
+    rank draws the step's ``world_size * batch_size`` window starts from the same
+    global stream and keeps its ``rank``-th slice, so N ranks with ``batch_size=B``
+    see exactly the windows of one process with ``batch_size=N*B`` (one process:
+    unchanged). The state is the same on every rank, so a run resumes at another
+    world size.
+    """
 
     def __init__(self, tokens: np.ndarray, seq_len: int, batch_size: int, seed: int, rank: int = 0,
                  world_size: int = 1):
@@ -63,10 +71,12 @@ class SyntheticLoader:
             raise ValueError(f"synthetic stream of {tokens.size} tokens is too short for seq_len={seq_len}")
         self.tokens = torch.from_numpy(tokens)
         self.seq_len, self.batch_size = seq_len, batch_size
-        self.rng = np.random.default_rng([seed, rank, world_size])
+        self.rank, self.world_size = rank, world_size
+        self.rng = np.random.default_rng([seed, 0, 1])  # one global stream (distributed: see the docstring)
 
     def next_batch(self) -> tuple[Tensor, Tensor]:
-        starts = self.rng.integers(0, self.tokens.numel() - self.seq_len - 1, size=self.batch_size)
+        starts = self.rng.integers(0, self.tokens.numel() - self.seq_len - 1, size=self.batch_size * self.world_size)
+        starts = starts[self.rank * self.batch_size:(self.rank + 1) * self.batch_size]
         idx = torch.from_numpy(starts)[:, None] + torch.arange(self.seq_len + 1)
         w = self.tokens[idx]
         return w[:, :-1].contiguous(), w[:, 1:].contiguous()

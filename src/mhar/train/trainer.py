@@ -157,6 +157,16 @@ class Trainer:
     def is_main(self) -> bool:
         return self.rank == 0
 
+    # hooks for multi-process training (mhar.train.distributed overrides them)
+    def reduce_loss(self, loss: Tensor) -> Tensor:
+        """The step's summed micro-batch loss as logged: identity here, the mean over
+        ranks under DDP / FSDP2."""
+        return loss
+
+    def clip_gradients(self, max_norm: float) -> Tensor:
+        """Clip the gradients to ``max_norm``; returns the total norm before clipping."""
+        return torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+
     # ------------------------------------------------------------------ setup
     def _amp_dtype(self) -> torch.dtype | None:
         if self.cfg.dtype == "bfloat16" or (self.cfg.dtype == "auto" and self.device.type == "cuda"):
@@ -277,12 +287,12 @@ class Trainer:
                 loss = self.compute_loss(x, y)
             (loss / c.grad_accum).backward()
             loss_sum += loss.detach().float()
-        loss_value = float(loss_sum) / c.grad_accum
+        loss_value = float(self.reduce_loss(loss_sum)) / c.grad_accum
         if not math.isfinite(loss_value):
             self.optimizer.zero_grad(set_to_none=True)
             raise DivergenceError(self._divergence_message("loss", loss_value))
         max_norm = c.grad_clip if c.grad_clip > 0 else math.inf
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm))
+        grad_norm = float(self.clip_gradients(max_norm))
         if not math.isfinite(grad_norm):
             self.optimizer.zero_grad(set_to_none=True)
             raise DivergenceError(self._divergence_message("gradient norm", grad_norm))
