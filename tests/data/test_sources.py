@@ -106,6 +106,7 @@ def test_ensure_builtin_small_and_cached(tmp_path, monkeypatch):
     assert 0.3e6 < m["bytes"] <= 0.6e6 and ds.num_tokens("validation") > 0
     srcs = [s for s in m["sources"] if s["documents"]]
     assert len(srcs) > 3 and all(s["licence"] and s["version"] for s in srcs)
+    assert "torch" in m["builtin"]["distributions_found"] and m["builtin"]["candidate_bytes"] > 50e6
     mtime = (p / "manifest.json").stat().st_mtime_ns
     assert ensure_builtin_dataset(vocab_size=512, max_mb=0.5, verbose=False) == p
     assert (p / "manifest.json").stat().st_mtime_ns == mtime  # reused, not rebuilt

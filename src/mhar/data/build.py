@@ -57,13 +57,13 @@ def _log(verbose: bool, msg: str) -> None:
 # --------------------------------------------------------------------------- sources
 
 def _resolve_sources(sources: Sequence[Any], text_field: str, max_bytes: int | None,
-                     stats_out: list[S.SourceStats]) -> Iterator[S.Doc]:
+                     stats_out: list[S.SourceStats], builtin_info: dict) -> Iterator[S.Doc]:
     """Chain documents of every source spec: "builtin", "hf:NAME[:CONFIG][@SPLIT]", a
     path, or an in-memory Hugging Face dataset / iterable of dicts."""
     for i, src in enumerate(sources):
         if isinstance(src, (str, os.PathLike)) and str(src) == "builtin":
             per: dict[str, S.SourceStats] = {}
-            gen = S.builtin_docs(max_bytes, per)
+            gen = S.builtin_docs(max_bytes, per, builtin_info)
             first = True
             for doc in gen:
                 if first:
@@ -202,8 +202,9 @@ def _build_into(tmp: Path, sources, fixed_tok, tok_kind, tok_name, model_vocab, 
     min_hash, min_idx = None, -1
     t0 = time.time()
     by_name: dict[str, S.SourceStats] = {}
+    builtin_info: dict = {}
     with open(spool_path, "wb") as spool:
-        for doc in _resolve_sources(sources, text_field, max_bytes, stats):
+        for doc in _resolve_sources(sources, text_field, max_bytes, stats, builtin_info):
             if max_bytes is not None and total_bytes >= max_bytes:
                 break
             st = by_name.get(doc.source)
@@ -335,6 +336,7 @@ def _build_into(tmp: Path, sources, fixed_tok, tok_kind, tok_name, model_vocab, 
         "tokenizer": {**info.to_json(), "file": TOKENIZER_FILE},
         "dtype": "uint16" if itemsize == 2 else "uint32",
         "sources": [s.to_json() for s in stats],
+        **({"builtin": builtin_info} if builtin_info else {}),
         "documents": n_docs,
         "bytes": total_bytes,
         "dedup": {"method": "exact, blake2b-128 of the UTF-8 text", "documents_seen": seen_docs,

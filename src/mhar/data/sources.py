@@ -195,11 +195,25 @@ def builtin_plan() -> tuple[list[BuiltinFile], dict[str, SourceStats], list[str]
     return files, stats, missing
 
 
-def builtin_docs(max_bytes: int | None, stats: dict[str, SourceStats]) -> Iterator[Doc]:
+def builtin_docs(max_bytes: int | None, stats: dict[str, SourceStats], info: dict | None = None) -> Iterator[Doc]:
     """Documents of the built-in corpus. With ``max_bytes`` a deterministic, spread-out
-    subset (files ordered by a hash of their path) is taken until the budget is met."""
-    files, plan_stats, _ = builtin_plan()
+    subset (files ordered by a hash of their path) is taken until the budget is met.
+    ``info`` (if given) receives what was looked for and what was found."""
+    files, plan_stats, missing = builtin_plan()
     stats.update(plan_stats)
+    if info is not None:
+        info.update({
+            "description": "the Python standard library of this interpreter and the installed "
+                           "distributions of mhar's dependencies (and theirs): source code, stubs and docs",
+            "root_distributions": list(BUILTIN_ROOT_DISTRIBUTIONS),
+            "distributions_found": sorted(k for k in plan_stats if k != "python-stdlib"),
+            "distributions_missing": missing,
+            "extensions": list(BUILTIN_EXTENSIONS),
+            "max_file_bytes": BUILTIN_MAX_FILE_BYTES,
+            "candidate_files": len(files),
+            "candidate_bytes": sum(f.size for f in files),
+            "selection": "all files" if max_bytes is None else f"files in blake2b(path) order until {max_bytes} bytes",
+        })
     if max_bytes is not None:
         files = sorted(files, key=lambda f: hashlib.blake2b(f"{f.source}/{os.path.basename(f.path)}/{f.size}".encode(), digest_size=8).digest())
     total = 0
