@@ -100,3 +100,13 @@ def test_existing_output_is_kept(tmp_path, corpus_dir, built):
     with pytest.raises(ValueError, match="already exists"):
         build_dataset([corpus_dir], built, vocab_size=320)
     assert TokenDataset(built).num_tokens("train") > 0
+
+
+def test_literal_end_of_text_stays_inside_its_document(tmp_path):
+    docs = make_docs(8, seed=11)
+    docs[2] = "tokenizers use <|endoftext|> between documents\n" + docs[2]
+    root = write_corpus(tmp_path / "c", docs)
+    ds = TokenDataset(build_dataset([root], tmp_path / "d", vocab_size=300, val_fraction=0.0))
+    assert ds.encode("<|endoftext|>") != [ds.eot_id]
+    assert sorted(split_docs(ds, "train")) == sorted(docs)
+    assert ds.manifest["splits"]["train"]["eot_tokens_inside_documents"] == 0

@@ -256,6 +256,7 @@ def _build_into(tmp: Path, sources, fixed_tok, tok_kind, tok_name, model_vocab, 
     shard_lists: dict[str, list] = {s: [] for s in SPLITS}
     counts = {s: {"documents": 0, "tokens": 0, "bytes": 0} for s in SPLITS}
     max_id = {s: 0 for s in SPLITS}
+    eot_in_text = {s: 0 for s in SPLITS}  # end-of-text ids produced from the text itself
     encode = getattr(tok, "encode_batch_fast", tok.encode_batch)
     eot = np.array([info.eot_id], dtype=dtype)
 
@@ -278,6 +279,7 @@ def _build_into(tmp: Path, sources, fixed_tok, tok_kind, tok_name, model_vocab, 
             if m >= info.vocab_size or int(arr.min()) < 0:
                 raise ValueError(f"{tmp / TOKENIZER_FILE}: tokenizer produced id {m} >= its vocabulary size {info.vocab_size}")
             max_id[split] = max(max_id[split], m)
+            eot_in_text[split] += int(np.count_nonzero(arr == info.eot_id)) - ndoc
             counts[split]["documents"] += ndoc
             counts[split]["tokens"] += int(arr.size)
             # Document ends (exclusive) inside arr; shards are cut at document boundaries.
@@ -352,7 +354,8 @@ def _build_into(tmp: Path, sources, fixed_tok, tok_kind, tok_name, model_vocab, 
             "validation_fraction": val_fraction,
             "forced_validation_document": force_val >= 0,
         },
-        "splits": {s: {**counts[s], "max_token_id": max_id[s], "shards": shard_lists[s]} for s in SPLITS},
+        "splits": {s: {**counts[s], "max_token_id": max_id[s],
+                      "eot_tokens_inside_documents": eot_in_text[s], "shards": shard_lists[s]} for s in SPLITS},
         "max_mb": max_mb,
         "build": {
             "read_seconds": round(read_s, 3), "tokenizer_seconds": round(train_tok_s, 3),

@@ -84,7 +84,12 @@ def train_bpe(texts: Iterable[str], vocab_size: int = 8192, min_frequency: int =
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
     )
     tok.train_from_iterator(texts, trainer)
-    return tok
+    # Keep <|endoftext|> in the vocabulary (id 0) but not as an added token, so the
+    # literal text "<|endoftext|>" inside a document is encoded as ordinary bytes and
+    # id 0 only ever marks a document boundary.
+    spec = json.loads(tok.to_str())
+    spec["added_tokens"] = []
+    return Tokenizer.from_str(json.dumps(spec))
 
 
 # --------------------------------------------------------------------------- (b) Qwen2/3
