@@ -65,3 +65,18 @@ def test_resume_extends_a_finished_run(tmp_path, small_cfg):
     s = t.fit()
     assert s["steps"] == 4 and [e[0] for e in s["evals"]] == [1, 2, 3, 4]
     assert _seq(tmp_path / "r", "step") == [1, 2, 3, 4]
+
+
+def test_load_run_model(tmp_path, small_cfg):
+    from mhar.train import load_run_model
+
+    t = Trainer(small_cfg("mhar-h2", "steps=2", "checkpoint_every=1", "keep_last=0"), tmp_path / "r",
+                progress=False)
+    t.fit()
+    m = load_run_model(tmp_path / "r")
+    assert not m.training and all(torch.equal(a, b) for a, b in zip(m.state_dict().values(),
+                                                                       t.model.state_dict().values()))
+    m1 = load_run_model(tmp_path / "r", checkpoint=1)
+    assert not all(torch.equal(a, b) for a, b in zip(m1.state_dict().values(), m.state_dict().values()))
+    with pytest.raises(FileNotFoundError, match="steps available: \\[1, 2\\]"):
+        load_run_model(tmp_path / "r", checkpoint=7)

@@ -1,0 +1,65 @@
+"""Worker for tests/train/test_distributed.py, started by torchrun with two CPU
+processes (gloo): ``python -m torch.distributed.run --nproc_per_node=2
+dist_worker.py SPEC.json``. Runs every scenario of the spec in one process group
+and writes each run's logged losses to ``OUT/<name>.json`` (rank 0)."""
+
+import json
+import os
+import shutil
+import sys
+import traceback
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from train_helpers import SMALL  # noqa: E402
+
+import torch  # noqa: E402
+
+from mhar.train import apply_train_overrides, train_preset  # noqa: E402
+from mhar.train.distributed import DistributedTrainer, init_distributed, shutdown  # noqa: E402
+from mhar.train.metrics import read_metrics  # noqa: E402
+
+
+def config(method, overrides):
+    return apply_train_overrides(train_preset("tiny", method), SMALL + list(overrides))
+
+
+def main(spec_path):
+    spec = json.loads(Path(spec_path).read_text())
+    out = Path(spec["out"])
+    info = init_distributed("cpu")
+    torch.set_num_threads(1)
+    try:
+        for sc in spec["scenarios"]:
+            if "copy" in sc:  # resume a copy of an earlier run, without its newer checkpoints
+                src, drop = sc["copy"]
+                if info.rank == 0:
+                    shutil.copytree(src, sc["run_dir"])
+                    shutil.rmtree(Path(sc["run_dir"]) / drop)
+                torch.distributed.barrier()
+            cfg = config(sc["method"], sc["overrides"])
+            trainer = DistributedTrainer(cfg, sc["run_dir"], resume=sc.get("resume", False), quiet=True,
+                                         progress=False)
+            start = trainer.step
+            trainer.fit()
+            if info.rank == 0:
+                rows = read_metrics(sc["run_dir"])
+                result = {"start": start, "loss": [r["loss"] for r in rows],
+                          "grad_norm": [r["grad_norm"] for r in rows],
+                          "val": [r["val_loss"] for r in rows if "val_loss" in r],
+                          "world_size": info.world_size, "parallel": trainer.parallel,
+                          # name -> is a DTensor; names whose local shard is smaller than the parameter
+                          "params": {n: hasattr(p, "to_local") for n, p in trainer.model.named_parameters()},
+                          "sharded": [n for n, p in trainer.model.named_parameters()
+                                      if hasattr(p, "to_local") and p.to_local().numel() < p.numel()]}
+                (out / f"{sc['name']}.json").write_text(json.dumps(result))
+    except Exception:
+        traceback.print_exc()
+        (out / f"error_rank{info.rank}.txt").write_text(traceback.format_exc())
+        raise
+    finally:
+        shutdown()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,208 @@
+"""DDP and FSDP2 on the CPU (gloo, two processes started by torchrun): the loss
+sequence equals the single-process run with the same global batch (fp32, 1e-5
+relative), for every stream method; sharded (DCP) checkpoints resume at another
+world size, in another parallel mode, in one process, and through a consolidated
+single file."""
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from train_helpers import PYTHON, SMALL, subprocess_env
+
+from mhar.train import Trainer, apply_train_overrides, train_preset
+from mhar.train import dcp as dcpio
+from mhar.train.metrics import read_metrics
+
+pytestmark = pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed unavailable")
+
+RTOL = 1e-5
+WORKER = Path(__file__).with_name("dist_worker.py")
+# Methods run for two steps under DDP and FSDP2 each; mhar also with gradient accumulation and checkpoints.
+METHODS = {
+    "baseline": [],
+    "hyper": [],
+    "attnres-block": [],
+    "delta": [],
+    "mhar-two-phase": ["stream.schedule=two-phase", "stream.chunk=2"],
+}
+LONG = ["steps=4", "grad_accum=2", "checkpoint_every=2", "eval_every=2", "keep_last=0"]
+SHORT = ["steps=2", "eval_every=2", "checkpoint_every=100"]
+
+
+def _cfg(method, *overrides):
+    base = "mhar" if method.startswith("mhar") else method
+    return apply_train_overrides(train_preset("tiny", base), SMALL + list(overrides))
+
+
+def _losses(run_dir):
+    return [r["loss"] for r in read_metrics(run_dir)]
+
+
+def _close(a, b, rtol=RTOL):
+    assert len(a) == len(b), (a, b)
+    for x, y in zip(a, b):
+        assert abs(x - y) <= rtol * abs(y), (a, b)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Single-process references (batch 4), then one torchrun job of two ranks
+    (batch 2 each) that runs every distributed scenario."""
+    root = tmp_path_factory.mktemp("dist")
+    torch.set_num_threads(1)
+    ref = {}
+    Trainer(_cfg("mhar", *LONG, "batch_size=4"), root / "ref_mhar", progress=False).fit()
+    ref["mhar"] = _losses(root / "ref_mhar")
+    for m, extra in METHODS.items():
+        Trainer(_cfg(m, *SHORT, *extra, "batch_size=4"), root / f"ref_{m}", progress=False).fit()
+        ref[m] = _losses(root / f"ref_{m}")
+
+    # a single-process checkpoint (step 2) to resume under FSDP2 on two ranks
+    single = root / "from_single"
+    shutil.copytree(root / "ref_mhar", single)
+    (single / "checkpoints" / "step_00000004.pt").unlink()
+
+    scenarios = []
+    for mode in ("ddp", "fsdp"):
+        scenarios.append(dict(name=f"{mode}_mhar", method="mhar", run_dir=str(root / f"{mode}_mhar"),
+                              overrides=LONG + [f"parallel={mode}"]))
+        for m, extra in METHODS.items():
+            scenarios.append(dict(name=f"{mode}_{m}", method="mhar" if m.startswith("mhar") else m,
+                                  run_dir=str(root / f"{mode}_{m}"), overrides=SHORT + extra + [f"parallel={mode}"]))
+    scenarios.append(dict(name="fsdp_from_single", method="mhar", run_dir=str(single), resume=True,
+                          overrides=LONG + ["parallel=fsdp"]))
+    # the DDP run's step-2 checkpoint (plain tensors, written once) resumed under FSDP2 (DTensor shards)
+    scenarios.append(dict(name="ddp_to_fsdp", method="mhar", run_dir=str(root / "ddp_to_fsdp"), resume=True,
+                          overrides=LONG + ["parallel=fsdp"],
+                          copy=[str(root / "ddp_mhar"), "checkpoints/step_00000004"]))
+    out = root / "results"
+    out.mkdir()
+    spec = root / "spec.json"
+    spec.write_text(json.dumps({"out": str(out), "scenarios": scenarios}))
+    _torchrun(spec, root)
+    dist = {p.stem: json.loads(p.read_text()) for p in out.glob("*.json")}
+    return root, ref, dist
+
+
+def _torchrun(spec, root):
+    cmd = [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(WORKER), str(spec)]
+    proc = subprocess.run(cmd, env=dict(subprocess_env(), OMP_NUM_THREADS="1"), capture_output=True, text=True,
+                          timeout=600, cwd=root)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-8000:]
+
+
+@pytest.mark.parametrize("mode", ["ddp", "fsdp"])
+def test_loss_equals_single_process_with_accumulation(runs, mode):
+    _, ref, dist = runs
+    r = dist[f"{mode}_mhar"]
+    assert r["world_size"] == 2 and len(r["loss"]) == 4
+    _close(r["loss"], ref["mhar"])
+
+
+@pytest.mark.parametrize("mode", ["ddp", "fsdp"])
+@pytest.mark.parametrize("method", list(METHODS))
+def test_every_stream_method(runs, mode, method):
+    _, ref, dist = runs
+    _close(dist[f"{mode}_{method}"]["loss"], ref[method])
+
+
+def test_fsdp_shards_every_parameter_including_routing(runs):
+    """FSDP2: every parameter is a DTensor shard; the routing queries and key norms
+    (model.residual) are in the root group, sharded like the rest."""
+    _, _, dist = runs
+    r = dist["fsdp_mhar"]
+    assert r["parallel"] == "fsdp"
+    assert r["params"] and all(r["params"].values()), r["params"]
+    assert any(n.startswith("residual.") for n in r["params"])
+    assert any(n.startswith("residual.") for n in r["sharded"])
+
+
+def test_fsdp_resumes_single_process_checkpoint(runs):
+    _, ref, dist = runs
+    r = dist["fsdp_from_single"]
+    assert r["start"] == 2
+    _close(r["loss"], ref["mhar"])
+
+
+def test_ddp_checkpoint_resumes_under_fsdp(runs):
+    _, ref, dist = runs
+    r = dist["ddp_to_fsdp"]
+    assert r["start"] == 2
+    _close(r["loss"], ref["mhar"])
+
+
+def test_sharded_checkpoint_layout(runs):
+    root = runs[0]
+    found = dcpio.list_checkpoints(root / "fsdp_mhar" / "checkpoints")
+    assert [s for s, _ in found] == [2, 4]
+    names = {p.name for p in found[0][1].iterdir()}
+    assert {".metadata", "trainer.pt", "rng_0.pt", "rng_1.pt", "__0_0.distcp", "__1_0.distcp"} <= names
+    assert not [p for p in (root / "fsdp_mhar" / "checkpoints").iterdir() if p.name.startswith(".")]
+
+
+def test_two_process_checkpoint_resumes_in_one_process(runs, tmp_path):
+    """Written by two FSDP2 ranks at step 2; resumed by one process (a group of one)
+    with the same global batch: the loss sequence continues."""
+    from mhar.train.distributed import DistributedTrainer, init_distributed, shutdown
+
+    root, ref, _ = runs
+    run = tmp_path / "one"
+    shutil.copytree(root / "fsdp_mhar", run)
+    shutil.rmtree(run / "checkpoints" / "step_00000004")
+    init_distributed("cpu")
+    try:
+        t = DistributedTrainer(_cfg("mhar", *LONG, "batch_size=4", "parallel=fsdp"), run, resume=True,
+                               progress=False)
+        assert t.step == 2 and t.world_size == 1
+        t.fit()
+    finally:
+        shutdown()
+    _close(_losses(run), ref["mhar"])
+
+
+def test_consolidated_checkpoint_resumes_without_process_group(runs, tmp_path, run_cli):
+    """``mhar consolidate`` writes the single-process format: the plain Trainer
+    resumes it and continues the loss sequence."""
+    root, ref, _ = runs
+    run = tmp_path / "single"
+    run.mkdir()
+    shutil.copy(root / "fsdp_mhar" / "config.json", run / "config.json")
+    shutil.copy(root / "fsdp_mhar" / "metrics.jsonl", run / "metrics.jsonl")
+    code, out, err = run_cli("consolidate", root / "fsdp_mhar" / "checkpoints" / "step_00000002",
+                             "--out", run / "checkpoints" / "step_00000002.pt")
+    assert code == 0, err
+    state = torch.load(run / "checkpoints" / "step_00000002.pt", weights_only=False)
+    assert state["step"] == 2 and "embed.weight" in state["model"]
+    assert all(not hasattr(v, "to_local") for v in state["model"].values())
+    t = Trainer(_cfg("mhar", *LONG, "batch_size=4"), run, resume=True, progress=False)
+    assert t.step == 2
+    t.fit()
+    _close(_losses(run), ref["mhar"])
+
+
+def test_consolidate_refuses_non_checkpoint(tmp_path, run_cli):
+    code, out, err = run_cli("consolidate", tmp_path, "--out", tmp_path / "x.pt")
+    assert code == 2 and "neither a DCP checkpoint" in err
+
+
+def test_parallel_config_validation():
+    with pytest.raises(ValueError, match="parallel='tp'"):
+        _cfg("baseline", "parallel=tp")
+
+
+def test_synthetic_loader_ranks_partition_the_global_batch():
+    from mhar.train.data import SyntheticLoader, synthetic_tokens
+
+    tokens = synthetic_tokens(64, 4096, seed=1)
+    one = SyntheticLoader(tokens, 16, 6, seed=3)
+    ranks = [SyntheticLoader(tokens, 16, 2, seed=3, rank=r, world_size=3) for r in range(3)]
+    for _ in range(3):
+        x1, y1 = one.next_batch()
+        parts = [loader.next_batch() for loader in ranks]
+        assert torch.equal(x1, torch.cat([p[0] for p in parts]))
+        assert torch.equal(y1, torch.cat([p[1] for p in parts]))
