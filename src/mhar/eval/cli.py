@@ -1,0 +1,105 @@
+"""`mhar eval`: evaluate a run folder or any Hugging Face causal LM, and compare two
+evaluations with paired statistics.
+
+  mhar eval MODEL --tasks hellaswag,arc_easy:500 [--limit N] [--out DIR]
+  mhar eval MODEL --val DATASET_DIR | --ppl FILE...       loss / perplexity
+  mhar eval compare DIR_A DIR_B [--tasks ...]             paired bootstrap CI + exact McNemar
+  mhar eval tail RUN_A [RUN_B] [--k 11]                   tail-mean validation loss (+ paired)
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "eval", help="evaluate a model (loss, downstream tasks) or compare two evaluations",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("target", nargs="+", metavar="MODEL | compare A B | tail RUN [RUN]",
+                   help="a run folder, a Hugging Face model folder, a .gguf file or 'smollm2-135m-instruct'; "
+                        "or 'compare DIR_A DIR_B'; or 'tail RUN_A [RUN_B]'")
+    p.add_argument("--tasks", default="", help="comma-separated tasks, each optionally NAME:LIMIT "
+                   "(hellaswag, arc_easy, arc_challenge, piqa, mmlu, mmlu_cloze, lambada, gsm8k, gpqa)")
+    p.add_argument("--limit", type=int, default=None, help="a deterministic subset of N items per task "
+                   "(the same items for every model; also caps loss windows)")
+    p.add_argument("--shots", type=int, default=None, help="few-shot examples (default 0; gsm8k 8)")
+    p.add_argument("--out", default=None, help="folder for results.json and per-item <task>.jsonl")
+    p.add_argument("--val", default=None, metavar="DATASET_DIR", help="validation loss on a dataset folder")
+    p.add_argument("--ppl", nargs="+", default=None, metavar="FILE", help="loss/perplexity on text files")
+    p.add_argument("--seq-len", type=int, default=None, help="window for loss/perplexity (default: model max)")
+    p.add_argument("--data-file", action="append", default=[], metavar="NAME=PATH",
+                   help="a local file for a gated task (gpqa=gpqa_diamond.csv) or a custom MC task")
+    p.add_argument("--batch-tokens", type=int, default=4096, help="token budget per forward batch")
+    p.add_argument("--max-new-tokens", type=int, default=None, help="generation cap (gsm8k default 256)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16")
+    p.add_argument("--checkpoint", default=None, help="run folders: which checkpoint (default: the latest)")
+    p.add_argument("--tokenizer", default=None, help="run folders: tokenizer.json or dataset folder")
+    p.add_argument("--seed", type=int, default=1234, help="seed of the --limit subset and the bootstrap")
+    p.add_argument("--no-progress", action="store_true")
+    # compare / tail
+    p.add_argument("--metric", default=None, help="compare: per-item field to pair (default: correct; "
+                   "loss for loss tasks); also correct_norm")
+    p.add_argument("--bootstrap", type=int, default=10000, help="compare: bootstrap resamples")
+    p.add_argument("--k", type=int, default=11, help="tail: number of last evaluations to average")
+    p.add_argument("--key", default=None, help="tail: metric name in metrics.jsonl (default: val loss)")
+    p.set_defaults(func=main)
+
+
+def _data_files(items: list[str]) -> dict[str, str]:
+    out = {}
+    for it in items:
+        if "=" not in it:
+            raise ValueError(f"--data-file {it!r} must look like NAME=PATH (e.g. gpqa=gpqa_diamond.csv)")
+        k, v = it.split("=", 1)
+        out[k.strip().lower()] = v
+    return out
+
+
+def main(args) -> int:
+    head = args.target[0]
+    if head == "compare":
+        return _compare(args)
+    if head == "tail":
+        return _tail(args)
+    if len(args.target) != 1:
+        raise ValueError(f"give one model (got {len(args.target)}: {' '.join(args.target)}); "
+                         f"to pair two evaluations use `mhar eval compare A B`")
+    from mhar.eval.adapter import load_for_eval
+    from mhar.eval.runner import parse_task_list, run_tasks
+    tasks = parse_task_list(args.tasks)
+    if not tasks and not args.val and not args.ppl:
+        raise ValueError("nothing to evaluate: give --tasks, --val DATASET_DIR or --ppl FILE")
+    from mhar.eval.tasks import load_task  # noqa: F401  (fail early on unknown names below)
+    data_files = _data_files(args.data_file)
+    model = load_for_eval(head, device=args.device, dtype=args.dtype, checkpoint=args.checkpoint,
+                          tokenizer=args.tokenizer)
+    print(f"evaluating {model.name} ({model.info.get('kind', '?')}) on {args.device}", file=sys.stderr)
+    run_tasks(model, tasks, out_dir=args.out, limit=args.limit, shots=args.shots, batch_tokens=args.batch_tokens,
+              data_files=data_files, ppl_files=args.ppl, val_dataset=args.val, seq_len=args.seq_len,
+              seed=args.seed, progress=not args.no_progress, max_new_tokens=args.max_new_tokens,
+              command="mhar eval " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if len(sys.argv) > 2 else None)
+    return 0
+
+
+def _compare(args) -> int:
+    from mhar.eval.compare import compare_dirs, format_comparison
+    if len(args.target) != 3:
+        raise ValueError("usage: mhar eval compare DIR_A DIR_B (two folders written by `mhar eval --out`)")
+    tasks = [n for n, _ in __import__("mhar.eval.runner", fromlist=["x"]).parse_task_list(args.tasks)] or None
+    rows = compare_dirs(args.target[1], args.target[2], tasks=tasks, metric=args.metric,
+                        n_boot=args.bootstrap, seed=args.seed)
+    print(format_comparison(rows, args.target[1], args.target[2]))
+    return 0
+
+
+def _tail(args) -> int:
+    from mhar.eval.compare import format_tail, tail_from_runs
+    if len(args.target) not in (2, 3):
+        raise ValueError("usage: mhar eval tail RUN_A [RUN_B] [--k 11]")
+    res = tail_from_runs(args.target[1:], k=args.k, key=args.key)
+    print(format_tail(res))
+    return 0

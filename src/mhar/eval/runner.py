@@ -1,0 +1,134 @@
+"""Run a list of tasks on one model and save the results: ``results.json`` (metrics,
+the command, versions) and one ``<task>.jsonl`` of per-item records for pairing."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mhar.eval.adapter import EvalModel
+from mhar.eval.scoring import (evaluate_gen, evaluate_mc, evaluate_text_ppl, evaluate_token_loss, evaluate_word,
+                               read_texts, validation_tokens)
+from mhar.eval.tasks import load_task, subset
+
+
+def parse_task_list(spec: str | list[str]) -> list[tuple[str, int | None]]:
+    """'hellaswag,arc_easy:500' -> [('hellaswag', None), ('arc_easy', 500)]."""
+    parts = spec if isinstance(spec, list) else [spec]
+    out = []
+    for part in parts:
+        for tok in str(part).split(","):
+            tok = tok.strip()
+            if not tok:
+                continue
+            name, _, lim = tok.partition(":")
+            if lim and not lim.isdigit():
+                raise ValueError(f"task {tok!r}: the limit after ':' must be a whole number")
+            out.append((name.strip().lower(), int(lim) if lim else None))
+    return out
+
+
+def run_tasks(model: EvalModel, tasks: list[tuple[str, int | None]], out_dir: str | Path | None = None,
+              limit: int | None = None, shots: int | None = None, batch_tokens: int = 4096,
+              data_files: dict[str, str] | None = None, ppl_files: list[str] | None = None,
+              val_dataset: str | None = None, seq_len: int | None = None, seed: int = 1234,
+              progress: bool = True, command: str | None = None, max_new_tokens: int | None = None,
+              log=print) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    records_by_task: dict[str, list[dict]] = {}
+    out = Path(out_dir) if out_dir else None
+    if out:
+        out.mkdir(parents=True, exist_ok=True)
+
+    def finish(name: str, metrics: dict, records: list[dict], info: dict, seconds: float) -> None:
+        metrics = {**metrics, **info, "seconds": round(seconds, 1)}
+        results[name] = metrics
+        records_by_task[name] = records
+        if out:
+            with (out / f"{name}.jsonl").open("w", encoding="utf-8") as fh:
+                for r in records:
+                    fh.write(json.dumps(r) + "\n")
+            _write_summary(out, model, results, command)
+        log(format_metrics(name, metrics))
+
+    if val_dataset:
+        t0 = time.time()
+        toks = validation_tokens(val_dataset)
+        m, recs = evaluate_token_loss(model, toks, seq_len, batch_tokens * 2, progress, limit)
+        finish("val_loss", m, recs, {"source": str(val_dataset)}, time.time() - t0)
+    if ppl_files:
+        t0 = time.time()
+        m, recs = evaluate_text_ppl(model, read_texts(ppl_files), seq_len, batch_tokens * 2, progress, limit)
+        finish("ppl", m, recs, {"source": ", ".join(map(str, ppl_files))}, time.time() - t0)
+    for name, task_limit in tasks:
+        t0 = time.time()
+        task = load_task(name, shots, data_files)
+        full_n = len(task.items)
+        task.items = subset(task.items, task_limit or limit, seed)
+        info = {"source": task.source, "description": task.description, "of": full_n, "subset_seed": seed}
+        if task.kind == "mc":
+            m, recs = evaluate_mc(model, task, batch_tokens, progress)
+        elif task.kind == "word":
+            m, recs = evaluate_word(model, task, batch_tokens, progress)
+        elif task.kind == "gen":
+            m, recs = evaluate_gen(model, task, progress, max_new_tokens)
+        else:  # pragma: no cover
+            raise ValueError(f"task kind {task.kind!r}")
+        finish(name, m, recs, info, time.time() - t0)
+    return {"results": results, "records": records_by_task}
+
+
+def format_metrics(name: str, m: dict) -> str:
+    keys = [k for k in ("acc", "acc_norm", "exact_match", "exact_match_flex", "loss", "ppl", "word_ppl",
+                        "bits_per_byte", "chance") if k in m]
+    parts = []
+    for k in keys:
+        v = m[k]
+        se = m.get(f"{k}_stderr")
+        if k in ("acc", "acc_norm", "exact_match", "exact_match_flex", "chance"):
+            parts.append(f"{k} {100 * v:.1f}" + (f" ± {100 * se:.1f}" if se is not None else ""))
+        else:
+            parts.append(f"{k} {v:.4f}" + (f" ± {se:.4f}" if se is not None else ""))
+    return f"{name:<14} n={m.get('n')}  " + "  ".join(parts) + f"  ({m.get('seconds', 0):.0f}s)"
+
+
+def _git_commit() -> str | None:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              cwd=Path(__file__).parent, timeout=5).stdout.strip() or None
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _write_summary(out: Path, model: EvalModel, results: dict, command: str | None) -> None:
+    try:
+        import transformers
+        tv = transformers.__version__
+    except ImportError:
+        tv = None
+    summary = {
+        "model": model.name, "model_info": model.info, "command": command or " ".join(sys.argv),
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "versions": {"python": platform.python_version(), "torch": torch.__version__, "transformers": tv},
+        "device": str(model.device), "commit": _git_commit(), "results": results,
+    }
+    tmp = out / "results.json.tmp"
+    tmp.write_text(json.dumps(summary, indent=2))
+    tmp.replace(out / "results.json")
+
+
+def load_records(path: str | Path, task: str) -> dict[str, dict]:
+    """Per-item records of one task from an evaluation folder, keyed by item id."""
+    p = Path(path) / f"{task}.jsonl"
+    if not p.exists():
+        raise FileNotFoundError(f"{p} not found (evaluate with --out {path} first)")
+    with p.open(encoding="utf-8") as fh:
+        return {r["id"]: r for r in map(json.loads, filter(str.strip, fh))}

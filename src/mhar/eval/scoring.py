@@ -1,0 +1,334 @@
+"""Scoring: batched log-likelihoods, multiple choice, LAMBADA, generation, perplexity.
+
+Every evaluator returns ``(metrics, records)``: a dict of aggregate numbers and one
+record per item (its id plus what paired statistics need: ``correct``, ``correct_norm``,
+``loss`` ...), so two evaluations of the same items can be paired later.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from mhar.eval.adapter import EvalModel
+from mhar.eval.tasks import GenItem, MCItem, Task, WordItem, gsm8k_extract
+
+
+@dataclass
+class Scored:
+    logprob: float      # sum of log p(continuation tokens | context)
+    greedy: bool        # every continuation token is the argmax
+    n_tokens: int
+
+
+def _encode_pair(model: EvalModel, context: str, continuation: str, cache: dict) -> tuple[list[int], list[int]]:
+    """Tokenise as lm-evaluation-harness does: trailing spaces of the context move to the
+    continuation; the continuation's tokens are those of context+continuation after the
+    context's, so the boundary merges exactly as in running text."""
+    n_sp = len(context) - len(context.rstrip())
+    if n_sp:
+        continuation = context[-n_sp:] + continuation
+        context = context[:-n_sp]
+    if not context:
+        return [model.prefix_token], model.encode(continuation)
+    ctx = cache.get(context)
+    if ctx is None:
+        ctx = cache[context] = model.encode(context)
+    whole = model.encode(context + continuation)
+    if whole[:len(ctx)] != ctx:  # a merge across the boundary: fall back to separate encodings
+        return ctx, model.encode(continuation)
+    return ctx, whole[len(ctx):]
+
+
+def loglikelihoods(model: EvalModel, requests: Sequence[tuple[str, str]], batch_tokens: int = 4096,
+                   progress: bool = True, desc: str = "loglikelihood", pack: bool = True) -> list[Scored]:
+    """Log-likelihood of each continuation given its context, batched by a token budget
+    (longest first, right padding: causal attention makes the padding harmless). The LM
+    head is applied only at the continuation positions.
+
+    With ``pack`` (and a model that takes a custom attention pattern), requests sharing a
+    context are packed into one sequence: the context once, then every continuation, each
+    attending to the context and to itself only, with positions restarting after the
+    context. The numbers are those of scoring each request alone (up to float rounding)."""
+    cache: dict = {}
+    enc: list[tuple[list[int], list[int]]] = []
+    for ctx, cont in requests:
+        c, k = _encode_pair(model, ctx, cont, cache)
+        if model.add_bos and model.bos_id is not None:
+            c = [model.bos_id] + c
+        if not k:
+            raise ValueError(f"empty continuation for context ending {ctx[-40:]!r}")
+        full = (c + k)[-(model.max_len + 1):]
+        enc.append((full[:-len(k)], full[-len(k):]))
+    # units: one context and the requests that share it
+    packed_ok = pack and model.packed_hidden_fn is not None
+    groups: dict[tuple, list[int]] = {}
+    for i, (c, _) in enumerate(enc):
+        groups.setdefault(tuple(c) if packed_ok else (i,), []).append(i)
+    units: list[list[int]] = []
+    for members in groups.values():
+        c = enc[members[0]][0]
+        if len(c) + sum(len(enc[i][1]) - 1 for i in members) > model.max_len:
+            units += [[i] for i in members]
+        else:
+            units.append(members)
+
+    def unit_len(u: list[int]) -> int:
+        return len(enc[u[0]][0]) + sum(len(enc[i][1]) - 1 for i in u)
+
+    units.sort(key=lambda u: -unit_len(u))
+    batches, cur, cur_max = [], [], 0
+    for u in units:
+        n = unit_len(u)
+        if cur and max(cur_max, n) * (len(cur) + 1) > batch_tokens:
+            batches.append(cur)
+            cur, cur_max = [], 0
+        cur.append(u)
+        cur_max = max(cur_max, n)
+    if cur:
+        batches.append(cur)
+
+    out: list[Scored | None] = [None] * len(enc)
+    bar = tqdm(total=len(enc), desc=desc, disable=not progress, unit="req", leave=False)
+    for batch in batches:
+        T = max(unit_len(u) for u in batch)
+        B = len(batch)
+        ids = torch.zeros(B, T, dtype=torch.long)
+        use_pack = packed_ok and any(len(u) > 1 for u in batch)
+        if use_pack:
+            pos = torch.zeros(B, T, dtype=torch.long)
+            allowed = torch.eye(T, dtype=torch.bool).repeat(B, 1, 1)
+        rows, cols, targets, owners = [], [], [], []
+        for r, u in enumerate(batch):
+            c = enc[u[0]][0]
+            nc = len(c)
+            seq = list(c)
+            if use_pack:
+                pos[r, :nc] = torch.arange(nc)
+                allowed[r, :nc, :nc] = torch.ones(nc, nc, dtype=torch.bool).tril()
+            for i in u:
+                k = enc[i][1]
+                s0 = len(seq)  # where this continuation's inputs k[:-1] start
+                seq += k[:-1]
+                m = len(k) - 1
+                if use_pack and m:
+                    pos[r, s0:s0 + m] = torch.arange(nc, nc + m)
+                    allowed[r, s0:s0 + m, :nc] = True
+                    allowed[r, s0:s0 + m, s0:s0 + m] = torch.ones(m, m, dtype=torch.bool).tril()
+                rows += [r] * len(k)
+                cols += [nc - 1] + list(range(s0, s0 + m))
+                targets += k
+                owners.append((i, len(k)))
+            ids[r, :len(seq)] = torch.tensor(seq)
+        h = model.packed_hidden_fn(ids, pos, allowed) if use_pack else model.hidden(ids)
+        sel = h[torch.tensor(rows), torch.tensor(cols)]
+        logp = F.log_softmax(model.head(sel).float(), dim=-1)
+        tgt = torch.tensor(targets, device=logp.device)
+        tok_lp = logp.gather(1, tgt[:, None])[:, 0]
+        tok_greedy = logp.argmax(-1) == tgt
+        p0 = 0
+        for i, n in owners:
+            out[i] = Scored(float(tok_lp[p0:p0 + n].sum()), bool(tok_greedy[p0:p0 + n].all()), n)
+            p0 += n
+        bar.update(len(owners))
+    bar.close()
+    return out  # type: ignore[return-value]
+
+
+def _binom_se(p: float, n: int) -> float:
+    return math.sqrt(p * (1 - p) / n) if n > 1 else float("nan")
+
+
+def evaluate_mc(model: EvalModel, task: Task, batch_tokens: int = 4096, progress: bool = True):
+    """acc: argmax of the summed log-likelihood. acc_norm: argmax of the log-likelihood
+    divided by the continuation's length in characters (lm-eval's acc_norm; OLMES
+    'acc_per_char'). The leading space counts as a character, as in lm-eval."""
+    reqs, spans = [], []
+    for it in task.items:
+        r = it.requests()
+        spans.append((len(reqs), len(r)))
+        reqs += r
+    scored = loglikelihoods(model, reqs, batch_tokens, progress, desc=task.name)
+    records = []
+    for it, (s, n) in zip(task.items, spans):
+        lp = np.array([scored[s + j].logprob for j in range(n)])
+        chars = np.array([len(c) for c in it.continuations], dtype=float)
+        pred, pred_norm = int(lp.argmax()), int((lp / chars).argmax())
+        records.append({"id": it.id, "gold": it.gold, "pred": pred, "pred_norm": pred_norm,
+                        "correct": int(pred == it.gold), "correct_norm": int(pred_norm == it.gold),
+                        "logprobs": [round(float(x), 4) for x in lp]})
+    n = len(records)
+    acc = sum(r["correct"] for r in records) / max(n, 1)
+    acc_norm = sum(r["correct_norm"] for r in records) / max(n, 1)
+    chance = float(np.mean([1.0 / len(it.continuations) for it in task.items])) if n else float("nan")
+    return ({"acc": acc, "acc_stderr": _binom_se(acc, n), "acc_norm": acc_norm,
+             "acc_norm_stderr": _binom_se(acc_norm, n), "chance": chance, "n": n}, records)
+
+
+def evaluate_word(model: EvalModel, task: Task, batch_tokens: int = 4096, progress: bool = True):
+    """LAMBADA: the last word counts as right when greedy decoding reproduces all of its
+    tokens (lm-eval's lambada acc); also the perplexity of the last word."""
+    scored = loglikelihoods(model, [(it.context, it.continuation) for it in task.items], batch_tokens,
+                            progress, desc=task.name)
+    records = [{"id": it.id, "correct": int(s.greedy), "logprob": round(s.logprob, 4), "n_tokens": s.n_tokens}
+               for it, s in zip(task.items, scored)]
+    n = len(records)
+    acc = sum(r["correct"] for r in records) / max(n, 1)
+    ppl = math.exp(-sum(s.logprob for s in scored) / max(n, 1)) if n else float("nan")
+    return {"acc": acc, "acc_stderr": _binom_se(acc, n), "ppl": ppl, "n": n}, records
+
+
+def evaluate_gen(model: EvalModel, task: Task, progress: bool = True, max_new_tokens: int | None = None):
+    """Greedy generation until a stop string; strict exact match of the extracted answer
+    (GSM8K: the number after 'The answer is'), plus a flexible last-number match."""
+    max_new = max_new_tokens or task.max_new_tokens
+    records = []
+    for it in tqdm(task.items, desc=task.name, disable=not progress, leave=False):
+        prompt = model.encode(it.prompt)
+        if model.add_bos and model.bos_id is not None:
+            prompt = [model.bos_id] + prompt
+        prompt = prompt[-max(1, model.max_len - max_new):]
+        text = model.decode(model.generate(prompt, max_new, it.stop))
+        for s in it.stop:
+            text = text.split(s)[0]
+        strict, flex = gsm8k_extract(text, strict=True), gsm8k_extract(text, strict=False)
+        gold = it.answer.replace(",", "").strip()
+        records.append({"id": it.id, "gold": gold, "pred": strict, "correct": int(strict == gold),
+                        "correct_flex": int(flex == gold), "output": text})
+    n = len(records)
+    em = sum(r["correct"] for r in records) / max(n, 1)
+    flex = sum(r["correct_flex"] for r in records) / max(n, 1)
+    return {"exact_match": em, "exact_match_stderr": _binom_se(em, n), "exact_match_flex": flex, "n": n}, records
+
+
+# -- loss and perplexity ----------------------------------------------------------
+
+def _window_losses(model: EvalModel, windows: list[list[int]], batch_tokens: int, progress: bool,
+                   desc: str) -> list[tuple[float, int]]:
+    """Summed next-token NLL and the number of predicted tokens of each window."""
+    order = sorted(range(len(windows)), key=lambda i: -len(windows[i]))
+    out: list[tuple[float, int] | None] = [None] * len(windows)
+    bar = tqdm(total=sum(len(w) - 1 for w in windows), desc=desc, disable=not progress, unit="tok", leave=False)
+    i = 0
+    while i < len(order):
+        T = len(windows[order[i]])
+        bsz = max(1, batch_tokens // max(T, 1))
+        batch = order[i:i + bsz]
+        i += len(batch)
+        ids = torch.zeros(len(batch), T, dtype=torch.long)
+        mask = torch.zeros(len(batch), T - 1, dtype=torch.bool)
+        for r, j in enumerate(batch):
+            ids[r, :len(windows[j])] = torch.tensor(windows[j])
+            mask[r, :len(windows[j]) - 1] = True
+        h = model.hidden(ids[:, :-1])
+        logits = model.head(h[mask]).float()
+        nll = F.cross_entropy(logits, ids[:, 1:][mask].to(logits.device), reduction="none")
+        pos = 0
+        for r, j in enumerate(batch):
+            n = len(windows[j]) - 1
+            out[j] = (float(nll[pos:pos + n].sum()), n)
+            pos += n
+        bar.update(int(mask.sum()))
+    bar.close()
+    return out  # type: ignore[return-value]
+
+
+def read_texts(paths: Iterable[str | Path]) -> list[tuple[str, str]]:
+    """(name, text) documents from text files, folders of them, or JSONL files with a
+    'text' field (one document a line)."""
+    import json
+    docs = []
+    for p in map(Path, paths):
+        if not p.exists():
+            raise FileNotFoundError(f"text file {p} does not exist")
+        files = sorted(f for f in p.rglob("*") if f.is_file()) if p.is_dir() else [p]
+        for f in files:
+            if f.suffix == ".jsonl":
+                for k, line in enumerate(f.read_text(encoding="utf-8").splitlines()):
+                    if line.strip():
+                        docs.append((f"{f.name}:{k}", json.loads(line)["text"]))
+            elif f.suffix in (".txt", ".md", ".raw", ".text", ""):
+                docs.append((f.name, f.read_text(encoding="utf-8", errors="replace")))
+    if not docs:
+        raise ValueError(f"no text documents found in {', '.join(map(str, paths))}")
+    return docs
+
+
+def evaluate_text_ppl(model: EvalModel, docs: list[tuple[str, str]], seq_len: int | None = None,
+                      batch_tokens: int = 8192, progress: bool = True, limit: int | None = None):
+    """Token-level loss and perplexity of text documents. Each document is scored on its
+    own: its first token conditioned on the model's prefix token (BOS/EOS), then windows
+    of ``seq_len`` predicted tokens, each window starting fresh (no overlap; what
+    lm-eval calls rolling log-likelihood). Also word perplexity (per whitespace word)
+    and bits per byte, which compare across tokenizers."""
+    seq_len = min(seq_len or model.max_len, model.max_len)
+    windows, owner = [], []
+    for d, (_, text) in enumerate(docs):
+        toks = [model.prefix_token] + model.encode(text)
+        for s in range(0, len(toks) - 1, seq_len):
+            windows.append(toks[s:s + seq_len + 1])
+            owner.append(d)
+    if limit:
+        windows, owner = windows[:limit], owner[:limit]
+    res = _window_losses(model, windows, batch_tokens, progress, "ppl")
+    nll = sum(r[0] for r in res)
+    ntok = sum(r[1] for r in res)
+    used = sorted(set(owner))
+    nwords = sum(len(docs[d][1].split()) for d in used)
+    nbytes = sum(len(docs[d][1].encode("utf-8")) for d in used)
+    records = [{"id": f"{docs[o][0]}#{k}", "loss": r[0] / r[1], "tokens": r[1]}
+               for k, (o, r) in enumerate(zip(owner, res))]
+    loss = nll / max(ntok, 1)
+    return ({"loss": loss, "ppl": math.exp(loss), "word_ppl": math.exp(nll / max(nwords, 1)),
+             "bits_per_byte": nll / max(nbytes, 1) / math.log(2), "tokens": ntok, "n": len(records)}, records)
+
+
+def validation_tokens(dataset_dir: str | Path, split: str = "validation") -> np.ndarray:
+    """The token stream of a dataset folder's split (``validation-*.bin`` shards)."""
+    d = Path(dataset_dir)
+    try:
+        from mhar.data import TokenDataset  # type: ignore
+        ds = TokenDataset(d)
+        for name in ("tokens", "split_tokens", "get_split"):
+            fn = getattr(ds, name, None)
+            if callable(fn):
+                try:
+                    return np.asarray(fn(split))
+                except TypeError:
+                    continue
+    except Exception:  # noqa: BLE001 - fall back to reading the shards directly
+        pass
+    from mhar.data.shards import open_shard
+    shards = sorted(d.glob(f"{split}-*.bin"))
+    if not shards:
+        raise FileNotFoundError(f"{d} has no {split}-*.bin shards (is it a dataset folder from `mhar data build`?)")
+    return np.concatenate([np.asarray(open_shard(s)[1]) for s in shards])
+
+
+def evaluate_token_loss(model: EvalModel, tokens: np.ndarray, seq_len: int | None = None,
+                        batch_tokens: int = 8192, progress: bool = True, limit: int | None = None):
+    """Validation loss on a token stream, as training measures it: consecutive windows
+    of ``seq_len`` + 1 tokens, mean next-token cross-entropy over all predicted tokens.
+    ``limit`` caps the number of windows (taken from the start, so runs pair up)."""
+    seq_len = min(seq_len or model.max_len, model.max_len)
+    n_win = max(0, (len(tokens) - 1) // seq_len)
+    if limit:
+        n_win = min(n_win, limit)
+    if n_win == 0:
+        raise ValueError(f"only {len(tokens)} validation tokens: fewer than one window of {seq_len + 1}")
+    windows = [tokens[k * seq_len:(k + 1) * seq_len + 1].astype(np.int64).tolist() for k in range(n_win)]
+    res = _window_losses(model, windows, batch_tokens, progress, "val loss")
+    nll, ntok = sum(r[0] for r in res), sum(r[1] for r in res)
+    records = [{"id": f"window{k}", "loss": r[0] / r[1], "tokens": r[1]} for k, r in enumerate(res)]
+    per = np.array([r["loss"] for r in records])
+    se = float(per.std(ddof=1) / math.sqrt(len(per))) if len(per) > 1 else float("nan")
+    return {"loss": nll / ntok, "loss_stderr": se, "ppl": math.exp(nll / ntok), "tokens": ntok,
+            "n": len(records)}, records
