@@ -15,6 +15,7 @@ def test_shapes_and_shift(ds):
     x, y = TokenLoader(ds, seq_len=32, batch_size=4, seed=0).next_batch()
     assert x.shape == y.shape == (4, 32) and x.dtype == y.dtype == torch.long
     assert torch.equal(x[:, 1:], y[:, :-1])
+    assert x.is_contiguous() and y.is_contiguous()
     # every window is a contiguous slice of the token stream
     toks = torch.from_numpy(ds.tokens("train").astype(np.int64))
     row = torch.cat([x[0], y[0, -1:]])

@@ -110,10 +110,13 @@ def test_ensure_builtin_small_and_cached(tmp_path, monkeypatch):
     mtime = (p / "manifest.json").stat().st_mtime_ns
     assert ensure_builtin_dataset(vocab_size=512, max_mb=0.5, verbose=False) == p
     assert (p / "manifest.json").stat().st_mtime_ns == mtime  # reused, not rebuilt
-    # a directory without a complete manifest is rebuilt
+    # a directory without a complete manifest is rebuilt; leftovers of killed builds are removed
+    stale = p.parent / f".{p.name}.tmp-999999999-deadbeef"
+    stale.mkdir()
     (p / "manifest.json").unlink()
     assert ensure_builtin_dataset(vocab_size=512, max_mb=0.5, verbose=False) == p
     assert TokenDataset(p).num_tokens("train") == ds.num_tokens("train")
+    assert not stale.exists()
 
 
 # ---------------------------------------------------------------- CLI

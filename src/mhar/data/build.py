@@ -437,10 +437,23 @@ def ensure_builtin_dataset(tokenizer: str = "bpe", vocab_size: int = 8192, max_m
     with _file_lock(base / f".{path.name}.lock"):
         if is_complete(path):  # another process built it while we waited
             return path
+        _remove_stale_builds(base, path.name)
         _log(verbose, f"building the built-in dataset at {path} (once; cached)")
         build_dataset(["builtin"], path, tokenizer=tokenizer, vocab_size=vocab_size, max_mb=max_mb,
                       overwrite=path.exists(), verbose=verbose)
     return path
+
+
+def _remove_stale_builds(base: Path, name: str) -> None:
+    """Delete temporary directories of builds of ``name`` whose process is gone (killed)."""
+    for p in base.glob(f".{name}.tmp-*"):
+        try:
+            pid = int(p.name.rsplit(".tmp-", 1)[1].split("-")[0])
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(p, ignore_errors=True)
+        except (ValueError, IndexError, PermissionError, OSError):
+            continue
 
 
 @contextlib.contextmanager

@@ -110,7 +110,7 @@ class TokenLoader:
 
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         w = torch.from_numpy(self.next_windows())
-        return w[:, :-1], w[:, 1:]
+        return w[:, :-1].contiguous(), w[:, 1:].contiguous()
 
     def __iter__(self):
         while True:
