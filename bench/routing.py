@@ -140,7 +140,8 @@ def peer_liger():
     from liger_kernel.transformers.functional import liger_attn_res
 
     def f(srcs, q, g):
-        return liger_attn_res(list(srcs), q, g, eps=1e-6)
+        # liger takes one stacked (N, ..., d) tensor; the stack is part of its cost here
+        return liger_attn_res(torch.stack(list(srcs)), q, g, eps=1e-6)
     return f
 
 
@@ -222,6 +223,9 @@ def main():
     ap.add_argument("--no-step", action="store_true")
     ap.add_argument("--chunk", type=int, default=8)
     ap.add_argument("--tune", action="store_true", help="sweep kernel tile sizes first")
+    ap.add_argument("--profile", action="store_true", help="print a kernel-time breakdown of one fwd+bwd")
+    ap.add_argument("--compiled-keys", default="512/25/H1,512/25/H8,1024/49/H1",
+                    help="d/N/H cases to run torch.compile of the reference on (compiling is slow); 'all'")
     args = ap.parse_args()
     assert torch.cuda.is_available(), "bench/routing.py needs a CUDA GPU"
     routing.set_backend("auto")
@@ -258,6 +262,9 @@ def main():
         if args.tune:
             tune(case, results, f"{d}/{n}")
             save()
+        if args.profile:
+            for h in (1, 8):
+                profile(case, h)
         for h in heads_list:
             key = f"{d}/{n}/H{h}"
             with torch.no_grad():
@@ -265,7 +272,7 @@ def main():
             measure("mhar-triton", case, lambda: ours(h), results["per_call"], key, check=refy, mem=True)
             if not args.no_eager and h in (1, 8):
                 measure("eager-reference", case, lambda: eager_ref(h), results["per_call"], key, slow=True, mem=True)
-            if not args.no_compiled and h in (1, 8):
+            if not args.no_compiled and h in (1, 8) and (args.compiled_keys == "all" or key in args.compiled_keys.split(",")):
                 measure("compiled-reference", case, lambda: compiled_ref(h), results["per_call"], key, check=refy)
             if h == 1:
                 measure("fla fused_attnres", case, peer_fla, results["per_call"], key, check=refy, mem=True)
@@ -288,6 +295,19 @@ def main():
         torch.cuda.empty_cache()
     save()
     log(open(args.out[:-5] + ".md").read())
+
+
+def profile(case, heads):
+    from torch.profiler import ProfilerActivity, profile as prof
+    _, fwdbwd = fns(case, ours(heads))
+    fwdbwd()
+    torch.cuda.synchronize()
+    with prof(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p:
+        for _ in range(3):
+            fwdbwd()
+        torch.cuda.synchronize()
+    log(f"-- profile H={heads} (3 x fwd+bwd)")
+    log(p.key_averages().table(sort_by="cuda_time_total", row_limit=8, max_name_column_width=40))
 
 
 def tune(case, results, key):

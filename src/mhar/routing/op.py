@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 from collections import OrderedDict
 from types import SimpleNamespace
-from typing import Sequence
+from typing import Optional, Sequence
 
 import torch
 from torch import Tensor
@@ -183,7 +183,7 @@ def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, h
 
 
 def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, grad: Tensor, stat: Tensor,
-                     off: Tensor, heads: int, eps: float) -> list[Tensor]:
+                     off: Tensor | None, y: Tensor | None, heads: int, eps: float) -> list[Tensor]:
     from mhar.routing.triton_kernels import _bwd_kernel
 
     srcs = _contig(srcs)
@@ -198,10 +198,15 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
     n_prog = _n_programs(dev, n_tiles)
     dw_parts = torch.zeros((n_prog, S, d), dtype=torch.float32, device=dev)
     if n_tiles:
+        final = y is not None
+        assert final == (off is None) and (not final or S == 1)
+        stat = stat.contiguous()
         _bwd_kernel[(n_prog,)](_ptr_table(srcs), srcs[0], _ptr_table(grads), w,
-                               grad.contiguous(), stat.contiguous(), off.contiguous(), dw_parts,
+                               grad.contiguous(), stat, stat if final else off.contiguous(),
+                               y.contiguous() if final else grad, dw_parts,
                                len(srcs), n_tok, S, d, dh, eps, n_tiles, n_prog,
-                               H=heads, HP=HP, DHP=DHP, BM=BM, SINGLE=(S == 1), num_warps=TUNE["bwd_warps"])
+                               H=heads, HP=HP, DHP=DHP, BM=BM, SINGLE=(S == 1), FINAL=final,
+                               num_warps=TUNE["bwd_warps"])
     else:
         for g in grads:
             g.zero_()
@@ -209,7 +214,7 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
     return [(dw * g32).to(queries.dtype), (dw * q32).to(norm_weights.dtype), *grads]
 
 
-# ---------------------------------------------------------------- reference inside the op
+# ---------------------------------------------------------------- backend dispatch
 
 def _ref_partial(srcs, queries, norm_weights, heads, eps):
     with torch.no_grad():
@@ -223,17 +228,39 @@ def _ref_backward(srcs, queries, norm_weights, grad, stat, off, heads, eps) -> l
     return [gq, gg, *gs]
 
 
+def _forward_impl(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, heads: int, eps: float,
+                  final: bool) -> tuple[Tensor, ...]:
+    """final: (y, lse) of one query; else (m, l, o) of S queries."""
+    if _use_triton(srcs[0]):
+        return _triton_forward(srcs, queries, norm_weights, heads, eps, final)
+    m, l, o = _ref_partial(srcs, queries, norm_weights, heads, eps)
+    if not final:
+        return m.contiguous(), l.contiguous(), o.contiguous()
+    d = queries.shape[-1]
+    n_tok = o.shape[1]
+    y = (o[0].view(n_tok, heads, d // heads) / l[0].unsqueeze(-1)).view(srcs[0].shape).to(srcs[0].dtype)
+    return y, (m[0] + torch.log(l[0])).contiguous()
+
+
+def _backward_impl(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, grad: Tensor, stat: Tensor,
+                   off: Tensor | None, y: Tensor | None, heads: int, eps: float) -> list[Tensor]:
+    """grad (S, M, d), stat (S, M, H): m (partial) or lse (final, with y given and off None);
+    off (S, M, H): grad_l of a partial read."""
+    if _use_triton(srcs[0]):
+        return _triton_backward(srcs, queries, norm_weights, grad, stat, off, y, heads, eps)
+    if off is None:
+        S, n_tok, _ = stat.shape
+        d = queries.shape[-1]
+        off = -(grad.to(stat.dtype) * y.reshape(S, n_tok, d).to(stat.dtype)).view(S, n_tok, heads, d // heads).sum(-1)
+    return [t.contiguous() for t in _ref_backward(srcs, queries, norm_weights, grad, stat, off, heads, eps)]
+
+
 # ---------------------------------------------------------------- the ops
 
 @torch.library.custom_op("mhar::route", mutates_args=())
 def route_op(sources: list[Tensor], query: Tensor, norm_weight: Tensor, heads: int, eps: float) -> tuple[Tensor, Tensor]:
     d = query.shape[-1]
-    if _use_triton(sources[0]):
-        return _triton_forward(list(sources), query.view(1, d), norm_weight.view(1, d), heads, eps, final=True)
-    m, l, o = _ref_partial(list(sources), query.view(1, d), norm_weight.view(1, d), heads, eps)
-    n_tok = o.shape[1]
-    y = (o[0].view(n_tok, heads, d // heads) / l[0].unsqueeze(-1)).view(sources[0].shape).to(sources[0].dtype)
-    return y, (m[0] + torch.log(l[0])).contiguous()
+    return _forward_impl(list(sources), query.view(1, d), norm_weight.view(1, d), heads, eps, True)
 
 
 @route_op.register_fake
@@ -247,10 +274,7 @@ def _(sources, query, norm_weight, heads, eps):
 @torch.library.custom_op("mhar::route_partial", mutates_args=())
 def route_partial_op(sources: list[Tensor], queries: Tensor, norm_weights: Tensor, heads: int,
                      eps: float) -> tuple[Tensor, Tensor, Tensor]:
-    if _use_triton(sources[0]):
-        return _triton_forward(list(sources), queries, norm_weights, heads, eps, final=False)
-    m, l, o = _ref_partial(list(sources), queries, norm_weights, heads, eps)
-    return m.contiguous(), l.contiguous(), o.contiguous()
+    return _forward_impl(list(sources), queries, norm_weights, heads, eps, False)
 
 
 @route_partial_op.register_fake
@@ -264,16 +288,15 @@ def _(sources, queries, norm_weights, heads, eps):
 
 @torch.library.custom_op("mhar::route_backward", mutates_args=())
 def route_backward_op(sources: list[Tensor], queries: Tensor, norm_weights: Tensor, grad: Tensor, stat: Tensor,
-                      off: Tensor, heads: int, eps: float) -> list[Tensor]:
-    """grad: (S, M, d) upstream gradient; stat: (S, M, H) logit offset (m or lse);
-    off: (S, M, H) grad_l (partial) or -(grad_y . y) per head (final read)."""
-    if _use_triton(sources[0]):
-        return _triton_backward(list(sources), queries, norm_weights, grad, stat, off, heads, eps)
-    return [t.contiguous() for t in _ref_backward(list(sources), queries, norm_weights, grad, stat, off, heads, eps)]
+                      off: Optional[Tensor], y: Optional[Tensor], heads: int, eps: float) -> list[Tensor]:
+    """grad: (S, M, d) upstream gradient; stat: (S, M, H) logit offset (m, or lse of a
+    final read); off: (S, M, H) grad_l of a partial read, or None for a final read,
+    whose output y is then given (the kernel forms -(grad_y . y) per head itself)."""
+    return _backward_impl(list(sources), queries, norm_weights, grad, stat, off, y, heads, eps)
 
 
 @route_backward_op.register_fake
-def _(sources, queries, norm_weights, grad, stat, off, heads, eps):
+def _(sources, queries, norm_weights, grad, stat, off, y, heads, eps):
     return [torch.empty_like(queries), torch.empty_like(norm_weights),
             *[torch.empty_like(s, memory_format=torch.contiguous_format) for s in sources]]
 
@@ -292,11 +315,8 @@ def _route_backward(ctx, grad_y, grad_lse):
     if grad_y is None:
         return [None] * ctx.n, None, None, None, None
     n_tok = lse.shape[0]
-    ct = lse.dtype
-    gy = grad_y.reshape(n_tok, d)
-    off = -(gy.to(ct) * y.reshape(n_tok, d).to(ct)).view(n_tok, heads, d // heads).sum(-1)
-    res = route_backward_op(sources, query.view(1, d), norm_weight.view(1, d), gy.view(1, n_tok, d),
-                            lse.view(1, n_tok, heads), off.view(1, n_tok, heads), heads, ctx.eps)
+    res = route_backward_op(sources, query.view(1, d), norm_weight.view(1, d), grad_y.reshape(1, n_tok, d),
+                            lse.view(1, n_tok, heads), None, y, heads, ctx.eps)
     return list(res[2:]), res[0].view(query.shape), res[1].view(norm_weight.shape), None, None
 
 
@@ -321,11 +341,63 @@ def _partial_backward(ctx, grad_m, grad_l, grad_o):
         grad_l = torch.zeros_like(m)
     if grad_o is None:
         grad_o = m.new_zeros((S, n_tok, d))
-    res = route_backward_op(sources, queries, norm_weights, grad_o, m, grad_l, ctx.heads, ctx.eps)
+    res = route_backward_op(sources, queries, norm_weights, grad_o, m, grad_l, None, ctx.heads, ctx.eps)
     return list(res[2:]), res[0], res[1], None, None
 
 
 route_partial_op.register_autograd(_partial_backward, setup_context=_partial_setup)
+
+
+# ---------------------------------------------------------------- eager fast path
+# The same implementation behind plain autograd Functions: torch.library's Python
+# dispatch (aliasing checks, pytree over N tensors) costs ~0.5-1 ms per call with tens
+# of sources, more than the kernels at small shapes. Eager code takes this path;
+# torch.compile traces the custom ops (the public functions switch on is_compiling).
+
+class _RouteFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, query, norm_weight, heads, eps, *sources):
+        d = query.shape[-1]
+        y, lse = _forward_impl(list(sources), query.view(1, d), norm_weight.view(1, d), heads, eps, True)
+        ctx.save_for_backward(query, norm_weight, y, lse, *sources)
+        ctx.heads, ctx.eps = heads, eps
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        query, norm_weight, y, lse, *sources = ctx.saved_tensors
+        d, n_tok = query.shape[-1], lse.shape[0]
+        res = _backward_impl(sources, query.view(1, d), norm_weight.view(1, d), grad_y.reshape(1, n_tok, d),
+                             lse.view(1, n_tok, ctx.heads), None, y, ctx.heads, ctx.eps)
+        return (res[0].view(query.shape), res[1].view(norm_weight.shape), None, None, *res[2:])
+
+
+class _PartialFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, queries, norm_weights, heads, eps, *sources):
+        m, l, o = _forward_impl(list(sources), queries, norm_weights, heads, eps, False)
+        ctx.save_for_backward(queries, norm_weights, m, *sources)
+        ctx.heads, ctx.eps = heads, eps
+        ctx.mark_non_differentiable(m)
+        return m, l, o
+
+    @staticmethod
+    def backward(ctx, grad_m, grad_l, grad_o):
+        queries, norm_weights, m, *sources = ctx.saved_tensors
+        S, d = queries.shape
+        if grad_l is None:
+            grad_l = torch.zeros_like(m)
+        if grad_o is None:
+            grad_o = m.new_zeros((S, m.shape[1], d))
+        res = _backward_impl(sources, queries, norm_weights, grad_o, m, grad_l, None, ctx.heads, ctx.eps)
+        return (res[0], res[1], None, None, *res[2:])
+
+
+def _compiling() -> bool:
+    try:
+        return torch.compiler.is_compiling()
+    except AttributeError:  # pragma: no cover - old torch
+        return False
 
 
 # ---------------------------------------------------------------- public entry points
@@ -356,8 +428,9 @@ def route(sources, query: Tensor, norm_weight: Tensor, heads: int = 1, eps: floa
     if query.dim() != 1 or norm_weight.shape != query.shape:
         raise ValueError(f"query and norm_weight must both be (d,); got {tuple(query.shape)} and {tuple(norm_weight.shape)}")
     _validate(srcs, query.shape[0], heads)
-    y, _ = route_op(srcs, query, norm_weight, heads, eps)
-    return y
+    if _compiling():
+        return route_op(srcs, query, norm_weight, heads, eps)[0]
+    return _RouteFn.apply(query, norm_weight, heads, eps, *srcs)
 
 
 def route_partial(sources, queries: Tensor, norm_weights: Tensor, heads: int = 1,
@@ -369,5 +442,8 @@ def route_partial(sources, queries: Tensor, norm_weights: Tensor, heads: int = 1
         raise ValueError(f"queries and norm_weights must both be (S, d); got {tuple(queries.shape)} "
                          f"and {tuple(norm_weights.shape)}")
     _validate(srcs, queries.shape[1], heads)
-    m, l, o = route_partial_op(srcs, queries, norm_weights, heads, eps)
+    if _compiling():
+        m, l, o = route_partial_op(srcs, queries, norm_weights, heads, eps)
+    else:
+        m, l, o = _PartialFn.apply(queries, norm_weights, heads, eps, *srcs)
     return Partial(m, l, o)

@@ -39,6 +39,7 @@ def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O,
                 FINAL: tl.constexpr):
     s = tl.program_id(0)
     tile = tl.program_id(1)
+    elem = ref.dtype.element_ty
     rm = tile * BM + tl.arange(0, BM)
     rh = tl.arange(0, HP)
     re = tl.arange(0, DHP)
@@ -52,9 +53,14 @@ def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O,
     m_i = tl.full([BM, HP], float("-inf"), tl.float32)
     l_i = tl.zeros([BM, HP], tl.float32)
     acc = tl.zeros([BM, HP, DHP], tl.float32)
+    # software prefetch: the next source's tile (and the pointer after it) is in
+    # flight while the current one is reduced
+    x_next = tl.load(tl.load(table).to(tl.pointer_type(elem)) + offs, mask=mask, other=0.0)
+    p_next = tl.load(table + tl.minimum(1, n_src - 1)).to(tl.pointer_type(elem))
     for i in range(n_src):
-        src = tl.load(table + i).to(tl.pointer_type(ref.dtype.element_ty))
-        x = tl.load(src + offs, mask=mask, other=0.0).to(tl.float32)
+        x = x_next.to(tl.float32)
+        x_next = tl.load(p_next + offs, mask=mask & ((rm[:, None, None] * 0 + i + 1) < n_src), other=0.0)
+        p_next = tl.load(table + tl.minimum(i + 2, n_src - 1)).to(tl.pointer_type(elem))
         ss = tl.sum(tl.sum(x * x, axis=2), axis=1)             # (BM,)
         rstd = 1.0 / tl.sqrt(ss / d + eps)
         z = tl.sum(x * w[None, :, :], axis=2) * rstd[:, None]  # (BM, HP)
@@ -81,14 +87,18 @@ def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O,
 
 
 @triton.jit
-def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, DW,
+def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW,
                 n_src, n_tok, n_q, d, dh, eps, n_tiles, n_prog,
                 H: tl.constexpr, HP: tl.constexpr, DHP: tl.constexpr, BM: tl.constexpr,
-                SINGLE: tl.constexpr):
+                SINGLE: tl.constexpr, FINAL: tl.constexpr):
     """G: (S, n_tok, d) upstream gradient of the (unnormalised or final) output.
     STAT: (S, n_tok, H) the logit offset (m for a partial read, lse for a final read).
-    OFF: (S, n_tok, H) added to g.s before multiplying by p (grad_l, or -g.y).
-    dz = exp(z - STAT) * (G . s + OFF); grad_s = normbwd(sum_q dz w) + sum_q p G."""
+    OFF: (S, n_tok, H) added to g.s before multiplying by p (grad_l of a partial read);
+    for a final read (FINAL, one query) it is -g.y per head, formed here from Y.
+
+    Per source, with x the source tile, r its rstd, zr = x.w per head, a = exp(r zr - STAT),
+    dz = a (g.x + OFF):  grad_x = r dz w - (r^3 sum_h dz zr / d) x + a g,  dw += r dz x.
+    (The norm's backward folded in: only three reductions per source and query.)"""
     pid = tl.program_id(0)
     rh = tl.arange(0, HP)
     re = tl.arange(0, DHP)
@@ -97,6 +107,8 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, DW,
     elem = ref.dtype.element_ty
     dw_acc = tl.zeros([HP, DHP], tl.float32)
     w0 = tl.load(W + col, mask=cmask, other=0.0).to(tl.float32)
+    p_first = tl.load(table).to(tl.pointer_type(elem))
+    p_second = tl.load(table + tl.minimum(1, n_src - 1)).to(tl.pointer_type(elem))
     for tile in range(pid, n_tiles, n_prog):
         rm = tile * BM + tl.arange(0, BM)
         mmask = rm < n_tok
@@ -104,27 +116,35 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, DW,
         mask = mmask[:, None, None] & cmask[None, :, :]
         hmask = mmask[:, None] & (rh[None, :] < H)
         hoffs = rm.to(tl.int64)[:, None] * H + rh[None, :]
+        x_next = tl.load(p_first + offs, mask=mask, other=0.0)
+        p_next = p_second
         if SINGLE:
             go0 = tl.load(G + offs, mask=mask, other=0.0).to(tl.float32)
             st0 = tl.load(STAT + hoffs, mask=hmask, other=0.0).to(tl.float32)
-            of0 = tl.load(OFF + hoffs, mask=hmask, other=0.0).to(tl.float32)
+            if FINAL:
+                yv = tl.load(Y + offs, mask=mask, other=0.0).to(tl.float32)
+                of0 = -tl.sum(go0 * yv, axis=2)
+            else:
+                of0 = tl.load(OFF + hoffs, mask=hmask, other=0.0).to(tl.float32)
         for i in range(n_src):
-            src = tl.load(table + i).to(tl.pointer_type(elem))
-            x = tl.load(src + offs, mask=mask, other=0.0).to(tl.float32)
+            x = x_next.to(tl.float32)
+            x_next = tl.load(p_next + offs, mask=mask & ((rm[:, None, None] * 0 + i + 1) < n_src), other=0.0)
+            p_next = tl.load(table + tl.minimum(i + 2, n_src - 1)).to(tl.pointer_type(elem))
+            gdst = tl.load(gtable + i).to(tl.pointer_type(elem))
             ss = tl.sum(tl.sum(x * x, axis=2), axis=1)
             rstd = 1.0 / tl.sqrt(ss / d + eps)
-            u = x * rstd[:, None, None]
             if SINGLE:
-                z = tl.sum(u * w0[None, :, :], axis=2)
-                a = tl.exp(z - st0)
+                zr = tl.sum(x * w0[None, :, :], axis=2)              # (BM, HP)
+                a = tl.exp(zr * rstd[:, None] - st0)
                 a = tl.where(hmask, a, 0.0)
                 dz = a * (tl.sum(go0 * x, axis=2) + of0)
-                dw_acc += tl.sum(dz[:, :, None] * u, axis=0)
-                du = dz[:, :, None] * w0[None, :, :]
-                dv = a[:, :, None] * go0
+                rdz = dz * rstd[:, None]
+                dw_acc += tl.sum(rdz[:, :, None] * x, axis=0)
+                c = tl.sum(dz * zr, axis=1) * rstd * rstd * rstd / d  # (BM,)
+                dx = rdz[:, :, None] * w0[None, :, :] - c[:, None, None] * x + a[:, :, None] * go0
             else:
-                du = tl.zeros([BM, HP, DHP], tl.float32)
-                dv = tl.zeros([BM, HP, DHP], tl.float32)
+                A = tl.zeros([BM, HP, DHP], tl.float32)
+                cs = tl.zeros([BM], tl.float32)
                 wq = W
                 gq = G
                 sq = STAT
@@ -135,23 +155,23 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, DW,
                     go = tl.load(gq + offs, mask=mask, other=0.0).to(tl.float32)
                     st = tl.load(sq + hoffs, mask=hmask, other=0.0).to(tl.float32)
                     of = tl.load(oq + hoffs, mask=hmask, other=0.0).to(tl.float32)
-                    z = tl.sum(u * w[None, :, :], axis=2)
-                    a = tl.exp(z - st)
+                    zr = tl.sum(x * w[None, :, :], axis=2)
+                    a = tl.exp(zr * rstd[:, None] - st)
                     a = tl.where(hmask, a, 0.0)
                     dz = a * (tl.sum(go * x, axis=2) + of)
+                    rdz = dz * rstd[:, None]
                     tl.store(dwq + col, tl.load(dwq + col, mask=cmask, other=0.0)
-                             + tl.sum(dz[:, :, None] * u, axis=0), mask=cmask)
+                             + tl.sum(rdz[:, :, None] * x, axis=0), mask=cmask)
                     tl.debug_barrier()
+                    cs += tl.sum(dz * zr, axis=1)
+                    A += rdz[:, :, None] * w[None, :, :] + a[:, :, None] * go
                     wq += d
                     gq += n_tok * d
                     sq += n_tok * H
                     oq += n_tok * H
                     dwq += d
-                    du += dz[:, :, None] * w[None, :, :]
-                    dv += a[:, :, None] * go
-            dot = tl.sum(tl.sum(du * u, axis=2), axis=1) / d
-            dx = rstd[:, None, None] * (du - u * dot[:, None, None]) + dv
-            gdst = tl.load(gtable + i).to(tl.pointer_type(elem))
+                c = cs * rstd * rstd * rstd / d
+                dx = A - c[:, None, None] * x
             tl.store(gdst + offs, dx.to(elem), mask=mask)
     if SINGLE:
         tl.store(DW + pid.to(tl.int64) * d + col, dw_acc, mask=cmask)
