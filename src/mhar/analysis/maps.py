@@ -94,6 +94,13 @@ def plot_map(m: RoutingMap, path: str | Path, dpi: int = 110) -> Path:
     h = max(2.5, cell * len(m.sites) + 1.2)
     fig, axes = plt.subplots(nrows, ncols, figsize=(w * ncols + 0.8, h * nrows + 0.6), squeeze=False)
     cmap = matplotlib.colormaps["viridis"].with_extremes(bad="#dddddd")
+    # colour scale: up to the largest weight of a site with a choice (the single-source
+    # first site is always 1 and would flatten everything else)
+    W = m.weights.numpy()
+    choice = (~np.isnan(W[0])).sum(-1) > 1
+    vmax = float(np.nanmax(W[:, choice])) if choice.any() else 1.0
+    vmax = min(1.0, max(vmax, 1e-3))
+    annotate = len(m.sites) <= 16 and len(m.columns) <= 16
     im = None
     for k in range(nrows * ncols):
         ax = axes[k // ncols][k % ncols]
@@ -101,8 +108,15 @@ def plot_map(m: RoutingMap, path: str | Path, dpi: int = 110) -> Path:
             ax.axis("off")
             continue
         data = np.ma.masked_invalid(m.weights[k].numpy())
-        im = ax.imshow(data, cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
+        im = ax.imshow(data, cmap=cmap, vmin=0.0, vmax=vmax, aspect="auto", interpolation="nearest")
         ax.set_title(f"head {k}" if H > 1 else "H = 1", fontsize=9)
+        if annotate:
+            for r in range(W.shape[1]):
+                for c in range(W.shape[2]):
+                    v = W[k, r, c]
+                    if not np.isnan(v):
+                        ax.text(c, r, f"{v:.2f}", ha="center", va="center", fontsize=5,
+                                color="white" if v < 0.6 * vmax else "black")
         ax.set_xticks(range(len(m.columns)))
         ax.set_xticklabels(m.columns, rotation=90, fontsize=6)
         ax.set_yticks(range(len(m.sites)))
@@ -115,7 +129,7 @@ def plot_map(m: RoutingMap, path: str | Path, dpi: int = 110) -> Path:
                  fontsize=10)
     fig.tight_layout()
     if im is not None:
-        fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8, label="weight")
+        fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8, label="weight" + (f" (scale capped at {vmax:.2f})" if vmax < 1 else ""))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=dpi)

@@ -79,13 +79,34 @@ def head_deviation(weights: Tensor) -> Tensor:
 
 def head_correlation(weights: Tensor) -> Tensor:
     """(H, H) Pearson correlation of heads' weights over (token, source) pairs."""
-    M, H, N = weights.shape
-    x = weights.permute(1, 0, 2).reshape(H, M * N).double()
-    x = x - x.mean(1, keepdim=True)
-    cov = x @ x.T
-    std = cov.diagonal().clamp_min(0).sqrt()
-    corr = cov / (std[:, None] * std[None, :])
-    return corr.float()  # NaN where a head's weights are constant
+    acc = _CorrAccumulator(weights.shape[1])
+    acc.add(weights)
+    return acc.value()
+
+
+class _CorrAccumulator:
+    """Running sums for the heads' correlation over (token, source) pairs, so that no
+    weights are kept across batches."""
+
+    def __init__(self, heads: int):
+        self.n = 0
+        self.s1 = torch.zeros(heads, dtype=torch.float64)
+        self.s2 = torch.zeros(heads, heads, dtype=torch.float64)
+
+    def add(self, weights: Tensor) -> None:
+        M, H, N = weights.shape
+        x = weights.permute(1, 0, 2).reshape(H, M * N).double().cpu()
+        self.n += M * N
+        self.s1 += x.sum(1)
+        self.s2 += x @ x.T
+
+    def value(self) -> Tensor:
+        mean = self.s1 / self.n
+        cov = self.s2 / self.n - mean[:, None] * mean[None, :]
+        std = cov.diagonal().clamp_min(0).sqrt()
+        corr = cov / (std[:, None] * std[None, :])
+        corr[(std[:, None] < 1e-12) | (std[None, :] < 1e-12)] = float("nan")  # a constant head
+        return corr.float()
 
 
 def random_queries(query: Tensor, draws: int, generator: torch.Generator) -> Tensor:
@@ -196,7 +217,7 @@ class _SiteAccumulator:
         self.learned = 0.0
         self.null = torch.zeros(draws, dtype=torch.float64)
         self.head_dev: Tensor | None = None
-        self.weights: list[Tensor] = []  # H > 1: for the correlation
+        self.corr: _CorrAccumulator | None = None  # H > 1
         self.meta: tuple | None = None
 
 
@@ -220,7 +241,7 @@ def probe_sites(batches: Iterable[list[Site]], slices: int = 4, draws: int = 8, 
             if heads == 1 and d % slices:
                 raise ValueError(f"slices={slices} must divide the width d={d}")
             if site.index not in nulls:
-                nulls[site.index] = random_queries(site.query, draws, gen)
+                nulls[site.index] = random_queries(site.query.cpu(), draws, gen).to(site.query.device)
                 acc[site.index] = _SiteAccumulator(draws)
             a = acc[site.index]
             keys = normalised_keys(site.sources, site.norm_weight)
@@ -233,10 +254,12 @@ def probe_sites(batches: Iterable[list[Site]], slices: int = 4, draws: int = 8, 
                     a.null[k] += float(slice_disagreement(keys, r, slices).double().sum())
             else:
                 w = head_weights(keys, site.query, heads)
-                dev = head_deviation(w).double().sum(0)
+                dev = head_deviation(w).double().sum(0).cpu()
                 a.head_dev = dev if a.head_dev is None else a.head_dev + dev
                 a.learned += float(dev.mean())
-                a.weights.append(w)
+                if a.corr is None:
+                    a.corr = _CorrAccumulator(heads)
+                a.corr.add(w)
                 for k, r in enumerate(nulls[site.index]):
                     a.null[k] += float(head_deviation(head_weights(keys, r, heads)).double().mean(-1).sum())
     if heads is None:
@@ -253,7 +276,7 @@ def probe_sites(batches: Iterable[list[Site]], slices: int = 4, draws: int = 8, 
         if heads > 1:
             row.head_deviation = [float(v) for v in a.head_dev / a.tokens]
             if n_src >= 2:
-                c = head_correlation(torch.cat(a.weights))
+                c = a.corr.value()
                 off = c[~torch.eye(heads, dtype=torch.bool)]
                 row.head_correlation = float(off.nanmean()) if off.isfinite().any() else float("nan")
                 corr_mats.append(c)
