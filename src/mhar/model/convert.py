@@ -78,11 +78,11 @@ def config_from_hf(hf_config, heads: int = 8, blocks: int = 8, method: str = "de
     n_heads = hf_config.num_attention_heads
     head_dim = getattr(hf_config, "head_dim", None) or d // n_heads
     if method == "delta":
+        if heads < 1 or d % heads:
+            raise ConversionError(f"--heads={heads} must divide the hidden size {d}")
         if blocks < 1 or blocks > L:
             raise ConversionError(f"--blocks={blocks} must be between 1 and the number of layers ({L})")
         layers_per_block = math.ceil(L / blocks)
-        if heads < 1 or d % heads:
-            raise ConversionError(f"--heads={heads} must divide the hidden size {d}")
         stream = StreamConfig(method="delta", heads=heads, block_size=2 * layers_per_block)
     elif method == "standard":
         stream = StreamConfig(method="standard")

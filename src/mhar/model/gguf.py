@@ -61,7 +61,7 @@ def _unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
 
 def read_gguf(path: str | Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """(hf_config_kwargs, hf_state_dict) for a GGUF file; the config kwargs include
-    ``model_type``. Raises ValueError for an unsupported architecture."""
+    ``model_type``, ``_name_or_path`` and ``_has_tokenizer``. Raises ValueError for an unsupported architecture."""
     _require_gguf()
     from gguf import GGUFReader
     from gguf.quants import dequantize
@@ -123,6 +123,7 @@ def read_gguf(path: str | Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]
         if value is not None:
             config[key] = int(value)
     config["_name_or_path"] = str(_field(reader, "general.name", path.stem))
+    config["_has_tokenizer"] = _field(reader, "tokenizer.ggml.model") is not None
     return config, state
 
 
@@ -130,6 +131,7 @@ def hf_config_from_kwargs(kwargs: dict[str, Any]):
     from transformers import LlamaConfig, Qwen2Config
 
     kwargs = dict(kwargs)
+    kwargs.pop("_has_tokenizer", None)
     arch = kwargs.pop("model_type")
     name = kwargs.pop("_name_or_path", "")
     theta = kwargs.pop("rope_theta")
@@ -157,10 +159,12 @@ def hf_config_from_kwargs(kwargs: dict[str, Any]):
 
 def load_gguf(path: str | Path, dtype: torch.dtype = torch.float32, tokenizer: bool = True):
     """(model, tokenizer or None): the dequantised ``*ForCausalLM`` of a GGUF file, in eval
-    mode, and its tokenizer (``transformers``' GGUF conversion) when ``tokenizer``."""
+    mode, and its tokenizer (``transformers``' GGUF conversion) when ``tokenizer`` and
+    the file has one."""
     from transformers import AutoModelForCausalLM
 
     kwargs, state = read_gguf(path)
+    has_tokenizer = kwargs.pop("_has_tokenizer")
     config = hf_config_from_kwargs(kwargs)
     with torch.device("meta"):  # skip the random init of 100M+ weights
         model = AutoModelForCausalLM.from_config(config)
@@ -173,7 +177,7 @@ def load_gguf(path: str | Path, dtype: torch.dtype = torch.float32, tokenizer: b
         model.lm_head.weight = model.model.embed_tokens.weight
     _materialise_buffers(model, config)
     model.to(dtype).eval()
-    tok = load_gguf_tokenizer(path) if tokenizer else None
+    tok = load_gguf_tokenizer(path) if tokenizer and has_tokenizer else None
     return model, tok
 
 
