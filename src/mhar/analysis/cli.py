@@ -14,6 +14,7 @@ def _add_data_args(p: argparse.ArgumentParser) -> None:
                    help=f"validation windows to read (the run's own fixed windows; default {DEFAULT_WINDOWS})")
     p.add_argument("--batch-size", type=int, default=8, help="windows per forward pass (default 8)")
     p.add_argument("--step", type=int, default=None, help="checkpoint step (default: the newest)")
+    p.add_argument("--device", default="cpu", help="cpu (default), cuda, or auto (cuda when available)")
 
 
 def register(subparsers) -> None:
@@ -23,7 +24,7 @@ def register(subparsers) -> None:
                               "learned excess. H > 1 runs: each head's KL from the head consensus and the head-to-head "
                               "correlation. Prints a Markdown table; writes RUN/analysis/probe.{md,json}.")
     p.add_argument("run", help="run folder")
-    p.add_argument("--slices", type=int, default=4, help="S, query slices for H = 1 (default 4)")
+    p.add_argument("--slices", type=int, default=4, help="S, query slices for H = 1 runs (default 4; H > 1 runs use their heads)")
     p.add_argument("--draws", type=int, default=8, help="random queries for the null (default 8)")
     p.add_argument("--seed", type=int, default=0, help="seed of the null's random queries (default 0)")
     p.add_argument("--out", default=None, help="folder for probe.md / probe.json (default RUN/analysis)")
@@ -57,9 +58,19 @@ def _inputs(run, args):
 
     if args.batch_size < 1:
         raise ValueError(f"--batch-size={args.batch_size} must be >= 1")
+    import torch
+
+    device = args.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
+        raise ValueError(f"--device={args.device!r}: allowed cpu, cuda, cuda:N, auto")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"--device={args.device}: CUDA is not available")
     model, cfg, step = load_run_model(run, args.step)
+    model = model.to(device)
     val = validation_inputs(cfg, args.windows)
-    return model, step, val, lambda: batches(val, args.batch_size)
+    return model, step, val, lambda: (b.to(device) for b in batches(val, args.batch_size))
 
 
 def cmd_probe(args) -> int:

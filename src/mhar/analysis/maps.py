@@ -67,7 +67,7 @@ def routing_map(model: nn.Module, batches: Iterable[Tensor], title: str = "") ->
                 for r, s in enumerate(sites):
                     avail[r, [col[lab] for lab in s.labels]] = True
             for r, s in enumerate(sites):
-                w = s.weights().reshape(-1, stream.heads, len(s.sources)).double().sum(0)  # (H, N)
+                w = s.weights().reshape(-1, stream.heads, len(s.sources)).double().sum(0).cpu()  # (H, N)
                 sums[:, r, [col[lab] for lab in s.labels]] += w
             tokens += ids.numel()
     finally:
