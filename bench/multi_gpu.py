@@ -1,0 +1,162 @@
+"""Multi-GPU scaling of the trainer: tokens/s of ``mhar train``'s own step (the
+Trainer / DistributedTrainer ``train_step``: forward, backward, gradient sync,
+clipping, AdamW) on one GPU and on N GPUs under torchrun, for one method.
+
+One process (plain Trainer, no process group)::
+
+    python bench/multi_gpu.py --method mhar --parallel none --json out/mhar_1.json
+
+N GPUs (DDP or FSDP2)::
+
+    torchrun --standalone --nproc_per_node=2 bench/multi_gpu.py --method mhar --parallel ddp \
+        --json out/mhar_ddp2.json
+
+Each GPU runs the same micro-batch (``--batch`` x ``--seq``, the paper's 350M
+micro-batch 16 x 1024 by default), so N GPUs with DDP/FSDP2 should give close to N
+times the tokens/s. Random tokens (the trainer's synthetic source with the full
+Qwen3 vocabulary). ``--warmup`` steps are not timed (kernel tuning, allocator);
+tokens/s = global tokens per step / median step time. Rank 0 writes the JSON.
+
+``python bench/multi_gpu.py --table out/*.json`` prints the Markdown table of a
+set of results (speed-up of each N-GPU run over the 1-GPU run of its method).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+
+def commit() -> str:
+    if os.environ.get("MHAR_COMMIT"):
+        return os.environ["MHAR_COMMIT"]
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              cwd=Path(__file__).parent).stdout.strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+def run(args) -> None:
+    import torch
+
+    from mhar.train import apply_train_overrides, train_preset
+    from mhar.train.trainer import Trainer
+
+    over = [f"batch_size={args.batch}", f"seq_len={args.seq}", f"grad_accum={args.accum}", "data.source=synthetic",
+            f"data.vocab_size={args.vocab}", "data.val_windows=2", f"steps={args.warmup + args.steps + 10}",
+            f"compile={str(args.compile).lower()}", f"parallel={args.parallel}", f"device={args.device}", "warmup=2"]
+    if args.method != "baseline":  # the fused kernels' chunked two-phase schedule, as `mhar bench step`
+        over += ["stream.schedule=two-phase", f"stream.chunk={args.chunk}"]
+    cfg = apply_train_overrides(train_preset(args.preset, args.method), over + args.overrides)
+
+    run_dir = Path(tempfile.mkdtemp(prefix="mhar-bench-"))
+    if args.parallel == "none":
+        trainer = Trainer(cfg, run_dir, quiet=True, progress=False)
+        rank, world = 0, 1
+    else:
+        from mhar.train.distributed import DistributedTrainer, broadcast_object, init_distributed
+
+        info = init_distributed(args.device)
+        rank, world = info.rank, info.world_size
+        run_dir = Path(broadcast_object(str(run_dir)))
+        trainer = DistributedTrainer(cfg, run_dir, quiet=True, progress=False)
+    dev = trainer.device
+    cuda = dev.type == "cuda"
+    sync = (lambda: torch.cuda.synchronize(dev)) if cuda else (lambda: None)
+    times, losses = [], []
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(dev)
+    for i in range(args.warmup + args.steps):
+        sync()
+        t0 = time.perf_counter()
+        loss, grad_norm, lr = trainer.train_step()
+        sync()
+        dt = time.perf_counter() - t0
+        trainer.step += 1
+        losses.append(loss)
+        if i >= args.warmup:
+            times.append(dt)
+        if rank == 0:
+            print(f"[{args.method} {args.parallel} x{world}] step {i + 1} loss {loss:.4f} {dt * 1e3:.0f} ms",
+                  file=sys.stderr, flush=True)
+    tokens = cfg.batch_size * cfg.grad_accum * cfg.seq_len * world
+    med = statistics.median(times)
+    result = {
+        "method": args.method, "parallel": args.parallel, "world_size": world, "preset": args.preset,
+        "batch_per_gpu": cfg.batch_size, "seq_len": cfg.seq_len, "grad_accum": cfg.grad_accum,
+        "global_tokens_per_step": tokens, "compile": args.compile, "stream": cfg.model.stream.__dict__,
+        "warmup_steps": args.warmup, "timed_steps": args.steps, "step_s": times,
+        "median_step_s": med, "tokens_per_s": tokens / med, "tokens_per_s_mean": tokens * len(times) / sum(times),
+        "peak_mem_gib": torch.cuda.max_memory_allocated(dev) / 2**30 if cuda else 0.0, "losses": losses,
+        "device": torch.cuda.get_device_name(dev) if cuda else platform.processor() or "cpu",
+        "gpus_visible": torch.cuda.device_count(),
+        "torch": torch.__version__, "cuda": torch.version.cuda,
+        "nccl": ".".join(map(str, torch.cuda.nccl.version())) if cuda else None,
+        "python": platform.python_version(), "commit": commit(),
+        "command": " ".join(sys.argv), "nccl_nvls_enable": os.environ.get("NCCL_NVLS_ENABLE"),
+        "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    if rank == 0:
+        print(f"[{args.method} {args.parallel} x{world}] {result['tokens_per_s']:.0f} tokens/s "
+              f"(median step {med * 1e3:.1f} ms, peak {result['peak_mem_gib']:.1f} GiB)", file=sys.stderr, flush=True)
+        if args.json:
+            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
+    if args.parallel != "none":
+        from mhar.train.distributed import shutdown
+
+        shutdown()
+
+
+def table(paths: list[str]) -> str:
+    rows = [json.loads(Path(p).read_text()) for p in paths]
+    rows = [r for r in rows if "tokens_per_s" in r]
+    single = {r["method"]: r for r in rows if r["world_size"] == 1}
+    lines = ["| method | parallel | GPUs | tokens/s | speed-up vs 1 GPU | scaling efficiency | median step ms | "
+             "peak GiB/GPU |", "|---|---|---|---|---|---|---|---|"]
+    for r in sorted(rows, key=lambda r: (r["method"] != "baseline", r["method"], r["world_size"], r["parallel"])):
+        one = single.get(r["method"])
+        sp = r["tokens_per_s"] / one["tokens_per_s"] if one else float("nan")
+        lines.append(f"| {r['method']} | {r['parallel']} | {r['world_size']} | {r['tokens_per_s']:,.0f} | "
+                     f"{sp:.3f}x | {sp / r['world_size']:.1%} | {r['median_step_s'] * 1e3:.1f} | "
+                     f"{r['peak_mem_gib']:.1f} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--method", default="baseline")
+    p.add_argument("--parallel", default="none", choices=("none", "ddp", "fsdp"))
+    p.add_argument("--preset", default="paper-350m")
+    p.add_argument("--batch", type=int, default=16, help="micro-batch per GPU (default 16, the paper's 350M)")
+    p.add_argument("--seq", type=int, default=1024)
+    p.add_argument("--accum", type=int, default=1)
+    p.add_argument("--vocab", type=int, default=151936)
+    p.add_argument("--chunk", type=int, default=8, help="two-phase scheduling chunk for routed methods")
+    p.add_argument("--compile", action="store_true")
+    p.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="cpu: a smoke test only")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--json", default=None)
+    p.add_argument("--table", nargs="*", default=None, help="print the table of these result files and exit")
+    p.add_argument("overrides", nargs="*", help="extra trainer overrides (key=value)")
+    args = p.parse_args(argv)
+    if args.table is not None:
+        print(table(args.table))
+        return
+    run(args)
+
+
+if __name__ == "__main__":
+    main()
