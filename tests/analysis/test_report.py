@@ -93,3 +93,13 @@ def test_report_without_checkpoint_analysis(runs, tmp_path):
                  "--no-maps"]) == 0
     md = (out / "report.md").read_text()
     assert "Probe not computed" in md and "Not drawn" in md
+
+
+def test_report_notes_a_routed_run_without_checkpoint(runs, tmp_path):
+    import shutil
+
+    young = tmp_path / "young"
+    shutil.copytree(runs / "attnres", young, ignore=shutil.ignore_patterns("*.pt"))
+    out = tmp_path / "r3"
+    assert main(["report", str(young), "--out", str(out), "--windows", "1", "--draws", "1"]) == 0
+    assert "young: not analysed" in (out / "report.md").read_text()

@@ -11,6 +11,7 @@ import base64
 import datetime as _dt
 import html
 import math
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -309,14 +310,22 @@ def build_report(runs: Sequence[str | Path], out: str | Path, analyse: Analyser 
     routed = [s for s in summaries if s.routes]
     probes: list[tuple[str, ProbeResult]] = []
     maps: list[tuple[str, Path]] = []
+    skipped: list[str] = []
     if analyse is not None:
         for s in routed:
-            probe, rmap = analyse(s.path)
+            try:
+                probe, rmap = analyse(s.path)
+            except FileNotFoundError as err:  # e.g. a run still before its first checkpoint: said in the report
+                skipped.append(f"{s.name}: not analysed ({err}).")
+                print(f"mhar report: warning: {s.name} not analysed: {err}", file=sys.stderr)
+                continue
             if probe is not None:
                 probes.append((s.name, probe))
             if rmap is not None:
                 maps.append((s.name, plot_map(rmap, img / f"map_{_safe(s.name)}.png")))
     rep.add(Heading("Disagreement probe"))
+    for note in skipped:
+        rep.add(Para(note))
     if probes:
         rep.add(Para("H = 1 runs: SPEC.md section 4's probe. Each site's query and normalised keys are cut into S "
                      "contiguous slices; each slice's own softmax over the sources is compared with the shared one "
