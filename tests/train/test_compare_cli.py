@@ -110,3 +110,15 @@ def test_cli_resume_errors(tmp_path, run_cli):
     assert code == 2 and "different model config" in err and "model.d_model: 32 -> 64" in err
     code, _, err = run_cli("train", "--method", "mhar-h2", "--out", run, *SMALL, "steps=1")
     assert code == 2 and "already holds checkpoints" in err
+
+
+def test_train_from_a_saved_config(tmp_path, run_cli):
+    assert run_cli("train", "--method", "mhar-h2", "--out", tmp_path / "a", "--quiet", *SMALL, "steps=1")[0] == 0
+    code, out, err = run_cli("train", "--config", tmp_path / "a" / "config.json", "--out", tmp_path / "b",
+                             "--quiet", "steps=2")
+    assert code == 0, err
+    a = json.loads((tmp_path / "a" / "config.json").read_text())
+    b = json.loads((tmp_path / "b" / "config.json").read_text())
+    assert a["model"] == b["model"] and b["steps"] == 2
+    code, _, err = run_cli("train", "--config", tmp_path / "nope.json", "--out", tmp_path / "c")
+    assert code == 2 and "nope.json" in err

@@ -29,6 +29,8 @@ def register(subparsers) -> None:
                               description="Train one model into a run folder (config.json, metrics.jsonl, "
                                           "TensorBoard events, checkpoints/, loss.png, summary.json).")
     _common(p)
+    p.add_argument("--config", default=None,
+                   help="start from a saved TrainConfig JSON (e.g. another run's config.json) instead of a preset")
     p.add_argument("--method", default=None,
                    help="residual stream: baseline, hyper, attnres, mhar, attnres-block, mhar-block, delta, "
                         "or NAME-hH for H heads (default baseline)")
@@ -76,6 +78,15 @@ def _split(text: str, what: str) -> list[str]:
     return items
 
 
+def _base_config(args) -> TrainConfig:
+    if args.config:
+        if args.preset:
+            raise ValueError("give --config or --preset, not both")
+        cfg = TrainConfig.load(args.config)
+        return apply_train_overrides(cfg, {"method": args.method}) if args.method else cfg
+    return train_preset(args.preset or "tiny", args.method or "baseline")
+
+
 def cmd_train(args) -> int:
     from mhar.train.trainer import Trainer
 
@@ -83,15 +94,14 @@ def cmd_train(args) -> int:
         if not args.out:
             raise ValueError("--resume needs --out RUN_FOLDER")
         saved = Path(args.out) / CONFIG
-        if args.preset or args.method:
-            cfg = apply_train_overrides(train_preset(args.preset or "tiny", args.method or "baseline"),
-                                        args.overrides)
+        if args.preset or args.method or args.config:
+            cfg = apply_train_overrides(_base_config(args), args.overrides)
         elif saved.exists():
             cfg = apply_train_overrides(TrainConfig.load(saved), args.overrides)
         else:
             raise FileNotFoundError(f"cannot resume: {saved} does not exist")
     else:
-        cfg = apply_train_overrides(train_preset(args.preset or "tiny", args.method or "baseline"), args.overrides)
+        cfg = apply_train_overrides(_base_config(args), args.overrides)
     from mhar.train import distributed  # torchrun / DDP / FSDP2 (docs/distributed.md)
 
     parallel = distributed.resolve_parallel(cfg, getattr(args, "parallel", None))
