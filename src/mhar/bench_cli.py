@@ -2,7 +2,8 @@
 side by side in one run, at the paper's shapes.
 
 One step = forward + backward + fused AdamW update of one microbatch, bf16 autocast,
-fp32 master weights, ``torch.compile`` of the decoder body, the LM head fused with the
+fp32 master weights, ``torch.compile`` of the decoder (regional by default: each
+sublayer kind compiles once), the LM head fused with the
 loss in chunks (no full logits). Routed methods use the routing op (fused kernels on
 CUDA) and the chunked two-phase schedule.
 
@@ -44,12 +45,16 @@ def build(preset: str, method: str, seq_len: int, overrides: list[str], chunk: i
     return Decoder(cfg).to(device)
 
 
-def time_step(model: Decoder, batch: int, seq_len: int, steps: int, warmup: int, compile_model: bool,
+def time_step(model: Decoder, batch: int, seq_len: int, steps: int, warmup: int, compile_mode: str,
               loss_chunk: int, device: str) -> dict:
     torch.manual_seed(0)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1,
                             fused=device == "cuda")
-    body = torch.compile(model.hidden_states) if compile_model else model.hidden_states
+    body = model.hidden_states
+    if compile_mode == "full":
+        body = torch.compile(model.hidden_states)
+    elif compile_mode == "regions":
+        model.compile_regions()
     vocab = model.config.vocab_size
     from mhar.model.loss import linear_cross_entropy
 
@@ -119,7 +124,7 @@ def run_bench_step(args: argparse.Namespace) -> int:
             model = build(preset, method, seq_len, args.overrides, args.chunk, device)
             model.activation_checkpointing = args.activation_checkpointing
             try:
-                r = time_step(model, batch, seq_len, args.steps, args.warmup, not args.no_compile, args.loss_chunk,
+                r = time_step(model, batch, seq_len, args.steps, args.warmup, args.compile, args.loss_chunk,
                               device)
             except torch.OutOfMemoryError as err:
                 r = {"error": f"out of memory: {err}"[:200]}
@@ -174,7 +179,8 @@ def register(sub) -> None:
     s.add_argument("--warmup", type=int, default=4)
     s.add_argument("--chunk", type=int, default=8, help="two-phase chunk (sublayers) for full routing")
     s.add_argument("--loss-chunk", type=int, default=4096, help="tokens per fused LM-head/loss chunk (0: plain)")
-    s.add_argument("--no-compile", action="store_true")
+    s.add_argument("--compile", choices=("regions", "full", "off"), default="regions",
+                   help="regions: compile each sublayer once (fast to compile); full: the whole model")
     s.add_argument("--activation-checkpointing", action="store_true")
     s.add_argument("--out", default="bench/results")
     s.add_argument("--tag", default="")

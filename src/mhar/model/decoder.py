@@ -47,6 +47,14 @@ class Decoder(nn.Module):
             elif isinstance(module, nn.Embedding):
                 nn.init.normal_(module.weight, 0.0, std)
 
+    def compile_regions(self, **compile_kwargs) -> None:
+        """Regional compilation: compile each sublayer (attention and MLP sublayers each
+        compile once and are reused by every layer) and the stream's glue, instead of
+        the whole unrolled model. Much faster to compile at depth, about as fast to run."""
+        for sublayer in self.sublayers:
+            sublayer.compile(**compile_kwargs)
+        self.residual.compile_regions(**compile_kwargs)
+
     @property
     def output_weight(self) -> Tensor:
         return self.embed.weight if self.lm_head is None else self.lm_head.weight

@@ -40,6 +40,9 @@ class ResidualStream(nn.Module):
     def start(self, embedding: Tensor) -> StreamState:
         raise NotImplementedError
 
+    def compile_regions(self, **compile_kwargs) -> None:
+        """Compile the stream's elementwise glue (see Decoder.compile_regions); default: nothing."""
+
     def overhead_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 

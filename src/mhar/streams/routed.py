@@ -31,6 +31,12 @@ def _row(p: routing.Partial, j: int) -> routing.Partial:
     return routing.Partial(p.m[j:j + 1], p.l[j:j + 1], p.o[j:j + 1])
 
 
+def _merge_finalize(a: routing.Partial, b: routing.Partial | None, shape, dtype) -> Tensor:
+    """Phase 2's exact merge (if any) and the normalisation, as one fusable region."""
+    p = a if b is None else routing.merge_partials(a, b)
+    return routing.finalize(p, shape, dtype)[0]
+
+
 class _RoutedState(StreamState):
     def __init__(self, stream: "RoutedStream", embedding: Tensor):
         self.s = stream
@@ -46,9 +52,6 @@ class _RoutedState(StreamState):
     def _site(self, i: int, j: int | None = None) -> tuple[Tensor, Tensor]:
         j = i + 1 if j is None else j
         return self.s.queries[i:j], self.s.key_norms[i:j]
-
-    def _finish(self, p: routing.Partial) -> Tensor:
-        return routing.finalize(p, self.shape, self.dtype)[0]
 
     def _chunk_bounds(self, i: int) -> tuple[int, bool]:
         """(chunk length, whether i starts a chunk) for the two-phase schedule."""
@@ -69,12 +72,12 @@ class _RoutedState(StreamState):
             q, g = self._site(i, end)
             self.phase1 = routing.route_partial(self.sources, q, g, H)
             self.chunk_start, self.sources_at_chunk_start = i, len(self.sources)
-        p = _row(self.phase1, i - self.chunk_start)
         new = [self.partial_sum] if in_block else self.sources[self.sources_at_chunk_start:]
+        inner = None
         if new:  # phase 2: the sources created inside the chunk, merged exactly
             q, g = self._site(i)
-            p = routing.merge_partials(p, routing.route_partial(new, q, g, H))
-        return self._finish(p)
+            inner = routing.route_partial(new, q, g, H)
+        return s.merge_finalize(_row(self.phase1, i - self.chunk_start), inner, self.shape, self.dtype)
 
     def write(self, i: int, output: Tensor) -> None:
         S = self.s.block_size
@@ -102,6 +105,10 @@ class RoutedStream(ResidualStream):
         sites = num_sublayers + 1  # each sublayer and the final read
         self.queries = nn.Parameter(torch.zeros(sites, d_model))
         self.key_norms = nn.Parameter(torch.ones(sites, d_model))
+        self.merge_finalize = _merge_finalize
+
+    def compile_regions(self, **compile_kwargs) -> None:
+        self.merge_finalize = torch.compile(_merge_finalize, **compile_kwargs)
 
     @property
     def num_sources(self) -> int:
