@@ -110,3 +110,10 @@ def test_literal_end_of_text_stays_inside_its_document(tmp_path):
     assert ds.encode("<|endoftext|>") != [ds.eot_id]
     assert sorted(split_docs(ds, "train")) == sorted(docs)
     assert ds.manifest["splits"]["train"]["eot_tokens_inside_documents"] == 0
+
+
+def test_bpe_end_of_text_is_last_id(ds, corpus_docs):
+    assert ds.eot_id == ds.tokenizer_vocab_size - 1 == ds.tokenizer.token_to_id("<|endoftext|>")
+    assert ds.decode([ds.eot_id]) == "<|endoftext|>"
+    ids = ds.encode(corpus_docs[0])
+    assert ds.eot_id not in ids and min(ids) >= 0

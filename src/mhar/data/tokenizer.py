@@ -73,7 +73,7 @@ def find_eot(tok: Tokenizer, eot_token: str | None = None) -> tuple[str, int]:
 
 def train_bpe(texts: Iterable[str], vocab_size: int = 8192, min_frequency: int = 2) -> Tokenizer:
     """A byte-level BPE (GPT-2 style pre-tokenisation, lossless) trained on ``texts``.
-    Id 0 is ``<|endoftext|>``; the vocabulary holds at most ``vocab_size`` tokens."""
+    The last id is ``<|endoftext|>``; the vocabulary holds at most ``vocab_size`` tokens."""
     if vocab_size < 257 + 1:
         raise ValueError(f"vocab_size={vocab_size}: a byte-level BPE needs at least 258 (256 bytes + end-of-text + one merge)")
     tok = Tokenizer(models.BPE())
@@ -84,10 +84,15 @@ def train_bpe(texts: Iterable[str], vocab_size: int = 8192, min_frequency: int =
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
     )
     tok.train_from_iterator(texts, trainer)
-    # Keep <|endoftext|> in the vocabulary (id 0) but not as an added token, so the
-    # literal text "<|endoftext|>" inside a document is encoded as ordinary bytes and
-    # id 0 only ever marks a document boundary.
+    # <|endoftext|> becomes the *last* id (as in GPT-2; an id of 0 is too easily taken
+    # for "no token" by `if eot_id:` checks), and stays in the vocabulary but not as an
+    # added token, so the literal text "<|endoftext|>" inside a document is encoded as
+    # ordinary bytes and the end-of-text id only ever marks a document boundary.
     spec = json.loads(tok.to_str())
+    vocab = spec["model"]["vocab"]
+    eot_id = vocab[EOT]
+    n = len(vocab)
+    spec["model"]["vocab"] = {t: (n - 1 if t == EOT else i - (i > eot_id)) for t, i in vocab.items()}
     spec["added_tokens"] = []
     return Tokenizer.from_str(json.dumps(spec))
 
