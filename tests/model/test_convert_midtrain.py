@@ -1,0 +1,132 @@
+"""`mhar midtrain`: a converted model and its schedule-matched plain control, trained
+on the same data order with re-warm-up, EMA and z-loss, then tabulated."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
+
+from mhar.model.convert import check_identity, from_hf_model  # noqa: E402
+from mhar.model.midtrain import MidtrainOptions, control_of, midtrain  # noqa: E402
+
+
+def tiny_llama(vocab=300):
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    return LlamaForCausalLM(cfg).eval()
+
+
+@pytest.fixture()
+def converted(tmp_path):
+    hf = tiny_llama()
+    model = from_hf_model(hf, heads=4, blocks=2)
+    folder = tmp_path / "converted"
+    model.save_pretrained(folder)
+    return hf, folder
+
+
+FAST = dict(steps=6, eval_every=3, seq_len=16, batch_size=2, val_windows=4, warmup=2, lr=3e-3, tail_k=2,
+            data="synthetic", ema=0.9, z_loss=1e-4)
+
+
+def test_midtrain_delta_and_control(converted, tmp_path):
+    hf, folder = converted
+    out = tmp_path / "mt"
+    result = midtrain(folder, out, MidtrainOptions(**FAST), progress=False, log=lambda *a: None)
+    delta, control = result["runs"]
+    assert (delta["run"], delta["stream"], control["run"], control["stream"]) == \
+        ("delta", "delta", "control", "standard")
+    # identical function at the start: the same validation loss, bit for bit
+    assert delta["start_val_loss"] == control["start_val_loss"]
+    # same data order and schedule: same first training loss, same lr at every step
+    rows = {name: [json.loads(line) for line in (out / name / "metrics.jsonl").read_text().splitlines()]
+            for name in ("delta", "control")}
+    assert rows["delta"][0]["loss"] == rows["control"][0]["loss"]
+    assert [r["lr"] for r in rows["delta"]] == [r["lr"] for r in rows["control"]]
+    assert rows["delta"][0]["lr"] == pytest.approx(3e-3 / 2)  # re-warm-up from zero
+    assert delta["steps"] == control["steps"] == 6
+    assert delta["final_raw_val_loss"] is not None  # EMA on: raw weights reported beside the EMA
+    md = (out / "comparison.md").read_text()
+    assert "| delta | delta |" in md and "| control | standard |" in md
+    # the saved models load, and the delta one has learned gates
+    from transformers import AutoModelForCausalLM
+
+    trained = AutoModelForCausalLM.from_pretrained(out / "delta" / "hf")
+    assert trained.model.residual.gates.abs().sum() > 0
+    assert trained.config.to_model_config().stream.method == "delta"
+
+
+def test_control_has_the_same_weights_and_function(converted):
+    from transformers import AutoModelForCausalLM
+
+    hf, folder = converted
+    delta = AutoModelForCausalLM.from_pretrained(folder).model
+    plain = control_of(delta)
+    assert plain.config.stream.method == "standard"
+    ids = torch.randint(0, 300, (2, 9))
+    with torch.no_grad():
+        assert torch.equal(plain(ids), delta(ids))
+        assert torch.equal(plain(ids), hf(ids).logits)
+    plain.embed.weight.data.add_(1)  # separate storage
+    assert not torch.equal(plain.embed.weight, delta.embed.weight)
+
+
+def test_ema_and_zloss_options(converted, tmp_path):
+    """EMA off vs on gives different evaluations; z-loss enters the training loss only."""
+    hf, folder = converted
+    no_ema = midtrain(folder, tmp_path / "a", MidtrainOptions(**{**FAST, "ema": 0.0, "control": False,
+                                                                 "save_models": False}),
+                      progress=False, log=lambda *a: None)["runs"][0]
+    assert no_ema["final_raw_val_loss"] is None
+    with_ema = midtrain(folder, tmp_path / "b", MidtrainOptions(**{**FAST, "control": False, "save_models": False}),
+                        progress=False, log=lambda *a: None)["runs"][0]
+    assert with_ema["final_val_loss"] != no_ema["final_val_loss"]
+    assert with_ema["final_raw_val_loss"] == pytest.approx(no_ema["final_val_loss"], abs=1e-6)
+    with pytest.raises(ValueError, match="ema"):
+        midtrain(folder, tmp_path / "c", MidtrainOptions(ema=1.5))
+
+
+def test_midtrain_source_model_on_builtin_data_with_its_tokenizer(tmp_path, monkeypatch):
+    """A source folder is converted on the fly; the built-in corpus is tokenised with
+    the model's own tokenizer."""
+    from mhar.data import TokenDataset, train_bpe
+
+    monkeypatch.setenv("MHAR_CACHE", str(tmp_path / "cache"))
+    tok = train_bpe(["the cat sat on the mat and def f(x): return x + 1\n" * 40] * 20, vocab_size=280)
+    src = tmp_path / "src"
+    tiny_llama(vocab=300).save_pretrained(src)
+    tok.save(str(src / "tokenizer.json"))
+    out = tmp_path / "mt"
+    opts = MidtrainOptions(**{**FAST, "data": "builtin", "max_mb": 0.1, "steps": 2, "eval_every": 2, "heads": 4,
+                              "blocks": 2, "control": False})
+    result = midtrain(src, out, opts, progress=False, log=lambda *a: None)
+    assert (out / "converted" / "config.json").exists()
+    ds = TokenDataset(result["data"])
+    assert ds.tokenizer.get_vocab() == tok.get_vocab()
+    assert result["runs"][0]["steps"] == 2
+
+
+def test_midtrain_without_tokenizer_is_refused(converted, tmp_path):
+    hf, folder = converted
+    with pytest.raises(ValueError, match="tokenizer"):
+        midtrain(folder, tmp_path / "x", MidtrainOptions(data="builtin"), log=lambda *a: None)
+
+
+def test_cli_midtrain(converted, tmp_path, capsys):
+    from mhar.cli import main
+
+    hf, folder = converted
+    rc = main(["midtrain", str(folder), "--out", str(tmp_path / "mt"), "--data", "synthetic", "--steps", "2",
+               "--eval-every", "1", "--seq-len", "8", "--batch-size", "2", "--val-windows", "2", "--warmup", "1",
+               "--no-save", "--quiet"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "| delta | delta |" in out and "| control | standard |" in out
+    assert check_identity(hf, from_hf_model(hf, heads=4, blocks=2)) == 0.0
