@@ -206,3 +206,24 @@ def test_synthetic_loader_ranks_partition_the_global_batch():
         parts = [loader.next_batch() for loader in ranks]
         assert torch.equal(x1, torch.cat([p[0] for p in parts]))
         assert torch.equal(y1, torch.cat([p[1] for p in parts]))
+
+
+def test_torchrun_cli_rank0_writes_run_files(tmp_path):
+    """``torchrun --nproc_per_node=2 -m mhar train --parallel ddp``: one run folder,
+    written by rank 0 (one metrics row per step, one summary line), sharded
+    checkpoints from both ranks; ``--resume`` continues it."""
+    out = tmp_path / "run"
+    base = [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "mhar", "train",
+            "--method", "mhar", "--parallel", "ddp", "--quiet", "--out", str(out), *SMALL, "eval_every=2"]
+    env = dict(subprocess_env(), OMP_NUM_THREADS="1")
+    proc = subprocess.run(base + ["steps=2"], env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    assert proc.stdout.count("final val loss") == 1 and "on 2 process(es) (ddp)" in proc.stdout
+    assert [r["step"] for r in read_metrics(out)] == [1, 2]
+    assert json.loads((out / "config.json").read_text())["parallel"] == "ddp"
+    assert (out / "summary.json").exists() and len(list((out / "tb").iterdir())) == 1
+    assert [s for s, _ in dcpio.list_checkpoints(out / "checkpoints")] == [2]
+    proc = subprocess.run(base + ["steps=3", "--resume"], env=env, capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    assert [r["step"] for r in read_metrics(out)] == [1, 2, 3]

@@ -166,6 +166,21 @@ class DistributedTrainer(Trainer):
         dist.barrier()
 
     # ------------------------------------------------------------------ hooks
+    def build_data(self):
+        """The first process of each node builds (or caches) the dataset while the
+        others wait, so no two processes write the same cache folder."""
+        first = int(os.environ.get("LOCAL_RANK", self.rank)) == 0
+        data, error = None, None
+        if first:
+            try:
+                data = super().build_data()
+            except Exception as err:  # still meet the others at the barrier, then fail
+                error = err
+        dist.barrier()
+        if error is not None:
+            raise error
+        return data if first else super().build_data()
+
     def wrap_model(self, module: nn.Module) -> nn.Module:
         if self.parallel == "ddp":
             from torch.nn.parallel import DistributedDataParallel as DDP
