@@ -304,6 +304,7 @@ def _build_into(tmp: Path, sources, fixed_tok, tok_kind, tok_name, model_vocab, 
 
     t0 = time.time()
     batch_bytes = int(batch_mb * 1e6)
+    done, next_report = 0, total_bytes / 10
     with open(spool_path, "rb") as spool:
         texts, flags, nbytes, acc, idx = [], [], [], 0, 0
         while True:
@@ -319,7 +320,15 @@ def _build_into(tmp: Path, sources, fixed_tok, tok_kind, tok_name, model_vocab, 
             idx += 1
             if acc >= batch_bytes:
                 flush(texts, flags, nbytes)
+                done += acc
                 texts, flags, nbytes, acc = [], [], [], 0
+                if verbose and done >= next_report:
+                    el = time.time() - t0
+                    rate = done / 1e6 / max(el, 1e-9)
+                    _log(True, f"tokenised {done / 1e6:.0f}/{total_bytes / 1e6:.0f} MB, {rate:.1f} MB/s, "
+                               f"{sum(c['tokens'] for c in counts.values()) / max(el, 1e-9) / 1e6:.1f} M tokens/s, "
+                               f"ETA {(total_bytes - done) / 1e6 / max(rate, 1e-9):.0f}s")
+                    next_report += total_bytes / 10
         if texts:
             flush(texts, flags, nbytes)
     for split in SPLITS:
