@@ -117,3 +117,26 @@ def test_bpe_end_of_text_is_last_id(ds, corpus_docs):
     assert ds.decode([ds.eot_id]) == "<|endoftext|>"
     ids = ds.encode(corpus_docs[0])
     assert ds.eot_id not in ids and min(ids) >= 0
+
+
+def test_end_of_text_of_a_custom_tokenizer(tmp_path, corpus_dir):
+    from tokenizers import AddedToken
+    from mhar.data import train_bpe
+    import json as _json
+    tok = train_bpe(make_docs(20, seed=2), 300)
+    spec = _json.loads(tok.to_str())
+    del spec["model"]["vocab"]["<|endoftext|>"]  # a tokenizer without any usual end-of-text token
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_str(_json.dumps(spec))
+    tok.add_special_tokens([AddedToken("<|doc_end|>", special=True)])
+    folder = tmp_path / "tok"
+    folder.mkdir()
+    tok.save(str(folder / "tokenizer.json"))
+    with pytest.raises(ValueError, match="no end-of-text token.*--eot-token"):
+        build_dataset([corpus_dir], tmp_path / "a", tokenizer=str(folder))
+    assert not (tmp_path / "a").exists()
+    ds = TokenDataset(build_dataset([corpus_dir], tmp_path / "b", tokenizer=str(folder), eot_token="<|doc_end|>"))
+    assert ds.decode([ds.eot_id]) == "<|doc_end|>"
+    (folder / "tokenizer_config.json").write_text(_json.dumps({"eos_token": {"content": "<|doc_end|>"}}))
+    ds = TokenDataset(build_dataset([corpus_dir], tmp_path / "c", tokenizer=str(folder / "tokenizer.json")))
+    assert ds.manifest["tokenizer"]["eot_token"] == "<|doc_end|>"

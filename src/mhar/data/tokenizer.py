@@ -58,8 +58,8 @@ def canonical_json(tok: Tokenizer) -> str:
     return tok.to_str(pretty=False)
 
 
-def find_eot(tok: Tokenizer, eot_token: str | None = None) -> tuple[str, int]:
-    candidates = (eot_token,) if eot_token else EOT_CANDIDATES
+def find_eot(tok: Tokenizer, eot_token: str | None = None, fallback: str | None = None) -> tuple[str, int]:
+    candidates = (eot_token,) if eot_token else EOT_CANDIDATES + ((fallback,) if fallback else ())
     for c in candidates:
         i = tok.token_to_id(c)
         if i is not None:
@@ -197,9 +197,22 @@ def load_tokenizer_file(path: str | os.PathLike) -> Tokenizer:
         raise ValueError(f"{p}: not a valid tokenizer.json ({err})") from None
 
 
+def eos_from_tokenizer_config(path: str | os.PathLike) -> str | None:
+    """The ``eos_token`` of the ``tokenizer_config.json`` beside a tokenizer file (or in a folder)."""
+    p = Path(path)
+    cfg = (p if p.is_dir() else p.parent) / "tokenizer_config.json"
+    try:
+        eos = json.loads(cfg.read_text(encoding="utf-8")).get("eos_token")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if isinstance(eos, dict):
+        eos = eos.get("content")
+    return eos if isinstance(eos, str) and eos else None
+
+
 def make_tokenizer_info(tok: Tokenizer, kind: str, name: str, eot_token: str | None = None,
-                        model_vocab_size: int | None = None) -> TokenizerInfo:
-    eot, eot_id = find_eot(tok, eot_token)
+                        model_vocab_size: int | None = None, eos_fallback: str | None = None) -> TokenizerInfo:
+    eot, eot_id = find_eot(tok, eot_token, eos_fallback)
     vocab = tok.get_vocab_size(with_added_tokens=True)
     mv = max(vocab, model_vocab_size or 0)
     return TokenizerInfo(kind=kind, name=name, vocab_size=vocab, model_vocab_size=mv,
