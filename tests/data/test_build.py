@@ -44,6 +44,7 @@ def test_split_deterministic_and_disjoint(tmp_path, corpus_docs, ds):
     # Same documents in another order and layout -> the same split.
     c2 = write_corpus(tmp_path / "c2", list(reversed(corpus_docs)), kinds=("jsonl",))
     ds2 = TokenDataset(build_dataset([c2], tmp_path / "ds2", vocab_size=320, val_fraction=0.1))
+    assert ds2.tokenizer_sha256 == ds.tokenizer_sha256  # the BPE sample does not depend on order either
     for split in ("train", "validation"):
         assert sorted(split_docs(ds2, split)) == sorted(split_docs(ds, split))
     train, val = set(split_docs(ds, "train")), set(split_docs(ds, "validation"))
@@ -51,6 +52,19 @@ def test_split_deterministic_and_disjoint(tmp_path, corpus_docs, ds):
     # The rule is the documented hash rule.
     for d in val:
         assert int.from_bytes(content_hash(d)[:8], "little") / 2**64 < 0.1
+
+
+def test_bpe_sample_is_order_independent(tmp_path, corpus_docs):
+    from mhar.data.build import _Sampler
+    from mhar.data.sources import content_hash
+    samples = []
+    for docs in (corpus_docs, corpus_docs[::-1], corpus_docs[1::2] + corpus_docs[::2]):
+        s = _Sampler(20_000)
+        for d in docs:
+            s.offer(content_hash(d), d)
+        samples.append(s.texts())
+    assert samples[0] == samples[1] == samples[2]
+    assert 20_000 <= sum(map(len, samples[0])) < 20_000 + max(map(len, corpus_docs))
 
 
 def test_build_is_deterministic(tmp_path, corpus_dir, built):

@@ -117,7 +117,15 @@ class _Sampler:
             self.items, self.bytes = keep, total
 
     def texts(self) -> list[str]:
-        return [t for _, t in sorted(self.items, key=lambda x: x[0])]
+        """The documents with the smallest hashes, up to the budget: independent of the
+        order the documents arrived in."""
+        out, total = [], 0
+        for _, t in sorted(self.items, key=lambda x: x[0]):
+            if total >= self.budget:
+                break
+            out.append(t)
+            total += len(t)
+        return out
 
 
 def build_dataset(
@@ -244,8 +252,10 @@ def _build_into(tmp: Path, sources, fixed_tok, tok_kind, tok_name, model_vocab, 
     # Tokenizer.
     t0 = time.time()
     if fixed_tok is None:
-        tok = T.train_bpe(sampler.texts(), vocab_size)
-        sample_bytes = sampler.bytes
+        sample = sampler.texts()
+        tok = T.train_bpe(sample, vocab_size)
+        sample_bytes = sum(len(t.encode("utf-8")) for t in sample)
+        del sample
         del sampler
     else:
         tok, sample_bytes = fixed_tok, 0
