@@ -27,7 +27,9 @@ class _Windows:
 
     def __init__(self, ds: TokenDataset, split: str, seq_len: int):
         self.ds, self.split, self.seq_len = ds, split, seq_len
-        self.shards = [a for a in ds.shards(split) if a.size > seq_len]
+        keep = [(a, f) for a, f in zip(ds.shards(split), ds.shard_files(split)) if a.size > seq_len]
+        self.shards = [a for a, _ in keep]
+        self.files = [f for _, f in keep]
         counts = np.array([(a.size - 1) // seq_len for a in self.shards], dtype=np.int64)
         self.cum = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self.n = int(self.cum[-1])
@@ -46,7 +48,7 @@ class _Windows:
             out[row] = self.shards[kk][st:st + T1]
         if check_vocab is not None and out.size and int(out.max()) >= check_vocab:
             bad = int(np.argwhere(out >= check_vocab)[0][0])
-            raise ValueError(f"{self.ds.shard_files(self.split)[int(k[bad])]}: token id {int(out[bad].max())} is >= the vocabulary size {check_vocab}")
+            raise ValueError(f"{self.files[int(k[bad])]}: token id {int(out[bad].max())} is >= the vocabulary size {check_vocab}")
         return out
 
 
