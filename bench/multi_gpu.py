@@ -17,6 +17,11 @@ times the tokens/s. Random tokens (the trainer's synthetic source with the full
 Qwen3 vocabulary). ``--warmup`` steps are not timed (kernel tuning, allocator);
 tokens/s = global tokens per step / median step time. Rank 0 writes the JSON.
 
+Everything in one job (processes start once)::
+
+    torchrun --standalone --nproc_per_node=2 bench/multi_gpu.py --suite out --methods baseline,mhar \
+        --modes ddp,fsdp
+
 ``python bench/multi_gpu.py --table out/*.json`` prints the Markdown table of a
 set of results (speed-up of each N-GPU run over the 1-GPU run of its method).
 """
@@ -47,7 +52,8 @@ def commit() -> str:
         return "unknown"
 
 
-def run(args) -> None:
+def measure(args, method: str, parallel: str) -> dict | None:
+    """Time ``args.warmup + args.steps`` trainer steps; the result on rank 0 (None elsewhere)."""
     import torch
 
     from mhar.train import apply_train_overrides, train_preset
@@ -55,13 +61,13 @@ def run(args) -> None:
 
     over = [f"batch_size={args.batch}", f"seq_len={args.seq}", f"grad_accum={args.accum}", "data.source=synthetic",
             f"data.vocab_size={args.vocab}", "data.val_windows=2", f"steps={args.warmup + args.steps + 10}",
-            f"compile={str(args.compile).lower()}", f"parallel={args.parallel}", f"device={args.device}", "warmup=2"]
-    if args.method != "baseline":  # the fused kernels' chunked two-phase schedule, as `mhar bench step`
+            f"compile={str(args.compile).lower()}", f"parallel={parallel}", f"device={args.device}", "warmup=2"]
+    if method != "baseline":  # the fused kernels' chunked two-phase schedule, as `mhar bench step`
         over += ["stream.schedule=two-phase", f"stream.chunk={args.chunk}"]
-    cfg = apply_train_overrides(train_preset(args.preset, args.method), over + args.overrides)
+    cfg = apply_train_overrides(train_preset(args.preset, method), over + args.overrides)
 
     run_dir = Path(tempfile.mkdtemp(prefix="mhar-bench-"))
-    if args.parallel == "none":
+    if parallel == "none":
         trainer = Trainer(cfg, run_dir, quiet=True, progress=False)
         rank, world = 0, 1
     else:
@@ -77,6 +83,7 @@ def run(args) -> None:
     times, losses = [], []
     if cuda:
         torch.cuda.reset_peak_memory_stats(dev)
+    tag = f"[{method} {parallel} x{world}]"
     for i in range(args.warmup + args.steps):
         sync()
         t0 = time.perf_counter()
@@ -88,17 +95,22 @@ def run(args) -> None:
         if i >= args.warmup:
             times.append(dt)
         if rank == 0:
-            print(f"[{args.method} {args.parallel} x{world}] step {i + 1} loss {loss:.4f} {dt * 1e3:.0f} ms",
-                  file=sys.stderr, flush=True)
+            print(f"{tag} step {i + 1} loss {loss:.4f} {dt * 1e3:.0f} ms", file=sys.stderr, flush=True)
     tokens = cfg.batch_size * cfg.grad_accum * cfg.seq_len * world
     med = statistics.median(times)
+    peak = torch.cuda.max_memory_allocated(dev) / 2**30 if cuda else 0.0
+    del trainer
+    if cuda:
+        torch.cuda.empty_cache()
+    if rank != 0:
+        return None
     result = {
-        "method": args.method, "parallel": args.parallel, "world_size": world, "preset": args.preset,
+        "method": method, "parallel": parallel, "world_size": world, "preset": args.preset,
         "batch_per_gpu": cfg.batch_size, "seq_len": cfg.seq_len, "grad_accum": cfg.grad_accum,
         "global_tokens_per_step": tokens, "compile": args.compile, "stream": cfg.model.stream.__dict__,
         "warmup_steps": args.warmup, "timed_steps": args.steps, "step_s": times,
         "median_step_s": med, "tokens_per_s": tokens / med, "tokens_per_s_mean": tokens * len(times) / sum(times),
-        "peak_mem_gib": torch.cuda.max_memory_allocated(dev) / 2**30 if cuda else 0.0, "losses": losses,
+        "peak_mem_gib": peak, "losses": losses,
         "device": torch.cuda.get_device_name(dev) if cuda else platform.processor() or "cpu",
         "gpus_visible": torch.cuda.device_count(),
         "torch": torch.__version__, "cuda": torch.version.cuda,
@@ -107,15 +119,53 @@ def run(args) -> None:
         "command": " ".join(sys.argv), "nccl_nvls_enable": os.environ.get("NCCL_NVLS_ENABLE"),
         "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    if rank == 0:
-        print(f"[{args.method} {args.parallel} x{world}] {result['tokens_per_s']:.0f} tokens/s "
-              f"(median step {med * 1e3:.1f} ms, peak {result['peak_mem_gib']:.1f} GiB)", file=sys.stderr, flush=True)
-        if args.json:
-            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
+    print(f"{tag} {result['tokens_per_s']:.0f} tokens/s (median step {med * 1e3:.1f} ms, peak {peak:.1f} GiB)",
+          file=sys.stderr, flush=True)
+    return result
+
+
+def _write(result: dict | None, path: str | Path | None) -> None:
+    if result is not None and path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(result, indent=1) + "\n")
+
+
+def run(args) -> None:
+    _write(measure(args, args.method, args.parallel), args.json)
     if args.parallel != "none":
         from mhar.train.distributed import shutdown
 
+        shutdown()
+
+
+def suite(args) -> None:
+    """One torchrun job of N processes measures everything, so processes start (and
+    kernels compile) once: every method on rank 0 alone with the plain Trainer (the
+    other ranks wait), then on all N ranks with each mode in ``--modes`` in turn. Each result
+    goes to ``--suite DIR/<method>_<parallel><gpus>.json`` as soon as it exists."""
+    import torch.distributed as dist
+
+    from mhar.train.distributed import init_distributed, shutdown
+
+    info = init_distributed(args.device)
+    out = Path(args.suite)
+    try:
+        for parallel in ["none"] + [m for m in args.modes.split(",") if m]:  # most wanted first
+            for method in args.methods.split(","):
+                n = 1 if parallel == "none" else info.world_size
+                try:
+                    if parallel == "none":
+                        result = measure(args, method, "none") if info.rank == 0 else None
+                    else:
+                        result = measure(args, method, parallel)
+                    _write(result, out / f"{method}_{parallel}{n}.json")
+                except Exception as err:  # keep the other measurements
+                    print(f"[{method} {parallel} x{n}] FAILED on rank {info.rank}: {type(err).__name__}: {err}",
+                          file=sys.stderr, flush=True)
+                    if parallel != "none":
+                        raise  # a collective failed: the group is not usable any more
+                dist.barrier()
+    finally:
         shutdown()
 
 
@@ -150,12 +200,19 @@ def main(argv=None) -> None:
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--json", default=None)
     p.add_argument("--table", nargs="*", default=None, help="print the table of these result files and exit")
+    p.add_argument("--suite", default=None, metavar="DIR",
+                   help="under torchrun: measure every method in --methods, 1 GPU then every mode in --modes")
+    p.add_argument("--methods", default="baseline,mhar")
+    p.add_argument("--modes", default="ddp,fsdp")
     p.add_argument("overrides", nargs="*", help="extra trainer overrides (key=value)")
     args = p.parse_args(argv)
     if args.table is not None:
         print(table(args.table))
         return
-    run(args)
+    if args.suite:
+        suite(args)
+    else:
+        run(args)
 
 
 if __name__ == "__main__":
