@@ -104,38 +104,58 @@ def _smooth(values: list[float], alpha: float = 0.9) -> list[float]:
     return out
 
 
-def plot_runs(runs: dict[str, str | Path], out: str | Path, title: str = "") -> Path:
-    """One PNG: validation loss (markers) and smoothed training loss (faint) against
-    tokens, one colour per run."""
+def plot_runs(runs: dict[str, str | Path], out: str | Path, title: str = "", reference: str | None = None) -> Path:
+    """One PNG. Left: validation loss (markers) and smoothed training loss (faint)
+    against tokens, one colour per run. Right (two runs or more): each run's
+    validation loss minus the reference run's at the same step (``reference``:
+    'baseline' when present, else the first run): below zero is better."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7.5, 4.5), dpi=120)
+    data = {label: read_metrics(d) for label, d in runs.items()}
+    if reference is None:
+        reference = "baseline" if "baseline" in data else next(iter(data), None)
+    paired = len(data) > 1
+    fig, axes = plt.subplots(1, 2 if paired else 1, figsize=(12 if paired else 7.5, 4.5), dpi=120, squeeze=False)
+    ax = axes[0][0]
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    lows = []
-    for i, (label, run_dir) in enumerate(runs.items()):
-        rows = read_metrics(run_dir)
+    vals = []
+    for i, (label, rows) in enumerate(data.items()):
         c = colours[i % len(colours)]
         train = [(r["tokens"], r["loss"]) for r in rows if "loss" in r and math.isfinite(r["loss"])]
         val = [(r["tokens"], r["val_loss"]) for r in rows if "val_loss" in r]
         if train:
             xs, ys = zip(*train)
-            ax.plot(xs, _smooth(list(ys)), color=c, alpha=0.35, linewidth=1)
+            ax.plot(xs, _smooth(list(ys)), color=c, alpha=0.3, linewidth=1)
         if val:
             xs, ys = zip(*val)
-            ax.plot(xs, ys, color=c, marker="o", markersize=3, linewidth=1.5, label=f"{label} (val)")
-            lows.append(min(ys))
-    if lows:  # zoom on the part of the curves where the methods differ
-        top = max(r["val_loss"] for run in runs.values() for r in read_metrics(run) if "val_loss" in r)
-        span = top - min(lows)
-        ax.set_ylim(min(lows) - 0.05 * span - 0.01, min(top, min(lows) + 1.5 * max(span, 0.1)) + 0.02)
+            ax.plot(xs, ys, color=c, marker="o", markersize=3, linewidth=1.5, label=label)
+            vals += ys
+    if vals:
+        lo, hi = min(vals), max(vals)
+        ax.set_ylim(lo - 0.05 * (hi - lo) - 0.01, hi + 0.05 * (hi - lo) + 0.01)
     ax.set_xlabel("training tokens")
-    ax.set_ylabel("loss (val: markers, train: smoothed)")
-    ax.set_title(title)
+    ax.set_ylabel("loss (validation: markers; training: smoothed)")
+    ax.set_title(title or "loss")
     ax.grid(alpha=0.3)
     ax.legend()
+    if paired:
+        ax = axes[0][1]
+        ref = {r["step"]: r["val_loss"] for r in data[reference] if "val_loss" in r}
+        for i, (label, rows) in enumerate(data.items()):
+            pts = [(r["tokens"], r["val_loss"] - ref[r["step"]]) for r in rows if "val_loss" in r and r["step"] in ref]
+            if pts:
+                xs, ys = zip(*pts)
+                ax.plot(xs, ys, color=colours[i % len(colours)], marker="o", markersize=3, linewidth=1.5,
+                        label=label, linestyle="--" if label == reference else "-")
+        ax.axhline(0.0, color="black", linewidth=0.8)
+        ax.set_xlabel("training tokens")
+        ax.set_ylabel(f"validation loss minus {reference}'s")
+        ax.set_title(f"paired difference to {reference} (lower is better)")
+        ax.grid(alpha=0.3)
+        ax.legend()
     fig.tight_layout()
     out = Path(out)
     fig.savefig(out)
