@@ -138,3 +138,13 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
     assert err.count("\n") == 0 and "missing" in err and err.startswith("mhar data: error:")
     assert main(["data", "info", str(tmp_path)]) == 2
     assert "manifest.json" in capsys.readouterr().err
+
+
+def test_cli_builtin_default_out_is_cached(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("MHAR_CACHE", str(tmp_path))
+    args = ["data", "build", "--max-mb", "0.3", "--vocab-size", "300", "-q"]
+    assert main(args) == 0
+    first = capsys.readouterr().out.strip()
+    assert main(args) == 0
+    assert "already built" in capsys.readouterr().out
+    assert TokenDataset(first).vocab_size == 300

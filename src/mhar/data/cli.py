@@ -47,7 +47,13 @@ def _build(args: argparse.Namespace) -> int:
         if args.sources != ["builtin"]:
             raise ValueError("--out is required for sources other than builtin")
         from .build import builtin_dataset_name
-        out = default_dataset_dir() / builtin_dataset_name(args.tokenizer if args.tokenizer in ("bpe", "qwen") else "custom", args.vocab_size, args.max_mb)
+        if args.tokenizer not in ("bpe", "qwen"):
+            raise ValueError("--out is required with a custom tokenizer")
+        out = default_dataset_dir() / builtin_dataset_name(args.tokenizer, args.vocab_size, args.max_mb)
+        from .build import is_complete
+        if is_complete(out) and not args.overwrite:
+            print(f"{out} (already built; --overwrite rebuilds it)")
+            return 0
     path = build_dataset(
         args.sources, out, tokenizer=args.tokenizer, vocab_size=args.vocab_size, max_mb=args.max_mb,
         val_fraction=args.val_fraction, text_field=args.text_field, eot_token=args.eot_token,
