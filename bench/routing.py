@@ -163,6 +163,13 @@ def measure(name, case, fn_factory, results, key, check=None, slow=False, mem=Fa
                "setup_s": time.time() - t0}
         if mem:
             row["peak_extra_x_sources"] = peak_extra(case, route_fn)
+        if name == "mhar-triton":
+            try:
+                row["fwd_gpu_ms"] = gpu_ms(fwd)
+                row["fwdbwd_gpu_ms"] = gpu_ms(fwdbwd)
+                row["fwdbwd_gpu_GBs"] = (case.bytes_fwd() + case.bytes_bwd()) / (row["fwdbwd_gpu_ms"] * 1e-3) / 1e9
+            except Exception as e:
+                log(f"  profiler failed: {e!r}")
         results.setdefault(key, []).append(row)
         log(f"  {name:>22}: fwd {tf:8.3f} ms  fwd+bwd {tb:8.3f} ms  ({row['fwdbwd_GBs']:.0f} GB/s)  err {err}")
         return y
@@ -247,7 +254,7 @@ def main():
     log(f"device-to-device copy: {copy_gbs:.0f} GB/s")
     heads_list = [int(h) for h in args.heads.split(",")]
     shapes = SHAPES if args.shapes == "all" else [tuple(int(v) for v in s.split("/")) for s in args.shapes.split(",")]
-    results = {"meta": meta, "per_call": {}, "whole_step": {}, "tune": {}, "tune_choice": dict(rop.TUNE)}
+    results = {"meta": meta, "per_call": {}, "whole_step": {}, "tune": {}}
 
     def save():
         os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
@@ -293,6 +300,7 @@ def main():
             save()
         del case
         torch.cuda.empty_cache()
+    results["config_table"] = {str(k): v for k, v in rop.CONFIG_TABLE.items()}
     save()
     log(open(args.out[:-5] + ".md").read())
 
@@ -310,25 +318,63 @@ def profile(case, heads):
     log(p.key_averages().table(sort_by="cuda_time_total", row_limit=8, max_name_column_width=40))
 
 
+FWD_CONFIGS = [(2048, 4, 1), (2048, 4, 2), (4096, 4, 2), (2048, 8, 2), (1024, 4, 2), (1024, 2, 2)]
+BWD_CONFIGS = [(2048, 4, 1), (2048, 4, 2), (4096, 4, 2), (4096, 8, 2), (1024, 4, 2), (2048, 8, 2)]
+
+
 def tune(case, results, key):
-    """Sweep tile sizes (elements per program tile, warps) for forward and backward."""
-    saved = dict(rop.TUNE)
+    """Sweep tile configs (elements per tile, warps, prefetch depth) for the forward and
+    backward kernels alone (launched directly), at H = 1 and 8; the config with the
+    least summed time is put in the library's table for this padded width."""
+    d = case.d
+    q1, g1 = case.q.detach()[None], case.g.detach()[None]
     rows = []
-    for h in (1, 8):
-        for elems in (1024, 2048, 4096):
-            for warps in (4, 8):
-                rop.TUNE.update(fwd_elems=elems, fwd_warps=warps, bwd_elems=elems, bwd_warps=warps)
-                fwd, fwdbwd = fns(case, ours(h))
+    best = {}
+    for kind, configs in (("fwd", FWD_CONFIGS), ("bwd", BWD_CONFIGS)):
+        totals = {}
+        for cfg in configs:
+            elems, warps, pf = cfg
+            rop.TUNE = {f"{kind}_elems": elems, f"{kind}_warps": warps, f"{kind}_pf": pf}
+            tot = 0.0
+            for h in (1, 8):
                 try:
-                    tf = bench(fwd, rep=60)
-                    tb = bench(fwdbwd, rep=60)
+                    if kind == "fwd":
+                        t = bench(lambda: rop._triton_forward(case.srcs, q1, g1, h, 1e-6, True), rep=40)
+                    else:
+                        y, lse = rop._triton_forward(case.srcs, q1, g1, h, 1e-6, True)
+                        t = bench(lambda: rop._triton_backward(case.srcs, q1, g1, case.gy[None], lse[None], None, y,
+                                                               h, 1e-6), rep=40)
                 except Exception as e:
-                    log(f"  tune H={h} elems={elems} warps={warps}: failed {e!r}")
-                    continue
-                rows.append({"H": h, "elems": elems, "warps": warps, "fwd_ms": tf, "bwd_ms": tb - tf})
-                log(f"  tune H={h} elems={elems:5d} warps={warps}: fwd {tf:.3f} bwd~{tb - tf:.3f} ms")
-    rop.TUNE.update(saved)
-    results["tune"][key] = rows
+                    log(f"  tune {kind} {cfg} H={h}: failed {e!r}")
+                    t = float("inf")
+                tot += t
+                rows.append({"kind": kind, "H": h, "elems": elems, "warps": warps, "pf": pf, "ms": t})
+                log(f"  tune {kind} H={h} elems={elems:5d} warps={warps} pf={pf}: {t:.3f} ms")
+            totals[cfg] = tot
+        best[kind] = min(totals, key=totals.get)
+    rop.TUNE = None
+    width = rop._pow2(8) * rop._pow2(d // 8) if d % 8 == 0 else rop._pow2(d)
+    choice = {"fwd_elems": best["fwd"][0], "fwd_warps": best["fwd"][1], "fwd_pf": best["fwd"][2],
+              "bwd_elems": best["bwd"][0], "bwd_warps": best["bwd"][1], "bwd_pf": best["bwd"][2]}
+    rop.CONFIG_TABLE[rop._pow2(d)] = choice
+    rop.CONFIG_TABLE[width] = choice
+    log(f"  chosen for d={d}: {choice}")
+    results["tune"][key] = {"rows": rows, "choice": choice}
+
+
+def gpu_ms(fn, iters=3):
+    """Device (kernel) time per call from the profiler: excludes host overhead."""
+    from torch.profiler import ProfilerActivity, profile as prof
+    fn()
+    torch.cuda.synchronize()
+    with prof(activities=[ProfilerActivity.CUDA]) as p:
+        for _ in range(iters):
+            fn()
+        torch.cuda.synchronize()
+    tot = 0.0
+    for e in p.key_averages():
+        tot += getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0.0)
+    return tot / iters / 1000.0
 
 
 def _git_commit():
@@ -347,18 +393,27 @@ def write_md(results, path):
              f"- commit: {meta['commit']}; date {meta['date_utc']} UTC; {meta['tokens']} tokens, {meta['dtype']}",
              f"- device-to-device copy: {copy:.0f} GB/s (bytes read + written)", "",
              "## Per call (one site over N = 2L+1 sources)", "",
-             "| d/N/H | impl | fwd ms | fwd+bwd ms | fwd+bwd GB/s | % of copy | peak extra (x sources) | rel err |",
-             "|---|---|---|---|---|---|---|---|"]
+             "Wall times are CUDA-event medians of the whole call (host overhead included); "
+             "kernel ms is device time from the profiler (ours only).", "",
+             "| d/N/H | impl | fwd ms | fwd+bwd ms | fwd+bwd GB/s | % of copy | kernel fwd / fwd+bwd ms | kernel % of copy "
+             "| peak extra (x sources) | rel err |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for key, rows in results["per_call"].items():
         for r in rows:
             if "skipped" in r:
-                lines.append(f"| {key} | {r['impl']} | skipped: {r['skipped']} | | | | | |")
+                lines.append(f"| {key} | {r['impl']} | skipped: {r['skipped']} | | | | | | | |")
                 continue
             pk = r.get("peak_extra_x_sources")
             err = r.get("rel_err_vs_ref")
+            kg = (f"{r['fwd_gpu_ms']:.3f} / {r['fwdbwd_gpu_ms']:.3f}" if "fwdbwd_gpu_ms" in r else "")
+            kp = f"{100 * r['fwdbwd_gpu_GBs'] / copy:.0f}%" if "fwdbwd_gpu_GBs" in r else ""
             lines.append(f"| {key} | {r['impl']} | {r['fwd_ms']:.3f} | {r['fwdbwd_ms']:.3f} | {r['fwdbwd_GBs']:.0f} | "
-                         f"{100 * r['fwdbwd_GBs'] / copy:.0f}% | {'' if pk is None else f'{pk:.2f}'} | "
+                         f"{100 * r['fwdbwd_GBs'] / copy:.0f}% | {kg} | {kp} | {'' if pk is None else f'{pk:.2f}'} | "
                          f"{'' if err is None else f'{err:.1e}'} |")
+    if results.get("tune"):
+        lines += ["", "## Tile configs chosen by the sweep (per d; H = 1 and 8 summed)", ""]
+        for key, t in results["tune"].items():
+            lines.append(f"- {key}: {t['choice']}")
     if results["whole_step"]:
         lines += ["", "## Whole step (all 2L+1 sites, fwd+bwd)", "", "| d/N/H | schedule | ms |", "|---|---|---|"]
         for key, rows in results["whole_step"].items():

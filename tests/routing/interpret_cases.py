@@ -45,10 +45,9 @@ def gen(request):
 @pytest.fixture
 def small_tiles():
     # force several token tiles (and several persistent backward programs) per call
-    old = dict(rop.TUNE)
-    rop.TUNE.update(fwd_elems=32, bwd_elems=32)
+    rop.TUNE = dict(fwd_elems=32, bwd_elems=32)
     yield
-    rop.TUNE.update(old)
+    rop.TUNE = None
 
 
 SHAPES = [  # (N, leading shape, d, H)
@@ -77,6 +76,14 @@ def test_route_many_tiles(n, lead, d, heads, gen, small_tiles):
                                               (73, (2,), 16, 4, 2), (5, (3,), 48, 16, 1)])
 def test_partial_fp32(n, lead, d, heads, S, gen):
     check_partial(n, lead, d, heads, S, gen=gen)
+
+
+@pytest.mark.parametrize("pf", [1, 2])
+def test_prefetch_depths(pf, gen, small_tiles):
+    rop.TUNE.update(fwd_pf=pf, bwd_pf=pf, bwd_progs_per_sm=2)
+    for n in (1, 2, 3, 5):
+        check_route(n, (9,), 24, 4, gen=gen)
+        check_partial(n, (7,), 16, 2, 3, gen=gen)
 
 
 def test_partial_many_tiles(gen, small_tiles):

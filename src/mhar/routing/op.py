@@ -127,27 +127,40 @@ def _pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
-# Tuning knobs (the benchmark may sweep them): elements per program tile and warps.
-TUNE = {"fwd_elems": 2048, "fwd_warps": 4, "bwd_elems": 2048, "bwd_warps": 4, "bwd_progs_per_sm": 8}
+# Tile configuration: elements per program tile, warps and prefetch depth (tiles in
+# flight ahead of the one being reduced), per padded row width HP * DHP. The table
+# holds what bench/routing.py's sweep picked on an H200 (see docs/kernels.md); TUNE,
+# when not None, overrides it (the benchmark's sweep uses that).
+_DEFAULT = {"fwd_elems": 2048, "fwd_warps": 4, "fwd_pf": 1, "bwd_elems": 2048, "bwd_warps": 4, "bwd_pf": 1,
+            "bwd_progs_per_sm": 8}
+CONFIG_TABLE: dict[int, dict] = {}
+TUNE: dict | None = None
 
 
-def _geometry(d: int, heads: int, n_tok: int, elems: int):
+def _cfg(padded_width: int) -> dict:
+    if TUNE is not None:
+        return {**_DEFAULT, **TUNE}
+    return {**_DEFAULT, **CONFIG_TABLE.get(padded_width, {})}
+
+
+def _geometry(d: int, heads: int, n_tok: int, kind: str):
     dh = d // heads
     HP, DHP = _pow2(heads), _pow2(dh)
-    BM = max(1, min(elems // (HP * DHP), _pow2(max(n_tok, 1))))
-    return dh, HP, DHP, BM
+    cfg = _cfg(HP * DHP)
+    BM = max(1, min(cfg[kind + "_elems"] // (HP * DHP), _pow2(max(n_tok, 1))))
+    return dh, HP, DHP, BM, cfg
 
 
 _SM_COUNT: dict = {}
 
 
-def _n_programs(device: torch.device, n_tiles: int) -> int:
+def _n_programs(device: torch.device, n_tiles: int, per_sm: int) -> int:
     if device.type != "cuda":
         return max(1, min(n_tiles, 3))
     idx = device.index if device.index is not None else torch.cuda.current_device()
     if idx not in _SM_COUNT:
         _SM_COUNT[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
-    return max(1, min(n_tiles, _SM_COUNT[idx] * TUNE["bwd_progs_per_sm"]))
+    return max(1, min(n_tiles, _SM_COUNT[idx] * per_sm))
 
 
 def _contig(srcs: Sequence[Tensor]) -> list[Tensor]:
@@ -163,7 +176,7 @@ def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, h
     n_tok = srcs[0].numel() // d
     dev = srcs[0].device
     w = (queries.float() * norm_weights.float()).contiguous()
-    dh, HP, DHP, BM = _geometry(d, heads, n_tok, TUNE["fwd_elems"])
+    dh, HP, DHP, BM, cfg = _geometry(d, heads, n_tok, "fwd")
     table = _ptr_table(srcs)
     n_tiles = -(-n_tok // BM)
     if final:
@@ -171,14 +184,16 @@ def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, h
         lse = _new((n_tok, heads), torch.float32, dev)
         if n_tiles:
             _fwd_kernel[(1, n_tiles)](table, srcs[0], w, lse, lse, y, len(srcs), n_tok, d, dh, eps,
-                                      H=heads, HP=HP, DHP=DHP, BM=BM, FINAL=True, num_warps=TUNE["fwd_warps"])
+                                      H=heads, HP=HP, DHP=DHP, BM=BM, FINAL=True, PF=cfg["fwd_pf"],
+                                      num_warps=cfg["fwd_warps"])
         return y, lse
     m = _new((S, n_tok, heads), torch.float32, dev)
     l = _new((S, n_tok, heads), torch.float32, dev)
     o = _new((S, n_tok, d), torch.float32, dev)
     if n_tiles:
         _fwd_kernel[(S, n_tiles)](table, srcs[0], w, m, l, o, len(srcs), n_tok, d, dh, eps,
-                                  H=heads, HP=HP, DHP=DHP, BM=BM, FINAL=False, num_warps=TUNE["fwd_warps"])
+                                  H=heads, HP=HP, DHP=DHP, BM=BM, FINAL=False, PF=cfg["fwd_pf"],
+                                  num_warps=cfg["fwd_warps"])
     return m, l, o
 
 
@@ -192,10 +207,10 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
     dev = srcs[0].device
     q32, g32 = queries.float(), norm_weights.float()
     w = (q32 * g32).contiguous()
-    dh, HP, DHP, BM = _geometry(d, heads, n_tok, TUNE["bwd_elems"])
+    dh, HP, DHP, BM, cfg = _geometry(d, heads, n_tok, "bwd")
     grads = [_new(s.shape, s.dtype, dev) for s in srcs]
     n_tiles = -(-n_tok // BM)
-    n_prog = _n_programs(dev, n_tiles)
+    n_prog = _n_programs(dev, n_tiles, cfg["bwd_progs_per_sm"])
     dw_parts = torch.zeros((n_prog, S, d), dtype=torch.float32, device=dev)
     if n_tiles:
         final = y is not None
@@ -205,8 +220,8 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
                                grad.contiguous(), stat, stat if final else off.contiguous(),
                                y.contiguous() if final else grad, dw_parts,
                                len(srcs), n_tok, S, d, dh, eps, n_tiles, n_prog,
-                               H=heads, HP=HP, DHP=DHP, BM=BM, SINGLE=(S == 1), FINAL=final,
-                               num_warps=TUNE["bwd_warps"])
+                               H=heads, HP=HP, DHP=DHP, BM=BM, SINGLE=(S == 1), FINAL=final, PF=cfg["bwd_pf"],
+                               num_warps=cfg["bwd_warps"])
     else:
         for g in grads:
             g.zero_()

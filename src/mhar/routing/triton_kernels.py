@@ -36,7 +36,7 @@ import triton.language as tl
 def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O,
                 n_src, n_tok, d, dh, eps,
                 H: tl.constexpr, HP: tl.constexpr, DHP: tl.constexpr, BM: tl.constexpr,
-                FINAL: tl.constexpr):
+                FINAL: tl.constexpr, PF: tl.constexpr = 1):
     s = tl.program_id(0)
     tile = tl.program_id(1)
     elem = ref.dtype.element_ty
@@ -55,12 +55,23 @@ def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O,
     acc = tl.zeros([BM, HP, DHP], tl.float32)
     # software prefetch: the next source's tile (and the pointer after it) is in
     # flight while the current one is reduced
+    # (PF = 2: two tiles ahead)
+    zero3 = rm[:, None, None] * 0
     x_next = tl.load(tl.load(table).to(tl.pointer_type(elem)) + offs, mask=mask, other=0.0)
-    p_next = tl.load(table + tl.minimum(1, n_src - 1)).to(tl.pointer_type(elem))
+    if PF == 2:
+        x_next2 = tl.load(tl.load(table + tl.minimum(1, n_src - 1)).to(tl.pointer_type(elem)) + offs,
+                          mask=mask & ((zero3 + 1) < n_src), other=0.0)
+    else:
+        x_next2 = x_next
+    p_next = tl.load(table + tl.minimum(PF, n_src - 1)).to(tl.pointer_type(elem))
     for i in range(n_src):
         x = x_next.to(tl.float32)
-        x_next = tl.load(p_next + offs, mask=mask & ((rm[:, None, None] * 0 + i + 1) < n_src), other=0.0)
-        p_next = tl.load(table + tl.minimum(i + 2, n_src - 1)).to(tl.pointer_type(elem))
+        if PF == 2:
+            x_next = x_next2
+            x_next2 = tl.load(p_next + offs, mask=mask & ((zero3 + i + 2) < n_src), other=0.0)
+        else:
+            x_next = tl.load(p_next + offs, mask=mask & ((zero3 + i + 1) < n_src), other=0.0)
+        p_next = tl.load(table + tl.minimum(i + PF + 1, n_src - 1)).to(tl.pointer_type(elem))
         ss = tl.sum(tl.sum(x * x, axis=2), axis=1)             # (BM,)
         rstd = 1.0 / tl.sqrt(ss / d + eps)
         z = tl.sum(x * w[None, :, :], axis=2) * rstd[:, None]  # (BM, HP)
@@ -90,7 +101,7 @@ def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O,
 def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW,
                 n_src, n_tok, n_q, d, dh, eps, n_tiles, n_prog,
                 H: tl.constexpr, HP: tl.constexpr, DHP: tl.constexpr, BM: tl.constexpr,
-                SINGLE: tl.constexpr, FINAL: tl.constexpr):
+                SINGLE: tl.constexpr, FINAL: tl.constexpr, PF: tl.constexpr = 1):
     """G: (S, n_tok, d) upstream gradient of the (unnormalised or final) output.
     STAT: (S, n_tok, H) the logit offset (m for a partial read, lse for a final read).
     OFF: (S, n_tok, H) added to g.s before multiplying by p (grad_l of a partial read);
@@ -109,6 +120,7 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW,
     w0 = tl.load(W + col, mask=cmask, other=0.0).to(tl.float32)
     p_first = tl.load(table).to(tl.pointer_type(elem))
     p_second = tl.load(table + tl.minimum(1, n_src - 1)).to(tl.pointer_type(elem))
+    p_third = tl.load(table + tl.minimum(2, n_src - 1)).to(tl.pointer_type(elem))
     for tile in range(pid, n_tiles, n_prog):
         rm = tile * BM + tl.arange(0, BM)
         mmask = rm < n_tok
@@ -116,8 +128,14 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW,
         mask = mmask[:, None, None] & cmask[None, :, :]
         hmask = mmask[:, None] & (rh[None, :] < H)
         hoffs = rm.to(tl.int64)[:, None] * H + rh[None, :]
+        zero3 = rm[:, None, None] * 0
         x_next = tl.load(p_first + offs, mask=mask, other=0.0)
-        p_next = p_second
+        if PF == 2:
+            x_next2 = tl.load(p_second + offs, mask=mask & ((zero3 + 1) < n_src), other=0.0)
+            p_next = p_third
+        else:
+            x_next2 = x_next
+            p_next = p_second
         if SINGLE:
             go0 = tl.load(G + offs, mask=mask, other=0.0).to(tl.float32)
             st0 = tl.load(STAT + hoffs, mask=hmask, other=0.0).to(tl.float32)
@@ -128,8 +146,12 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW,
                 of0 = tl.load(OFF + hoffs, mask=hmask, other=0.0).to(tl.float32)
         for i in range(n_src):
             x = x_next.to(tl.float32)
-            x_next = tl.load(p_next + offs, mask=mask & ((rm[:, None, None] * 0 + i + 1) < n_src), other=0.0)
-            p_next = tl.load(table + tl.minimum(i + 2, n_src - 1)).to(tl.pointer_type(elem))
+            if PF == 2:
+                x_next = x_next2
+                x_next2 = tl.load(p_next + offs, mask=mask & ((zero3 + i + 2) < n_src), other=0.0)
+            else:
+                x_next = tl.load(p_next + offs, mask=mask & ((zero3 + i + 1) < n_src), other=0.0)
+            p_next = tl.load(table + tl.minimum(i + PF + 1, n_src - 1)).to(tl.pointer_type(elem))
             gdst = tl.load(gtable + i).to(tl.pointer_type(elem))
             ss = tl.sum(tl.sum(x * x, axis=2), axis=1)
             rstd = 1.0 / tl.sqrt(ss / d + eps)
