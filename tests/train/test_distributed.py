@@ -227,3 +227,25 @@ def test_torchrun_cli_rank0_writes_run_files(tmp_path):
                           cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-6000:]
     assert [r["step"] for r in read_metrics(out)] == [1, 2, 3]
+
+
+def test_optimizer_state_name_index_round_trip():
+    """Index-keyed AdamW state (single-process .pt) <-> name-keyed (DCP), with the
+    two param groups of decay_all=false."""
+    from mhar.model import Decoder
+    from mhar.train.distributed import _named_optimizer_state
+    from mhar.train.optim import build_optimizer
+
+    cfg = _cfg("mhar", "decay_all=false")
+    model = Decoder(cfg.model)
+    opt = build_optimizer(model, 1e-3, 0.1, (0.9, 0.95), decay_all=False)
+    assert len(opt.param_groups) == 2
+    model.loss(torch.randint(0, 64, (2, 8)), torch.randint(0, 64, (2, 8))).backward()
+    opt.step()
+    osd = opt.state_dict()
+    named = _named_optimizer_state(model, opt, osd)
+    assert set(named["state"]) <= {n for n, _ in model.named_parameters()}
+    back = dcpio._index_optimizer_state(named)
+    assert [g["params"] for g in back["param_groups"]] == [g["params"] for g in osd["param_groups"]]
+    for i, s in osd["state"].items():
+        assert all(torch.equal(s[k], back["state"][i][k]) for k in s)
