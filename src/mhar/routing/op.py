@@ -208,10 +208,14 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
     q32, g32 = queries.float(), norm_weights.float()
     w = (q32 * g32).contiguous()
     dh, HP, DHP, BM, cfg = _geometry(d, heads, n_tok, "bwd")
-    grads = [_new(s.shape, s.dtype, dev) for s in srcs]
+    if _poison():
+        grads = [torch.full(s.shape, float("nan"), dtype=s.dtype, device=dev) for s in srcs]
+    else:
+        grads = [torch.empty(s.shape, dtype=s.dtype, device=dev) for s in srcs]
     n_tiles = -(-n_tok // BM)
     n_prog = _n_programs(dev, n_tiles, cfg["bwd_progs_per_sm"])
-    dw_parts = torch.zeros((n_prog, S, d), dtype=torch.float32, device=dev)
+    # one row per program; the one-query kernel writes its whole row, the S-query one accumulates
+    dw_parts = (torch.empty if S == 1 else torch.zeros)((n_prog, S, d), dtype=torch.float32, device=dev)
     if n_tiles:
         final = y is not None
         assert final == (off is None) and (not final or S == 1)
@@ -223,6 +227,7 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
                                H=heads, HP=HP, DHP=DHP, BM=BM, SINGLE=(S == 1), FINAL=final, PF=cfg["bwd_pf"],
                                num_warps=cfg["bwd_warps"])
     else:
+        dw_parts.zero_()
         for g in grads:
             g.zero_()
     dw = dw_parts.sum(0)
