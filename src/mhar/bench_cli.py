@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -93,7 +94,7 @@ def time_step(model: Decoder, batch: int, seq_len: int, steps: int, warmup: int,
         "peak_mem_gb": torch.cuda.max_memory_allocated() / 1e9 if device == "cuda" else float("nan"),
         "flops_per_token": flops,
         "warmup_s": t_compile,
-        "loss": float(loss),
+        "loss": float(loss.detach()),
     }
 
 
@@ -103,6 +104,8 @@ def sync(device: str) -> None:
 
 
 def _commit() -> str:
+    if os.environ.get("MHAR_COMMIT"):  # the device machine's copy of the tree has no .git
+        return os.environ["MHAR_COMMIT"]
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                               check=True).stdout.strip()
