@@ -163,7 +163,7 @@ def measure(name, case, fn_factory, results, key, check=None, slow=False, mem=Fa
                "setup_s": time.time() - t0}
         if mem:
             row["peak_extra_x_sources"] = peak_extra(case, route_fn)
-        if name == "mhar-triton":
+        if name.startswith("mhar-triton"):
             try:
                 row["fwd_gpu_ms"] = gpu_ms(fwd)
                 row["fwdbwd_gpu_ms"] = gpu_ms(fwdbwd)
@@ -231,6 +231,7 @@ def main():
     ap.add_argument("--chunk", type=int, default=8)
     ap.add_argument("--tune", action="store_true", help="sweep kernel tile sizes first")
     ap.add_argument("--profile", action="store_true", help="print a kernel-time breakdown of one fwd+bwd")
+    ap.add_argument("--variants", action="store_true", help="also time our kernels with other tile configs")
     ap.add_argument("--compiled-keys", default="512/25/H1,512/25/H8,1024/49/H1",
                     help="d/N/H cases to run torch.compile of the reference on (compiling is slow); 'all'")
     args = ap.parse_args()
@@ -277,6 +278,11 @@ def main():
             with torch.no_grad():
                 refy = R.route(case.srcs, case.q, case.g, h)
             measure("mhar-triton", case, lambda: ours(h), results["per_call"], key, check=refy, mem=True)
+            if args.variants:
+                for vname, cfg in VARIANTS:
+                    rop.TUNE = cfg
+                    measure(vname, case, lambda: ours(h), results["per_call"], key, check=refy)
+                    rop.TUNE = None
             if not args.no_eager and h in (1, 8):
                 measure("eager-reference", case, lambda: eager_ref(h), results["per_call"], key, slow=True, mem=True)
             if not args.no_compiled and h in (1, 8) and (args.compiled_keys == "all" or key in args.compiled_keys.split(",")):
@@ -318,6 +324,9 @@ def profile(case, heads):
     log(p.key_averages().table(sort_by="cuda_time_total", row_limit=8, max_name_column_width=40))
 
 
+VARIANTS = [("mhar-triton pf2", {"fwd_pf": 2, "bwd_pf": 2}),
+            ("mhar-triton pf2 4096/8", {"fwd_pf": 2, "bwd_pf": 2, "fwd_elems": 4096, "bwd_elems": 4096,
+                                        "fwd_warps": 8, "bwd_warps": 8})]
 FWD_CONFIGS = [(2048, 4, 1), (2048, 4, 2), (4096, 4, 2), (2048, 8, 2), (1024, 4, 2), (1024, 2, 2)]
 BWD_CONFIGS = [(2048, 4, 1), (2048, 4, 2), (4096, 4, 2), (4096, 8, 2), (1024, 4, 2), (2048, 8, 2)]
 

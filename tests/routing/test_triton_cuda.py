@@ -146,3 +146,15 @@ def test_cuda_matches_interpreter_free_reference_backend(gen):
         routing.set_backend("auto")
     assert rel(y, y2) <= 1e-5
     assert rop.get_backend() == "auto"
+
+
+@pytest.mark.parametrize("cfg", [{"fwd_pf": 2, "bwd_pf": 2}, {"fwd_pf": 2, "bwd_pf": 2, "fwd_elems": 4096,
+                                                               "bwd_elems": 4096, "fwd_warps": 8, "bwd_warps": 8}])
+def test_other_tile_configs(cfg, gen):
+    rop.TUNE = cfg
+    try:
+        check_route(73, (100,), 1280, 8, device=DEV, gen=gen)
+        check_route(3, (333,), 512, 1, device=DEV, gen=gen)
+        check_partial(24, (300,), 512, 8, 4, device=DEV, gen=gen)
+    finally:
+        rop.TUNE = None
