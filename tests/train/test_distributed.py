@@ -249,3 +249,9 @@ def test_optimizer_state_name_index_round_trip():
     assert [g["params"] for g in back["param_groups"]] == [g["params"] for g in osd["param_groups"]]
     for i, s in osd["state"].items():
         assert all(torch.equal(s[k], back["state"][i][k]) for k in s)
+
+
+def test_compare_refuses_torchrun(monkeypatch, run_cli):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    code, out, err = run_cli("compare", "--methods", "baseline", *SMALL)
+    assert code == 2 and "runs in one process" in err

@@ -126,6 +126,9 @@ def cmd_train(args) -> int:
 
 
 def _compare(args, methods: list[str], kind: str, title: str, extra: list[str]) -> int:
+    from mhar.train.distributed import refuse_multi_process
+
+    refuse_multi_process(kind)  # torchrun: one `mhar train --parallel` per method instead
     preset = args.preset or "tiny"
     out = Path(args.out) if args.out else default_out(kind)
     if args.resume and not out.is_dir():

@@ -329,6 +329,15 @@ def resolve_parallel(cfg: TrainConfig, flag: str | None) -> str:
     return parallel
 
 
+def refuse_multi_process(command: str) -> None:
+    """For commands that run in one process (``mhar compare``, ``mhar sweep``): N
+    torchrun processes would each train everything into the same folders."""
+    n = int(os.environ.get("WORLD_SIZE", 1))
+    if n > 1:
+        raise ValueError(f"mhar {command} runs in one process, not under torchrun ({n} processes); on several GPUs "
+                         "train each method with `torchrun ... -m mhar train --method M --parallel ddp|fsdp`")
+
+
 def train_distributed(cfg: TrainConfig, out: Path | None, *, resume: bool, quiet: bool) -> int:
     """Body of ``mhar train`` for ``parallel=ddp|fsdp`` (one call per process)."""
     from mhar.train.compare import default_out
