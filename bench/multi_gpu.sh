@@ -9,7 +9,8 @@
 # $OUT/log.txt; last $OUT/table.md, which is printed.
 # Usage (repository root, a machine with >= 2 GPUs):
 #   OUT=bench/results/multi_gpu_local bash bench/multi_gpu.sh
-# SUITE_TIMEOUT_S (default 380) caps the job; what finished before is kept.
+# SUITE_TIMEOUT_S (default 380) caps the job; what finished before is kept. MODES (default
+# ddp,fsdp) and BENCH_ARGS (preset, batch, steps) can be changed.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # NVLink multicast stays off
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-8}
@@ -18,6 +19,7 @@ OUT=${OUT:-bench/results/multi_gpu_local}
 PY=${PYTHON:-python3}
 NGPU=${NGPU:-2}
 SUITE_TIMEOUT_S=${SUITE_TIMEOUT_S:-380}
+MODES=${MODES:-ddp,fsdp}  # MODES=ddp: skip FSDP2 when device time is short
 ARGS=${BENCH_ARGS:-"--preset paper-350m --batch 16 --seq 1024 --warmup 3 --steps 8"}
 export MHAR_COMMIT=${MHAR_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 mkdir -p "$OUT"
@@ -26,14 +28,14 @@ START=$(date +%s)
 
 {
   echo "# bench/multi_gpu.sh  commit $MHAR_COMMIT  $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  echo "# torchrun --standalone --nproc_per_node=$NGPU bench/multi_gpu.py --suite $OUT --methods baseline,mhar --modes ddp,fsdp $ARGS"
+  echo "# torchrun --standalone --nproc_per_node=$NGPU bench/multi_gpu.py --suite $OUT --methods baseline,mhar --modes $MODES $ARGS"
   nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader 2>&1
   nvidia-smi topo -m 2>&1 | head -4
   $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'gpus', torch.cuda.device_count(), 'nccl', torch.cuda.nccl.version())" 2>&1
 } | tee -a "$LOG"
 
 timeout "$SUITE_TIMEOUT_S" $PY -m torch.distributed.run --standalone --nproc_per_node="$NGPU" bench/multi_gpu.py \
-  --suite "$OUT" --methods baseline,mhar --modes ddp,fsdp $ARGS 2>&1 | grep -v '^W.*torch/distributed/run.py' | tee -a "$LOG"
+  --suite "$OUT" --methods baseline,mhar --modes "$MODES" $ARGS 2>&1 | grep -v '^W.*torch/distributed/run.py' | tee -a "$LOG"
 echo "rc=${PIPESTATUS[0]} after $(( $(date +%s) - START ))s" | tee -a "$LOG"
 
 $PY bench/multi_gpu.py --table "$OUT"/*.json > "$OUT/table.md" 2>&1
