@@ -72,6 +72,31 @@ def test_identity_exact(arch, shape):
         assert check_identity(plain, converted, input_ids=ids) == 0.0
 
 
+@pytest.mark.parametrize("scaling", [
+    {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+     "original_max_position_embeddings": 32},
+    {"rope_type": "linear", "factor": 4.0},
+], ids=["llama3", "linear"])
+def test_identity_with_rope_scaling(scaling, tmp_path):
+    """Llama 3.x RoPE scaling (and linear) are mirrored exactly, and survive save/load."""
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=211, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                      rope_theta=500000.0, rope_scaling=dict(scaling))
+    hf = LlamaForCausalLM(cfg).eval()
+    conv = from_hf_model(hf, heads=4, blocks=2)
+    assert conv.config.to_model_config().rope_scaling["rope_type"] == scaling["rope_type"]
+    ids = torch.randint(0, 211, (1, 200))
+    assert check_identity(hf, conv, input_ids=ids) == 0.0
+    conv.save_pretrained(tmp_path)
+    assert check_identity(hf, AutoModelForCausalLM.from_pretrained(tmp_path), input_ids=ids) == 0.0
+    plain = from_hf_model(hf, method="standard")
+    plain.model.config.rope_scaling = None  # without the scaling the function changes
+    assert check_identity(hf, plain, input_ids=ids) > 0
+
+
 def test_converted_weights_are_copies():
     """The converted model does not share storage with its source (training one must
     not change the other, e.g. the midtraining control)."""
@@ -272,7 +297,8 @@ def test_unsupported_architecture_lists_supported(tmp_path):
     (dict(hidden_act="gelu"), "hidden_act"),
     (dict(attention_bias=True), "o_proj bias"),
     (dict(mlp_bias=True), "mlp_bias"),
-    (dict(rope_scaling={"rope_type": "linear", "factor": 2.0}), "rope scaling"),
+    (dict(rope_scaling={"rope_type": "dynamic", "factor": 2.0}), "rope scaling"),
+    (dict(rope_scaling={"rope_type": "yarn", "factor": 2.0}), "rope scaling"),
 ])
 def test_inexact_features_are_refused(change, match):
     cfg = LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=48, num_hidden_layers=2,

@@ -10,6 +10,7 @@ from typing import Any
 
 STREAM_METHODS = ("standard", "routed", "delta", "hyper")
 SCHEDULES = ("one-pass", "two-phase")
+ROPE_LLAMA3_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
 
 
 @dataclass
@@ -73,6 +74,10 @@ class ModelConfig:
     qk_norm: bool = True
     attention_bias: bool = False
     tie_embeddings: bool = True
+    # RoPE frequency scaling of converted models, as transformers writes it: None (plain
+    # RoPE), {"rope_type": "linear", "factor": f} or {"rope_type": "llama3", "factor",
+    # "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}.
+    rope_scaling: dict | None = None
     stream: StreamConfig = field(default_factory=StreamConfig)
 
     def __post_init__(self):
@@ -99,6 +104,15 @@ class ModelConfig:
             raise ValueError(f"n_heads={self.n_heads} must divide d_model={self.d_model} unless head_dim is set")
         if self.attn_head_dim % 2:
             raise ValueError(f"head_dim={self.attn_head_dim} must be even for RoPE")
+        if self.rope_scaling is not None:
+            kind = self.rope_scaling.get("rope_type") if isinstance(self.rope_scaling, dict) else None
+            needed = {"linear": ("factor",), "llama3": ROPE_LLAMA3_KEYS}.get(kind)
+            if needed is None:
+                raise ValueError(f"rope_scaling={self.rope_scaling!r}: rope_type must be 'linear' or 'llama3' "
+                                 "(or rope_scaling None for plain RoPE)")
+            missing = [k for k in needed if k not in self.rope_scaling]
+            if missing:
+                raise ValueError(f"rope_scaling={self.rope_scaling!r} lacks {', '.join(missing)}")
         self.stream.validate(self.d_model, self.num_sublayers)
 
     def to_dict(self) -> dict[str, Any]:

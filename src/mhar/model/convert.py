@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from mhar.model.config import ModelConfig, StreamConfig
+from mhar.model.config import ROPE_LLAMA3_KEYS, ModelConfig, StreamConfig
 from mhar.streams import build_stream
 
 SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3")
@@ -44,8 +44,24 @@ def _rope(hf_config) -> tuple[float, dict | None]:
     else:
         theta = getattr(hf_config, "rope_theta", 10000.0)
         scaling = dict(getattr(hf_config, "rope_scaling", None) or {})
-    kind = scaling.get("rope_type", scaling.get("type", "default"))
-    return float(theta), (None if kind == "default" else scaling)
+    kind = scaling.pop("rope_type", scaling.pop("type", "default"))
+    if kind == "default" and scaling.get("factor") is None:
+        return float(theta), None
+    return float(theta), {"rope_type": kind, **scaling}
+
+
+def _supported_rope_scaling(scaling: dict) -> dict | None:
+    """The ModelConfig.rope_scaling of a transformers rope config, or None if unsupported."""
+    kind = scaling.get("rope_type")
+    keep = {"linear": ("factor",), "llama3": ROPE_LLAMA3_KEYS}.get(kind)
+    if keep is None or any(scaling.get(k) is None for k in keep):
+        return None
+    extra = {k: v for k, v in scaling.items() if k not in keep and k != "rope_type"}
+    if any(v not in (None, 1.0) for k, v in extra.items() if k in ("partial_rotary_factor", "attention_factor")):
+        return None
+    if any(k not in ("partial_rotary_factor", "attention_factor") for k in extra):
+        return None
+    return {"rope_type": kind, **{k: scaling[k] for k in keep}}
 
 
 def config_from_hf(hf_config, heads: int = 8, blocks: int = 8, method: str = "delta") -> ModelConfig:
@@ -69,8 +85,11 @@ def config_from_hf(hf_config, heads: int = 8, blocks: int = 8, method: str = "de
     if getattr(hf_config, "pretraining_tp", 1) not in (1, None):
         problems.append(f"pretraining_tp={hf_config.pretraining_tp} (only 1)")
     theta, scaling = _rope(hf_config)
+    rope_scaling = None
     if scaling is not None:
-        problems.append(f"rope scaling {scaling!r} (only default RoPE)")
+        rope_scaling = _supported_rope_scaling(scaling)
+        if rope_scaling is None:
+            problems.append(f"rope scaling {scaling!r} (supported: plain RoPE, 'linear' and 'llama3')")
     if problems:
         raise ConversionError(f"cannot convert this {arch} model exactly: " + "; ".join(problems))
 
@@ -96,7 +115,8 @@ def config_from_hf(hf_config, heads: int = 8, blocks: int = 8, method: str = "de
         n_kv_heads=getattr(hf_config, "num_key_value_heads", None) or n_heads, d_ff=hf_config.intermediate_size,
         max_seq_len=hf_config.max_position_embeddings, head_dim=head_dim, rope_theta=theta,
         norm_eps=float(hf_config.rms_norm_eps), init_std=float(getattr(hf_config, "initializer_range", 0.02)),
-        qk_norm=(arch == "qwen3"), attention_bias=(arch == "qwen2"), tie_embeddings=bool(tie), stream=stream)
+        qk_norm=(arch == "qwen3"), attention_bias=(arch == "qwen2"), tie_embeddings=bool(tie),
+        rope_scaling=rope_scaling, stream=stream)
 
 
 _LAYER_MAP = {

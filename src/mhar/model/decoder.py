@@ -67,7 +67,8 @@ class Decoder(nn.Module):
             raise ValueError(f"sequence length {past + T} exceeds max_seq_len={self.config.max_seq_len}")
         x = self.embed(input_ids)
         positions = torch.arange(past, past + T, device=input_ids.device)
-        cos, sin = rope_cos_sin(positions, self.config.attn_head_dim, self.config.rope_theta, x.dtype)
+        cos, sin = rope_cos_sin(positions, self.config.attn_head_dim, self.config.rope_theta, x.dtype,
+                                self.config.rope_scaling)
         state = self.residual.start(x)
         recompute = self.activation_checkpointing and self.training and torch.is_grad_enabled() and cache is None
         for i, sublayer in enumerate(self.sublayers):

@@ -4,6 +4,8 @@ operation for operation, so converted models reproduce their logits exactly."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -24,9 +26,33 @@ class RMSNorm(nn.Module):
         return self.weight * h.to(dtype)
 
 
-def rope_cos_sin(positions: Tensor, head_dim: int, theta: float, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+def rope_inv_freq(head_dim: int, theta: float, scaling: dict | None = None,
+                  device: torch.device | None = None) -> Tensor:
+    """RoPE inverse frequencies (head_dim / 2,), fp32, computed as transformers does
+    (default, 'linear' and 'llama3' rope types), so converted models match bit for bit."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64, device=device).float() / head_dim))
+    if scaling is None:
+        return inv_freq
+    kind, factor = scaling["rope_type"], scaling["factor"]
+    if kind == "linear":
+        return inv_freq / factor
+    if kind != "llama3":
+        raise ValueError(f"unsupported rope_type {kind!r}")
+    low, high = scaling["low_freq_factor"], scaling["high_freq_factor"]
+    old_context = scaling["original_max_position_embeddings"]
+    low_wavelen, high_wavelen = old_context / low, old_context / high
+    wavelen = 2 * math.pi / inv_freq
+    inv_freq_llama = torch.where(wavelen > low_wavelen, inv_freq / factor, inv_freq)
+    smooth = (old_context / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * inv_freq_llama / factor + smooth * inv_freq_llama
+    is_medium = ~(wavelen < high_wavelen) * ~(wavelen > low_wavelen)
+    return torch.where(is_medium, smoothed, inv_freq_llama)
+
+
+def rope_cos_sin(positions: Tensor, head_dim: int, theta: float, dtype: torch.dtype,
+                 scaling: dict | None = None) -> tuple[Tensor, Tensor]:
     """cos/sin tables (T, head_dim) for the given positions (HF's non-interleaved layout)."""
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64, device=positions.device).float() / head_dim))
+    inv_freq = rope_inv_freq(head_dim, theta, scaling, positions.device)
     freqs = positions.float()[:, None] * inv_freq[None, :]
     emb = torch.cat((freqs, freqs), dim=-1)
     return emb.cos().to(dtype), emb.sin().to(dtype)
