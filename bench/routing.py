@@ -145,6 +145,9 @@ def peer_liger():
     return f
 
 
+_SAVE = [lambda: None]  # main() installs the results writer: every finished row is saved at once
+
+
 def measure(name, case, fn_factory, results, key, check=None, slow=False, mem=False):
     try:
         t0 = time.time()
@@ -182,6 +185,7 @@ def measure(name, case, fn_factory, results, key, check=None, slow=False, mem=Fa
         return None
     finally:
         torch.cuda.empty_cache()
+        _SAVE[0]()
 
 
 def whole_step(case, heads, chunk):
@@ -263,6 +267,7 @@ def main():
             json.dump(results, f, indent=1)
         write_md(results, args.out[:-5] + ".md")
 
+    _SAVE[0] = save
     for d, L in shapes:
         n = 2 * L + 1
         case = Case(d, n, args.tokens, heads_list)
@@ -324,7 +329,7 @@ def profile(case, heads):
     log(p.key_averages().table(sort_by="cuda_time_total", row_limit=8, max_name_column_width=40))
 
 
-VARIANTS = [("mhar-triton pf2", {"fwd_pf": 2, "bwd_pf": 2}),
+VARIANTS = [("mhar-triton pf1", {"fwd_pf": 1, "bwd_pf": 1}),
             ("mhar-triton pf2 4096/8", {"fwd_pf": 2, "bwd_pf": 2, "fwd_elems": 4096, "bwd_elems": 4096,
                                         "fwd_warps": 8, "bwd_warps": 8})]
 FWD_CONFIGS = [(2048, 4, 1), (2048, 4, 2), (4096, 4, 2), (2048, 8, 2), (1024, 4, 2), (1024, 2, 2)]

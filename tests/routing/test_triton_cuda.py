@@ -148,7 +148,7 @@ def test_cuda_matches_interpreter_free_reference_backend(gen):
     assert rop.get_backend() == "auto"
 
 
-@pytest.mark.parametrize("cfg", [{"fwd_pf": 2, "bwd_pf": 2}, {"fwd_pf": 2, "bwd_pf": 2, "fwd_elems": 4096,
+@pytest.mark.parametrize("cfg", [{"fwd_pf": 1, "bwd_pf": 1}, {"fwd_pf": 2, "bwd_pf": 2, "fwd_elems": 4096,
                                                                "bwd_elems": 4096, "fwd_warps": 8, "bwd_warps": 8}])
 def test_other_tile_configs(cfg, gen):
     rop.TUNE = cfg
