@@ -25,7 +25,7 @@ WORKER = Path(__file__).with_name("dist_worker.py")
 # Methods run for two steps under DDP and FSDP2 each; mhar also with gradient accumulation and checkpoints.
 METHODS = {
     "baseline": [],
-    "hyper": [],
+    "hyper": ["data.val_windows=5"],  # 5 windows on 2 ranks, batch 2: rank 1 runs one empty (dummy) batch
     "attnres-block": [],
     "delta": [],
     "mhar-two-phase": ["stream.schedule=two-phase", "stream.chunk=2"],
@@ -43,6 +43,10 @@ def _losses(run_dir):
     return [r["loss"] for r in read_metrics(run_dir)]
 
 
+def _vals(run_dir):
+    return [r["val_loss"] for r in read_metrics(run_dir) if "val_loss" in r]
+
+
 def _close(a, b, rtol=RTOL):
     assert len(a) == len(b), (a, b)
     for x, y in zip(a, b):
@@ -58,9 +62,11 @@ def runs(tmp_path_factory):
     ref = {}
     Trainer(_cfg("mhar", *LONG, "batch_size=4"), root / "ref_mhar", progress=False).fit()
     ref["mhar"] = _losses(root / "ref_mhar")
+    ref["mhar_val"] = _vals(root / "ref_mhar")
     for m, extra in METHODS.items():
         Trainer(_cfg(m, *SHORT, *extra, "batch_size=4"), root / f"ref_{m}", progress=False).fit()
         ref[m] = _losses(root / f"ref_{m}")
+        ref[f"{m}_val"] = _vals(root / f"ref_{m}")
 
     # a single-process checkpoint (step 2) to resume under FSDP2 on two ranks
     single = root / "from_single"
@@ -102,6 +108,7 @@ def test_loss_equals_single_process_with_accumulation(runs, mode):
     r = dist[f"{mode}_mhar"]
     assert r["world_size"] == 2 and len(r["loss"]) == 4
     _close(r["loss"], ref["mhar"])
+    _close(r["val"], ref["mhar_val"])  # validation split across the ranks
 
 
 @pytest.mark.parametrize("mode", ["ddp", "fsdp"])
@@ -109,6 +116,7 @@ def test_loss_equals_single_process_with_accumulation(runs, mode):
 def test_every_stream_method(runs, mode, method):
     _, ref, dist = runs
     _close(dist[f"{mode}_{method}"]["loss"], ref[method])
+    _close(dist[f"{mode}_{method}"]["val"], ref[f"{method}_val"])
 
 
 def test_fsdp_shards_every_parameter_including_routing(runs):

@@ -202,6 +202,29 @@ class DistributedTrainer(Trainer):
             self.model.set_requires_gradient_sync(sync)
         return self.loss_module(x, y)
 
+    @torch.no_grad()
+    def evaluate(self) -> float:
+        """Mean loss over the fixed validation windows, split across ranks (rank r
+        scores windows r, r+N, ...; every rank runs the same number of forward passes,
+        as FSDP2's gathers need). Equals the single-process value up to summation order."""
+        self.model.eval()
+        val, B = self.data.val, self.cfg.batch_size
+        mine = val[self.rank::self.world_size]
+        per_rank = -(-val.shape[0] // self.world_size)
+        total = torch.zeros(2, dtype=torch.float64, device=self.device)  # loss sum, windows
+        for start in range(0, per_rank, B):
+            w = mine[start:start + B]
+            rows = w.shape[0]
+            w = (w if rows else val[:1]).to(self.device)  # a rank with no windows left still joins in
+            with self.autocast():
+                loss = self.model.loss(w[:, :-1], w[:, 1:], chunk_size=self.cfg.loss_chunk)
+            if rows:
+                total[0] += loss.double() * rows
+                total[1] += rows
+        dist.all_reduce(total)
+        self.model.train()
+        return float(total[0] / total[1])
+
     def reduce_loss(self, loss: Tensor) -> Tensor:
         loss = loss.detach().clone()
         dist.all_reduce(loss)  # gloo has no AVG
