@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -210,7 +211,9 @@ def wrap_hf(model, tok, name: str, device: torch.device | str = "cpu") -> EvalMo
         ids = torch.tensor([prompt], device=device)
         out, past, step_in = [], None, ids
         for _ in range(max_new):
-            res = model(input_ids=step_in, past_key_values=past, use_cache=True)
+            with warnings.catch_warnings():  # transformers >= 5.2x renames past_key_values
+                warnings.simplefilter("ignore", FutureWarning)
+                res = model(input_ids=step_in, past_key_values=past, use_cache=True)
             past = res.past_key_values
             nxt = int(res.logits[0, -1].argmax())
             if nxt == tok.eos_token_id:
@@ -275,118 +278,67 @@ def wrap_decoder(model, encode: Callable[[str], list[int]], decode: Callable[[li
     )
 
 
-RUN_CONFIG_NAMES = ("config.json", "resolved_config.json", "run_config.json", "config.resolved.json")
-
-
 def _run_config_path(p: Path) -> Path | None:
-    """The resolved config of a run folder (it holds a ``model`` section), else None."""
-    for name in RUN_CONFIG_NAMES:
-        c = p / name
-        if c.exists():
-            try:
-                data = json.loads(c.read_text())
-            except (OSError, json.JSONDecodeError):
-                continue
-            if isinstance(data, dict) and isinstance(data.get("model"), dict) and "d_model" in data["model"]:
-                return c
+    """The resolved config of a run folder (``config.json`` with a ``model`` section), else None."""
+    c = p / "config.json"
+    if c.exists():
+        try:
+            data = json.loads(c.read_text())
+        except (OSError, json.JSONDecodeError):
+            return None
+        if isinstance(data, dict) and isinstance(data.get("model"), dict) and "d_model" in data["model"]:
+            return c
     return None
 
 
-def _find_checkpoint(run: Path, checkpoint: str | None) -> Path:
-    if checkpoint:
-        c = Path(checkpoint)
-        c = c if c.is_absolute() or c.exists() else run / checkpoint
-        if not c.exists():
-            raise FileNotFoundError(f"checkpoint {checkpoint!r} not found in {run}")
-        return c
-    cands = []
-    for pat in ("checkpoints/**/*.pt", "checkpoints/**/*.safetensors", "checkpoints/**/*.pth", "*.pt",
-                "*.safetensors", "ckpt*/**/*.pt"):
-        cands += [c for c in run.glob(pat) if c.is_file()]
-    for c in cands:  # a 'latest'/'final' pointer wins
-        if any(k in c.stem for k in ("final", "latest", "last")):
-            return c
-    if not cands:
-        raise FileNotFoundError(f"no checkpoint (*.pt / *.safetensors) under {run}")
-    return max(cands, key=lambda c: (c.stat().st_mtime, str(c)))
+def run_dataset_dir(run_cfg) -> Path | None:
+    """The dataset folder a run trained on (None for synthetic tokens)."""
+    src = run_cfg.data.source
+    if src == "synthetic":
+        return None
+    if src == "builtin":
+        from mhar.data import ensure_builtin_dataset
+        return Path(ensure_builtin_dataset(tokenizer=run_cfg.data.tokenizer, vocab_size=run_cfg.data.vocab_size,
+                                           max_mb=run_cfg.data.max_mb or None))
+    return Path(src)
 
 
-def _load_state(ckpt: Path) -> dict[str, Tensor]:
-    if ckpt.suffix == ".safetensors":
-        from safetensors.torch import load_file
-        return load_file(str(ckpt))
-    obj = torch.load(str(ckpt), map_location="cpu", weights_only=False)
-    if isinstance(obj, dict):
-        for key in ("ema", "model", "state_dict", "model_state"):
-            if key in obj and isinstance(obj[key], dict) and obj[key]:
-                if key == "ema" and not any(isinstance(v, Tensor) for v in obj[key].values()):
-                    continue
-                return obj[key]
-    return obj
+def _no_tokenizer(*_a):
+    raise ValueError("this run trained on synthetic tokens and has no tokenizer: only --val loss works; "
+                     "pass --tokenizer to evaluate text")
 
 
-def _run_tokenizer(run: Path, cfg: dict, tokenizer: str | None):
-    """encode/decode/eos for a run: an explicit tokenizer path, a tokenizer.json in the run,
-    or the dataset folder the run trained on."""
-    cands: list[Path] = []
-    if tokenizer:
-        cands.append(Path(tokenizer))
-    cands.append(run / "tokenizer.json")
-    data = cfg.get("data") if isinstance(cfg.get("data"), dict) else {}
-    for key in ("dataset", "path", "dir", "dataset_dir", "data_dir"):
-        v = data.get(key) if data else None
-        if isinstance(v, str):
-            cands.append(Path(v))
-    for key in ("dataset", "data_dir", "dataset_dir"):
-        if isinstance(cfg.get(key), str):
-            cands.append(Path(cfg[key]))
-    for c in cands:
-        if c.is_dir():
-            try:
-                from mhar.data import TokenDataset  # type: ignore
-                ds = TokenDataset(c)
-                tok = ds.tokenizer
-                eos = getattr(ds, "eot_id", None) or getattr(ds, "eos_id", None)
-                return ds.encode, ds.decode, eos
-            except Exception:  # noqa: BLE001 - fall back to the tokenizer file
-                pass
-            c = c / "tokenizer.json"
-        if c.is_file():
-            from tokenizers import Tokenizer
-            tok = Tokenizer.from_file(str(c))
-            eos = None
-            for t in ("<|endoftext|>", "</s>", "<eos>", "<|im_end|>"):
-                if tok.token_to_id(t) is not None:
-                    eos = tok.token_to_id(t)
-                    break
-            return (lambda s: tok.encode(s, add_special_tokens=False).ids,
-                    lambda ids: tok.decode(ids, skip_special_tokens=False), eos)
-    raise FileNotFoundError(f"no tokenizer for run {run}: pass --tokenizer (a tokenizer.json or dataset folder)")
+def tokenizer_from(path: str | os.PathLike):
+    """(encode, decode, eos id) from a dataset folder (``mhar.data.TokenDataset``) or a
+    ``tokenizer.json``."""
+    p = Path(path)
+    if p.is_dir():
+        from mhar.data import TokenDataset
+        ds = TokenDataset(p, verify=False)
+        return ds.encode, ds.decode, ds.eot_id
+    if p.is_file():
+        from tokenizers import Tokenizer
+        tok = Tokenizer.from_file(str(p))
+        eos = next((tok.token_to_id(t) for t in ("<|endoftext|>", "</s>", "<eos>", "<|im_end|>")
+                    if tok.token_to_id(t) is not None), None)
+        return (lambda s: tok.encode(s, add_special_tokens=False).ids,
+                lambda ids: tok.decode(list(ids), skip_special_tokens=False), eos)
+    raise FileNotFoundError(f"tokenizer {p} not found (give a tokenizer.json or a dataset folder)")
 
 
 def load_run(run: str | os.PathLike, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
              checkpoint: str | None = None, tokenizer: str | None = None) -> EvalModel:
-    """Load a training run folder of ours."""
-    from mhar.model import Decoder, ModelConfig
+    """Load a training run folder of ours (``mhar.train.load_run_model``: newest checkpoint,
+    or ``checkpoint`` as a step or a file); the tokenizer is the run's dataset's."""
+    from mhar.train import load_run_config, load_run_model
     run = Path(run)
-    try:  # the training issue's own loader, when it lands
-        from mhar.train import load_run_model  # type: ignore
-    except ImportError:
-        load_run_model = None
-    cfg_path = _run_config_path(run)
-    if cfg_path is None:
-        raise ValueError(f"{run} has no resolved config JSON with a 'model' section")
-    cfg = json.loads(cfg_path.read_text())
-    if load_run_model is not None:
-        model = load_run_model(run, checkpoint=checkpoint)
+    cfg = load_run_config(run)
+    model = load_run_model(run, checkpoint=checkpoint, device=device).to(dtype=dtype)
+    if tokenizer:
+        encode, decode, eos = tokenizer_from(tokenizer)
     else:
-        model = Decoder(ModelConfig.from_dict(cfg["model"]))
-        state = _load_state(_find_checkpoint(run, checkpoint))
-        state = {k.removeprefix("_orig_mod.").removeprefix("module."): v for k, v in state.items()}
-        missing, unexpected = model.load_state_dict(state, strict=False)
-        if missing or unexpected:
-            raise ValueError(f"checkpoint does not match the run's model config: missing {missing[:5]}, "
-                             f"unexpected {unexpected[:5]}")
-    encode, decode, eos = _run_tokenizer(run, cfg, tokenizer)
-    model = model.to(device=device, dtype=dtype)
-    return wrap_decoder(model, encode, decode, name=run.name, eos_id=eos, device=device)
+        ds_dir = run_dataset_dir(cfg)
+        encode, decode, eos = tokenizer_from(ds_dir) if ds_dir else (_no_tokenizer, _no_tokenizer, None)
+    em = wrap_decoder(model, encode, decode, name=run.name, eos_id=eos, device=device)
+    em.info["run_config"] = cfg
+    return em

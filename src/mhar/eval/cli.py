@@ -73,8 +73,10 @@ def main(args) -> int:
     tasks = parse_task_list(args.tasks)
     if not tasks and not args.val and not args.ppl:
         raise ValueError("nothing to evaluate: give --tasks, --val DATASET_DIR or --ppl FILE")
-    from mhar.eval.tasks import load_task  # noqa: F401  (fail early on unknown names below)
+    from mhar.eval.tasks import check_task
     data_files = _data_files(args.data_file)
+    for name, _ in tasks:  # refuse unknown names and absent gated files before loading a model
+        check_task(name, data_files)
     model = load_for_eval(head, device=args.device, dtype=args.dtype, checkpoint=args.checkpoint,
                           tokenizer=args.tokenizer)
     print(f"evaluating {model.name} ({model.info.get('kind', '?')}) on {args.device}", file=sys.stderr)

@@ -15,8 +15,8 @@ from typing import Any
 import torch
 
 from mhar.eval.adapter import EvalModel
-from mhar.eval.scoring import (evaluate_gen, evaluate_mc, evaluate_text_ppl, evaluate_token_loss, evaluate_word,
-                               read_texts, validation_tokens)
+from mhar.eval.scoring import (dataset_windows, evaluate_gen, evaluate_mc, evaluate_text_ppl, evaluate_windows,
+                               evaluate_word, read_texts)
 from mhar.eval.tasks import load_task, subset
 
 
@@ -61,9 +61,9 @@ def run_tasks(model: EvalModel, tasks: list[tuple[str, int | None]], out_dir: st
 
     if val_dataset:
         t0 = time.time()
-        toks = validation_tokens(val_dataset)
-        m, recs = evaluate_token_loss(model, toks, seq_len, batch_tokens * 2, progress, limit)
-        finish("val_loss", m, recs, {"source": str(val_dataset)}, time.time() - t0)
+        windows, info = val_windows_for(model, val_dataset, seq_len, limit)
+        m, recs = evaluate_windows(model, windows, batch_tokens * 2, progress)
+        finish("val_loss", m, recs, info, time.time() - t0)
     if ppl_files:
         t0 = time.time()
         m, recs = evaluate_text_ppl(model, read_texts(ppl_files), seq_len, batch_tokens * 2, progress, limit)
@@ -84,6 +84,29 @@ def run_tasks(model: EvalModel, tasks: list[tuple[str, int | None]], out_dir: st
             raise ValueError(f"task kind {task.kind!r}")
         finish(name, m, recs, info, time.time() - t0)
     return {"results": results, "records": records_by_task}
+
+
+def val_windows_for(model: EvalModel, val: str, seq_len: int | None, limit: int | None):
+    """``val`` is a dataset folder, or ``run``: the run's own dataset, sequence length and
+    validation windows (what training logged as val loss)."""
+    cfg = model.info.get("run_config")
+    if val == "run":
+        if cfg is None:
+            raise ValueError("--val run needs a run folder as the model; give a dataset folder instead")
+        from mhar.eval.adapter import run_dataset_dir
+        ds = run_dataset_dir(cfg)
+        if ds is None:
+            from mhar.train.data import build_data
+            data = build_data(cfg.data, seq_len or cfg.seq_len, 1, cfg.seed)
+            windows = data.val
+            return windows[:limit] if limit else windows, {"source": "run (synthetic)"}
+        n = limit or cfg.data.val_windows
+        sl = seq_len or cfg.seq_len
+        return (dataset_windows(ds, sl, n, cfg.data.val_seed),
+                {"source": f"run dataset {ds}", "seq_len": sl, "val_seed": cfg.data.val_seed})
+    sl = seq_len or (cfg.seq_len if cfg is not None else min(model.max_len, 2048))
+    return dataset_windows(val, sl, limit, 1234 if cfg is None else cfg.data.val_seed), {
+        "source": str(val), "seq_len": sl}
 
 
 def format_metrics(name: str, m: dict) -> str:

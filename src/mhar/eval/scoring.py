@@ -291,41 +291,27 @@ def evaluate_text_ppl(model: EvalModel, docs: list[tuple[str, str]], seq_len: in
              "bits_per_byte": nll / max(nbytes, 1) / math.log(2), "tokens": ntok, "n": len(records)}, records)
 
 
-def validation_tokens(dataset_dir: str | Path, split: str = "validation") -> np.ndarray:
-    """The token stream of a dataset folder's split (``validation-*.bin`` shards)."""
+def dataset_windows(dataset_dir: str | Path, seq_len: int, num_windows: int | None = None,
+                    seed: int = 1234) -> torch.Tensor:
+    """Validation windows (N, seq_len + 1) of a dataset folder, chosen exactly as training
+    chooses them (``mhar.data.validation_windows``), so the numbers pair with a run's."""
+    from mhar.data import TokenDataset, validation_windows
     d = Path(dataset_dir)
-    try:
-        from mhar.data import TokenDataset  # type: ignore
-        ds = TokenDataset(d)
-        for name in ("tokens", "split_tokens", "get_split"):
-            fn = getattr(ds, name, None)
-            if callable(fn):
-                try:
-                    return np.asarray(fn(split))
-                except TypeError:
-                    continue
-    except Exception:  # noqa: BLE001 - fall back to reading the shards directly
-        pass
-    from mhar.data.shards import open_shard
-    shards = sorted(d.glob(f"{split}-*.bin"))
-    if not shards:
-        raise FileNotFoundError(f"{d} has no {split}-*.bin shards (is it a dataset folder from `mhar data build`?)")
-    return np.concatenate([np.asarray(open_shard(s)[1]) for s in shards])
+    if not d.is_dir():
+        raise FileNotFoundError(f"dataset folder {d} does not exist")
+    return validation_windows(TokenDataset(d), seq_len=seq_len, num_windows=num_windows, seed=seed)
 
 
-def evaluate_token_loss(model: EvalModel, tokens: np.ndarray, seq_len: int | None = None,
-                        batch_tokens: int = 8192, progress: bool = True, limit: int | None = None):
-    """Validation loss on a token stream, as training measures it: consecutive windows
-    of ``seq_len`` + 1 tokens, mean next-token cross-entropy over all predicted tokens.
-    ``limit`` caps the number of windows (taken from the start, so runs pair up)."""
-    seq_len = min(seq_len or model.max_len, model.max_len)
-    n_win = max(0, (len(tokens) - 1) // seq_len)
-    if limit:
-        n_win = min(n_win, limit)
-    if n_win == 0:
-        raise ValueError(f"only {len(tokens)} validation tokens: fewer than one window of {seq_len + 1}")
-    windows = [tokens[k * seq_len:(k + 1) * seq_len + 1].astype(np.int64).tolist() for k in range(n_win)]
-    res = _window_losses(model, windows, batch_tokens, progress, "val loss")
+def evaluate_windows(model: EvalModel, windows, batch_tokens: int = 8192, progress: bool = True):
+    """Validation loss over fixed token windows (N, T+1): the mean next-token
+    cross-entropy over all predicted tokens, its standard error across windows, and
+    per-window losses (records) for pairing."""
+    rows = [list(map(int, w)) for w in (windows.tolist() if hasattr(windows, "tolist") else windows)]
+    if not rows:
+        raise ValueError("no validation windows")
+    if len(rows[0]) - 1 > model.max_len:
+        raise ValueError(f"window of {len(rows[0]) - 1} tokens exceeds the model's max length {model.max_len}")
+    res = _window_losses(model, rows, batch_tokens, progress, "val loss")
     nll, ntok = sum(r[0] for r in res), sum(r[1] for r in res)
     records = [{"id": f"window{k}", "loss": r[0] / r[1], "tokens": r[1]} for k, r in enumerate(res)]
     per = np.array([r["loss"] for r in records])

