@@ -80,3 +80,28 @@ def test_load_run_model(tmp_path, small_cfg):
     assert not all(torch.equal(a, b) for a, b in zip(m1.state_dict().values(), m.state_dict().values()))
     with pytest.raises(FileNotFoundError, match="steps available: \\[1, 2\\]"):
         load_run_model(tmp_path / "r", checkpoint=7)
+
+
+def test_resume_is_bit_exact_with_a_dataset_folder(tmp_path, small_cfg):
+    """The same through mhar.data (a dataset folder built from a small text file)."""
+    import random
+
+    data = pytest.importorskip("mhar.data")
+    rng = random.Random(0)
+    words = ["the", "router", "reads", "every", "layer", "with", "heads", "depth", "softmax", "query", "of", "a"]
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for i in range(100):  # documents: the validation split takes some of them
+        text = "\n".join(" ".join(rng.choice(words) for _ in range(12)) + "." for _ in range(40))
+        (corpus / f"doc{i}.txt").write_text(text)
+    path = data.build_dataset([str(corpus)], tmp_path / "ds", vocab_size=300)
+    opts = [f"data.source={path}", "steps=6", "checkpoint_every=2", "eval_every=2"]
+    full = Trainer(small_cfg("mhar-h2", *opts), tmp_path / "full", progress=False)
+    assert full.cfg.model.vocab_size == 300  # from the dataset
+    full.fit()
+    StopAfter.stop_at = 3
+    with pytest.raises(Interrupted):
+        StopAfter(small_cfg("mhar-h2", *opts), tmp_path / "cut", progress=False).fit()
+    Trainer(small_cfg("mhar-h2", *opts), tmp_path / "cut", resume=True, progress=False).fit()
+    for key in ("loss", "grad_norm", "val_loss"):
+        assert _seq(tmp_path / "full", key) == _seq(tmp_path / "cut", key), key
