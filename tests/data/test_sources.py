@@ -24,6 +24,15 @@ def test_hf_in_memory_dataset(tmp_path):
         assert ds.manifest["sources"][0]["kind"] == "huggingface"
 
 
+def test_iterable_of_records_without_datasets(tmp_path):
+    docs = make_docs(9, seed=8)
+    recs = ({"text": d, "n": i} for i, d in enumerate(docs))  # what a streaming dataset yields
+    ds = TokenDataset(build_dataset([recs], tmp_path / "d", vocab_size=300))
+    assert ds.manifest["documents"] == 9
+    with pytest.raises(ValueError, match="record 1 has no 'text' field"):
+        build_dataset([[{"text": "a b"}, {"body": "c"}]], tmp_path / "e", vocab_size=300)
+
+
 def test_hf_spec_streams_with_load_dataset(tmp_path, monkeypatch):
     datasets = pytest.importorskip("datasets")
     docs = make_docs(10, seed=4)
