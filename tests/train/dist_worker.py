@@ -27,7 +27,7 @@ def config(method, overrides):
 def main(spec_path):
     spec = json.loads(Path(spec_path).read_text())
     out = Path(spec["out"])
-    info = init_distributed("cpu")
+    info = init_distributed(spec.get("device", "cpu"))
     torch.set_num_threads(1)
     try:
         for sc in spec["scenarios"]:
