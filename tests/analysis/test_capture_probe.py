@@ -145,3 +145,16 @@ def test_disagreeing_heads_deviate(seeded):
     r = probe_model(model, [torch.randint(0, 8, (1, 4))], draws=8)
     assert r.sites[-1].learned > 0.9 * math.log(4) and r.sites[-1].excess > 0.5
     assert r.sites[-1].head_correlation < 0
+
+
+def test_null_is_reproducible_and_seeded(seeded):
+    model = _randomise(Decoder(tiny_config()), std=0.5).eval()
+    ids = torch.randint(0, 64, (2, 8))
+    a, b = probe_model(model, [ids], draws=3, seed=7), probe_model(model, [ids], draws=3, seed=7)
+    c = probe_model(model, [ids], draws=3, seed=8)
+    assert a.overall == b.overall
+    assert a.overall["learned"] == c.overall["learned"] and a.overall["null"] != c.overall["null"]
+    # batches are token-weighted: one batch of 2 equals two batches of 1
+    split = probe_model(model, [ids[:1], ids[1:]], draws=3, seed=7)
+    assert math.isclose(split.overall["learned"], a.overall["learned"], rel_tol=1e-5)
+    assert math.isclose(split.overall["null"], a.overall["null"], rel_tol=1e-5)
