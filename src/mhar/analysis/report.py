@@ -140,7 +140,7 @@ def _baseline(runs: Sequence[RunSummary]) -> RunSummary | None:
 def comparison_table(runs: Sequence[RunSummary]) -> Table:
     base = _baseline(runs)
     header = ["run", "method", "params", "routing params", "last step", "final val loss",
-              "tail-mean val loss", "vs baseline"]
+              "tail-mean val loss", "vs baseline", "tokens/s"]
     rows = []
     for s in runs:
         p = s.params
@@ -148,7 +148,7 @@ def comparison_table(runs: Sequence[RunSummary]) -> Table:
         rows.append([s.name, method_label(s), f"{p['total']:,}" if p else "n/a",
                      f"{p['routing']:,} ({p['routing_pct']:.3f}%)" if p else "n/a", str(s.last_step),
                      _f(s.final_val), _f(s.tail_mean) + (f" (last {min(s.tail_k, len(s.val))})" if s.val else ""),
-                     delta])
+                     delta, f"{s.tokens_per_s:,.0f}" if s.tokens_per_s else "n/a"])
     cap = ("Tail-mean: the mean of the last tail_k validation evaluations (SPEC.md section 4). "
            "'vs baseline': tail-mean minus the baseline run's (negative is better).")
     return Table(header, rows, cap, left=2)

@@ -70,6 +70,7 @@ class RunSummary:
     params: dict[str, Any] = field(default_factory=dict)
     val: list[tuple[int, float]] = field(default_factory=list)     # (step, validation loss)
     train: list[tuple[int, float]] = field(default_factory=list)   # (step, training loss)
+    tokens_per_s: float | None = None  # from the trainer's summary.json, once the run finished
 
     @property
     def heads(self) -> int:
@@ -112,6 +113,13 @@ def summarize_run(run: str | Path) -> RunSummary:
         s.params = count_parameters(ModelConfig.from_dict(model))
     except (ValueError, TypeError):
         s.params = {}
+    summary = p / "summary.json"
+    if summary.is_file():
+        try:
+            tps = json.loads(summary.read_text()).get("tokens_per_s")
+            s.tokens_per_s = float(tps) if isinstance(tps, (int, float)) else None
+        except ValueError:
+            pass
     for rec in read_metrics(p):
         step = rec.get("step")
         if not isinstance(step, int):
