@@ -36,7 +36,7 @@ from mhar.model import Decoder, ModelConfig
 from mhar.train import checkpoint as ckpt
 from mhar.train.config import TrainConfig, config_diff
 from mhar.train.data import TrainData, build_data
-from mhar.train.errors import CheckpointError, DivergenceError, TrainingError
+from mhar.train.errors import DivergenceError, TrainingError
 from mhar.train.metrics import (CHECKPOINTS, CONFIG, PLOT, SUMMARY, MetricsLog, memory_mb, plot_runs, tail_mean,
                                 write_json)
 from mhar.train.optim import build_optimizer
