@@ -1,0 +1,111 @@
+"""The routing entry points on the CPU (no Triton): backend choice, the custom ops'
+registration, and composition with FSDP2 (one process, gloo)."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+import torch
+
+from mhar import routing
+from mhar.routing import op as rop
+from mhar.routing import reference as R
+
+
+def _inputs(n=4, lead=(3, 5), d=16):
+    g = torch.Generator().manual_seed(n * 1000 + d)
+    srcs = [torch.randn(*lead, d, generator=g, requires_grad=True) for _ in range(n)]
+    q = (torch.randn(d, generator=g) * 0.5).requires_grad_()
+    w = (1 + 0.1 * torch.randn(d, generator=g)).requires_grad_()
+    return srcs, q, w
+
+
+def test_backend_choice(monkeypatch):
+    with pytest.raises(ValueError, match="routing backend"):
+        routing.set_backend("cuda")
+    monkeypatch.setenv("MHAR_ROUTING_BACKEND", "reference")
+    assert routing.get_backend() == "reference"
+    routing.set_backend("auto")
+    try:
+        assert routing.get_backend() == "auto"
+    finally:
+        routing.set_backend(None)
+    monkeypatch.setenv("MHAR_ROUTING_BACKEND", "bogus")
+    with pytest.raises(ValueError, match="MHAR_ROUTING_BACKEND"):
+        routing.get_backend()
+
+
+def test_auto_on_cpu_is_the_reference():
+    srcs, q, w = _inputs()
+    y = routing.route(srcs, q, w, 4)
+    gy = torch.randn_like(y)
+    grads = torch.autograd.grad(y, [*srcs, q, w], gy)
+    y_ref = R.route(srcs, q, w, 4)
+    ref = torch.autograd.grad(y_ref, [*srcs, q, w], gy)
+    torch.testing.assert_close(y, y_ref, rtol=1e-6, atol=1e-6)
+    for a, b in zip(grads, ref):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_input_errors():
+    srcs, q, w = _inputs()
+    with pytest.raises(ValueError, match="heads"):
+        routing.route(srcs, q, w, 3)
+    with pytest.raises(ValueError, match="at least one source"):
+        routing.route([], q, w, 1)
+    with pytest.raises(ValueError, match="shape"):
+        routing.route([srcs[0], srcs[1][:2]], q, w, 1)
+    with pytest.raises(ValueError, match=r"\(S, d\)"):
+        routing.route_partial(srcs, q, w, 1)
+
+
+def test_ops_registered():
+    assert hasattr(torch.ops.mhar, "route") and hasattr(torch.ops.mhar, "route_partial")
+    srcs, q, w = _inputs(3, (4,), 8)
+    torch.library.opcheck(rop.route_op, ([s.detach().requires_grad_() for s in srcs], q, w, 2, 1e-6))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_fsdp2_wrapped_module():
+    dist = pytest.importorskip("torch.distributed")
+    if not dist.is_available() or dist.is_initialized():
+        pytest.skip("needs a fresh torch.distributed")
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    class Site(torch.nn.Module):
+        def __init__(self, d, heads):
+            super().__init__()
+            self.q = torch.nn.Parameter(torch.randn(d) * 0.3)
+            self.g = torch.nn.Parameter(torch.ones(d))
+            self.lin = torch.nn.Linear(d, d)
+            self.heads = heads
+
+        def forward(self, srcs):
+            return self.lin(routing.route(srcs, self.q, self.g, self.heads))
+
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ["MASTER_PORT"] = str(_free_port())
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    try:
+        torch.manual_seed(0)
+        model, plain = Site(16, 4), Site(16, 4)
+        plain.load_state_dict(model.state_dict())
+        fully_shard(model, mesh=init_device_mesh("cpu", (1,)))
+        srcs, _, _ = _inputs(4, (3, 5), 16)
+        out = model(srcs)
+        out.square().sum().backward()
+        ref = plain(srcs)
+        gq, gg = torch.autograd.grad(ref.square().sum(), [plain.q, plain.g])
+        torch.testing.assert_close(out, ref)
+        torch.testing.assert_close(model.q.grad.full_tensor(), gq)
+        torch.testing.assert_close(model.g.grad.full_tensor(), gg)
+    finally:
+        dist.destroy_process_group()
