@@ -23,6 +23,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from mhar import routing  # noqa: E402
 from mhar.routing import op as rop  # noqa: E402
+from mhar.routing import reference as R  # noqa: E402
 from routing_checks import (check_deterministic, check_partial, check_route, check_two_phase,  # noqa: E402
                             make_inputs, rel)
 
@@ -168,3 +169,28 @@ def test_checkpoint(gen):
     ref = torch.autograd.grad(f(*srcs), [*srcs, q, g])
     for a, b in zip(grads, ref):
         assert torch.equal(a, b)
+
+
+def test_non_contiguous_sources(gen):
+    base = [torch.randn(16, 6, generator=gen) for _ in range(3)]
+    srcs = [b.t().requires_grad_() for b in base]  # (6, 16) views with strides (1, 6)
+    q = (torch.randn(16, generator=gen) * 0.5).requires_grad_()
+    g = (1 + 0.1 * torch.randn(16, generator=gen)).requires_grad_()
+    y = routing.route(srcs, q, g, 4)
+    s64 = [s.detach().double().requires_grad_() for s in srcs]
+    q64, g64 = q.detach().double().requires_grad_(), g.detach().double().requires_grad_()
+    y64 = R.route(s64, q64, g64, 4)
+    assert rel(y, y64) <= 1e-5
+    gy = torch.randn(y64.shape, generator=gen, dtype=torch.float64)
+    for a, b in zip(torch.autograd.grad(y, [*srcs, q, g], gy.float()),
+                    torch.autograd.grad(y64, [*s64, q64, g64], gy)):
+        assert a.shape == b.shape and rel(a, b) <= 1e-5
+
+
+def test_no_tokens(gen):
+    srcs = [torch.randn(0, 8, requires_grad=True) for _ in range(3)]
+    q, g = torch.randn(8, requires_grad=True), torch.ones(8, requires_grad=True)
+    y = routing.route(srcs, q, g, 2)
+    assert y.shape == (0, 8)
+    grads = torch.autograd.grad(y.sum() + (q * 0).sum(), [*srcs, q, g], allow_unused=True)
+    assert torch.equal(grads[-2], torch.zeros(8))
