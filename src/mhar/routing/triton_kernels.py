@@ -18,10 +18,14 @@ softmax over sources with the full-width key RMSNorm fused in. ``FINAL`` program
 (one query, the plain ``route``) normalise in-kernel and write the read in the
 sources' dtype plus the per-head log-sum-exp; phase-1 programs write ``(m, l, o)``.
 
+Both kernels prefetch: the next ``PF`` (1 or 2) sources' tiles, and the pointer after
+them, are in flight while the current tile is reduced.
+
 Backward (``_bwd_kernel``): a fixed number of programs (persistent over token tiles).
 Each reads every source once per tile, recomputes the norm and the softmax weights
 from the saved per-head statistic, and writes that source's gradient once (all
-queries summed in registers). The query/norm-weight gradient ``dw = d(q*g)`` is
+queries summed in registers; the norm's backward folded into three reductions per
+source and query). The query/norm-weight gradient ``dw = d(q*g)`` is
 reduced per program into its own row of a ``(programs, S, d)`` buffer and summed
 afterwards by torch: no atomics, so gradients are bitwise reproducible.
 """
