@@ -12,6 +12,9 @@ from torch import Tensor, nn
 
 from mhar.model.config import ModelConfig
 
+# SDPA's enable_gqa (torch >= 2.5)
+_SDPA_HAS_GQA = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 5)
+
 
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float = 1e-6):
@@ -49,10 +52,23 @@ def rope_inv_freq(head_dim: int, theta: float, scaling: dict | None = None,
     return torch.where(is_medium, smoothed, inv_freq_llama)
 
 
+_INV_FREQ_CACHE: dict[tuple, Tensor] = {}
+
+
+def _cached_inv_freq(head_dim: int, theta: float, scaling: dict | None, device: torch.device) -> Tensor:
+    """inv_freq computed on the CPU (as transformers computes its buffer at init) and
+    moved to ``device`` once: computing it on a GPU gives different low bits."""
+    key = (head_dim, float(theta), None if scaling is None else tuple(sorted(scaling.items())), str(device))
+    t = _INV_FREQ_CACHE.get(key)
+    if t is None:
+        t = _INV_FREQ_CACHE[key] = rope_inv_freq(head_dim, theta, scaling).to(device)
+    return t
+
+
 def rope_cos_sin(positions: Tensor, head_dim: int, theta: float, dtype: torch.dtype,
                  scaling: dict | None = None) -> tuple[Tensor, Tensor]:
     """cos/sin tables (T, head_dim) for the given positions (HF's non-interleaved layout)."""
-    inv_freq = rope_inv_freq(head_dim, theta, scaling, positions.device)
+    inv_freq = _cached_inv_freq(head_dim, theta, scaling, positions.device)
     freqs = positions.float()[:, None] * inv_freq[None, :]
     emb = torch.cat((freqs, freqs), dim=-1)
     return emb.cos().to(dtype), emb.sin().to(dtype)
@@ -120,14 +136,20 @@ class Attention(nn.Module):
             past = cache.layer_length(self.layer_index)
             k, v = cache.update(self.layer_index, k, v)
         rep = self.n_heads // self.n_kv_heads
-        if rep > 1:  # explicit repeat (as HF does): exact on every backend
+        # GQA as transformers >= 5 does it, so converted models match bit for bit on CUDA
+        # too: SDPA's enable_gqa when there is no mask, an explicit repeat otherwise.
+        gqa = {"enable_gqa": True} if rep > 1 and _SDPA_HAS_GQA else {}
+        if rep > 1 and not gqa:
             k = k.repeat_interleave(rep, dim=1)
             v = v.repeat_interleave(rep, dim=1)
         if past == 0:
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1)
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1, **gqa)
         elif T == 1:
-            out = F.scaled_dot_product_attention(q, k, v)
+            out = F.scaled_dot_product_attention(q, k, v, **gqa)
         else:  # new tokens attend to the whole past and causally among themselves
+            if gqa:
+                k = k.repeat_interleave(rep, dim=1)
+                v = v.repeat_interleave(rep, dim=1)
             mask = torch.ones(T, past + T, dtype=torch.bool, device=x.device).tril(diagonal=past)
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
