@@ -12,8 +12,12 @@ import torch
 
 pytest.importorskip("transformers")
 
-from transformers import (LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM,  # noqa: E402
-                          Qwen3Config, Qwen3ForCausalLM)
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM  # noqa: E402
+
+try:  # transformers >= 4.51
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+except ImportError:  # pragma: no cover
+    Qwen3Config = Qwen3ForCausalLM = None
 
 from mhar import routing  # noqa: E402
 from mhar.model.convert import (ConversionError, check_identity, config_from_hf, convert,  # noqa: E402
@@ -25,6 +29,8 @@ ARCHS = {
     "qwen2": (Qwen2Config, Qwen2ForCausalLM),
     "qwen3": (Qwen3Config, Qwen3ForCausalLM),
 }
+if Qwen3Config is None:
+    del ARCHS["qwen3"]
 
 # (hidden, layers, heads, kv heads, head_dim or None, ffn, tied, --heads, --blocks)
 SHAPES = [
@@ -110,7 +116,7 @@ def test_converted_weights_are_copies():
 def test_identity_then_gates_change_the_function():
     """Only the zero gates keep the identity: opening them changes the logits, and
     gradients reach the gates, queries and null source."""
-    hf = random_hf("qwen3", SHAPES[0])
+    hf = random_hf("qwen3" if "qwen3" in ARCHS else "llama", SHAPES[0])
     conv = from_hf_model(hf, heads=8, blocks=2)
     ids = torch.randint(0, 211, (2, 9))
     logits = conv(input_ids=ids).logits

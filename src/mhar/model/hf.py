@@ -170,6 +170,12 @@ class MharForCausalLM(MharPreTrainedModel, GenerationMixin):
     def decoder(self) -> Decoder:
         return self.model
 
+    def get_decoder(self):
+        """None: ``self.model`` is an mhar Decoder, not a transformers base model (it takes
+        no position_ids / 4-D masks), so tools that look for one fall back to this
+        class's own forward. Use ``self.model`` (or ``.decoder``) for the Decoder."""
+        return None
+
     def save_pretrained(self, save_directory, *args: Any, **kwargs: Any):
         """``PreTrainedModel.save_pretrained`` (safetensors by default) plus the model code,
         so the folder also loads with ``trust_remote_code=True`` where mhar is not installed."""

@@ -36,7 +36,7 @@ def run_midtrain(args: argparse.Namespace) -> int:
         grad_accum=args.grad_accum, seq_len=args.seq_len, eval_every=args.eval_every, val_windows=args.val_windows,
         seed=args.seed, data=args.data, max_mb=args.max_mb, heads=args.heads, blocks=args.blocks,
         control=not args.no_control, device=args.device, dtype=args.dtype, threads=args.threads,
-        loss_chunk=args.loss_chunk, save_models=not args.no_save,
+        loss_chunk=args.loss_chunk, save_models=not args.no_save, tasks=args.tasks, task_limit=args.task_limit,
     )
     result = midtrain(args.model, args.out, opts, overrides=args.overrides, resume=args.resume,
                       progress=not args.quiet)
@@ -99,6 +99,9 @@ def register(sub) -> None:
     m.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16"))
     m.add_argument("--threads", type=int, default=0)
     m.add_argument("--loss-chunk", type=int, default=0, help="LM head + loss in chunks of this many tokens")
+    m.add_argument("--tasks", default="", help="downstream tasks evaluated after training with mhar eval "
+                   "(e.g. gsm8k,gpqa; paired bootstrap and McNemar in the table)")
+    m.add_argument("--task-limit", type=int, default=0, help="items per task (0: all)")
     m.add_argument("--resume", action="store_true", help="continue interrupted runs in OUT")
     m.add_argument("--quiet", action="store_true")
     m.add_argument("overrides", nargs="*", help="extra training overrides (key=value), applied to both runs")

@@ -66,6 +66,8 @@ class MidtrainOptions:
     loss_chunk: int = 0
     checkpoint_every: int = 0  # 0: at the end only
     save_models: bool = True
+    tasks: str = ""  # downstream tasks for mhar.eval after training ("gsm8k,gpqa:200"); "" = none
+    task_limit: int = 0  # items per task (0: all)
 
     def validate(self) -> None:
         if not 0.0 <= self.ema < 1.0:
@@ -256,6 +258,36 @@ def comparison_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _downstream(rows: list[dict[str, Any]], opts: MidtrainOptions, log) -> str:
+    """Evaluate each run's saved model on ``opts.tasks`` with :mod:`mhar.eval` (records in
+    ``<run>/eval``) and return the paired comparison (bootstrap CI, McNemar) as Markdown."""
+    if not opts.save_models:
+        raise ValueError("--tasks needs the saved models (drop --no-save)")
+    from mhar.eval.adapter import load_for_eval
+    from mhar.eval.runner import format_metrics, parse_task_list, run_tasks
+
+    device = "cuda" if opts.device in ("auto", "cuda") and torch.cuda.is_available() else "cpu"
+    tasks = parse_task_list(opts.tasks)
+    for row in rows:
+        model = load_for_eval(row["hf"], device=device, dtype="float32")
+        out = Path(row["run_dir"]) / "eval"
+        res = run_tasks(model, tasks, out_dir=out, limit=opts.task_limit or None, progress=False, log=log)
+        row["eval_dir"] = str(out)
+        row["tasks"] = res["results"]
+        del model
+    lines = ["Downstream tasks:", ""] + [f"- {r['run']}: " + "; ".join(format_metrics(t, m).split("  (")[0]
+                                                                          for t, m in r["tasks"].items())
+                                         for r in rows]
+    control = next((r for r in rows if r["run"] == "control"), None)
+    delta = next((r for r in rows if r["run"] == "delta"), None)
+    if control is not None and delta is not None:
+        from mhar.eval.compare import compare_dirs, format_comparison
+
+        paired = compare_dirs(control["eval_dir"], delta["eval_dir"])
+        lines += ["", "Paired, delta (B) vs control (A):", "", format_comparison(paired, "control", "delta")]
+    return "\n".join(lines)
+
+
 def midtrain(model_path: str | Path, out: str | Path, opts: MidtrainOptions | None = None,
              overrides: list[str] | None = None, resume: bool = False, progress: bool = True,
              log=print) -> dict[str, Any]:
@@ -319,12 +351,16 @@ def midtrain(model_path: str | Path, out: str | Path, opts: MidtrainOptions | No
         rows.append(row)
         del trainer
     table = comparison_table(rows)
+    downstream = ""
+    if opts.tasks:
+        downstream = _downstream(rows, opts, log)
+        table = table + "\n\n" + downstream
     budget = (f"{opts.steps} steps x {opts.batch_size * opts.grad_accum} x {opts.seq_len} tokens, lr {opts.lr:g} "
               f"(re-warm-up {opts.warmup}, cosine to {opts.lr * opts.min_lr_ratio:g}), wd {opts.weight_decay:g}, "
               f"EMA {opts.ema:g}, z-loss {opts.z_loss:g}")
     text = (f"# Mid-training: {folder}\n\n{budget}; data: {source}\n\n{table}\n\n"
             "Validation loss on the same fixed windows for every run; 'final' uses the EMA weights when EMA is on. "
-            "Downstream tasks: run `mhar eval` on each run's hf/ folder.\n")
+            + ("" if downstream else "Downstream tasks: `--tasks`, or `mhar eval` on each run's hf/ folder.\n"))
     (out / "comparison.md").write_text(text)
     result = {"model": str(folder), "data": source, "options": asdict(opts), "runs": rows, "table": table}
     (out / "comparison.json").write_text(json.dumps(result, indent=2) + "\n")
