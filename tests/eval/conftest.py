@@ -24,3 +24,12 @@ def tiny_decoder(method: str = "routed", heads: int = 2, max_seq_len: int = 512,
 def tiny_model():
     """A tiny random MHAR decoder over bytes (EOS = 256)."""
     return wrap_decoder(tiny_decoder(), byte_encode, byte_decode, name="tiny", eos_id=256)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny models run faster on one thread (and leave the other core to the machine)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
