@@ -105,6 +105,19 @@ def test_builtin_plan_is_big_enough_and_licensed():
     assert any(f.path.endswith("os.py") for f in files)
 
 
+def test_builtin_sizes():
+    from mhar.data.build import BUILTIN_DEFAULT_MB, builtin_dataset_name, builtin_size_mb
+    assert BUILTIN_DEFAULT_MB >= 50
+    assert builtin_size_mb(None) == BUILTIN_DEFAULT_MB and builtin_size_mb("full") is None
+    assert builtin_size_mb(float("inf")) is None and builtin_size_mb("2.5") == 2.5
+    assert builtin_dataset_name() == builtin_dataset_name(max_mb=BUILTIN_DEFAULT_MB) != builtin_dataset_name(max_mb="full")
+    assert builtin_dataset_name(max_mb="full").endswith("-full")
+    with pytest.raises(ValueError, match="max_mb"):
+        builtin_size_mb(0)
+    with pytest.raises(ValueError, match="max_mb"):
+        builtin_size_mb("lots")
+
+
 def test_ensure_builtin_small_and_cached(tmp_path, monkeypatch):
     monkeypatch.setenv("MHAR_CACHE", str(tmp_path / "cache"))
     assert default_dataset_dir() == tmp_path / "cache" / "datasets"

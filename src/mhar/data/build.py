@@ -40,6 +40,9 @@ DEFAULT_VAL_FRACTION = 0.01
 DEFAULT_SHARD_TOKENS = 1 << 27
 DEFAULT_BPE_SAMPLE_MB = 8.0
 BUILTIN_CORPUS_VERSION = 2
+#: Default size of the built-in dataset (MB of text): above the ~50 MB the issue asks
+#: for, and a first build that stays well inside the CPU demo's time budget.
+BUILTIN_DEFAULT_MB = 64.0
 _SPOOL_REC = struct.Struct("<QB")
 
 
@@ -433,9 +436,29 @@ def _install(tmp: Path, out: Path, overwrite: bool) -> None:
 
 # --------------------------------------------------------------------------- built-in
 
-def builtin_dataset_name(tokenizer: str = "bpe", vocab_size: int = 8192, max_mb: float | None = None) -> str:
+def builtin_size_mb(max_mb: float | str | None) -> float | None:
+    """The size of a built-in dataset: ``None`` -> the default (:data:`BUILTIN_DEFAULT_MB`),
+    ``"full"`` (or infinity) -> the whole corpus (returned as ``None``), else the number."""
+    if max_mb is None:
+        return BUILTIN_DEFAULT_MB
+    if isinstance(max_mb, str):
+        if max_mb.strip().lower() in ("full", "all", "inf"):
+            return None
+        try:
+            max_mb = float(max_mb)
+        except ValueError:
+            raise ValueError(f"max_mb={max_mb!r}: expected a number of MB or 'full'") from None
+    if max_mb == float("inf"):
+        return None
+    if max_mb <= 0:
+        raise ValueError(f"max_mb={max_mb}: must be positive (or 'full')")
+    return float(max_mb)
+
+
+def builtin_dataset_name(tokenizer: str = "bpe", vocab_size: int = 8192, max_mb: float | str | None = None) -> str:
     tok = f"bpe{vocab_size}" if tokenizer == "bpe" else tokenizer
-    size = "full" if max_mb is None else f"{max_mb:g}mb"
+    mb = builtin_size_mb(max_mb)
+    size = "full" if mb is None else f"{mb:g}mb"
     return f"builtin-v{BUILTIN_CORPUS_VERSION}-{tok}-{size}"
 
 
@@ -447,10 +470,15 @@ def is_complete(path: Path) -> bool:
     return isinstance(m, dict) and m.get("complete") is True and m.get("format") == FORMAT
 
 
-def ensure_builtin_dataset(tokenizer: str = "bpe", vocab_size: int = 8192, max_mb: float | None = None,
+def ensure_builtin_dataset(tokenizer: str = "bpe", vocab_size: int = 8192, max_mb: float | str | None = None,
                            root: str | os.PathLike | None = None, verbose: bool = True) -> Path:
     """Build the built-in corpus dataset once (cached under :func:`default_dataset_dir`)
-    and return its directory; reuse it when it exists and is complete."""
+    and return its directory; reuse it when it exists and is complete.
+
+    ``max_mb``: ``None`` takes the default :data:`BUILTIN_DEFAULT_MB` (64 MB of text, a
+    hash-ordered mix of every source; about 20 M tokens with the 8192 BPE, built in well
+    under a minute on 2 cores), a number that many MB, ``"full"`` the whole corpus
+    (about 190 MB with our dependencies installed)."""
     if tokenizer not in ("bpe", "qwen"):
         raise ValueError(f"tokenizer={tokenizer!r}: the built-in dataset uses 'bpe' or 'qwen'")
     base = Path(root) if root is not None else default_dataset_dir()
@@ -463,7 +491,7 @@ def ensure_builtin_dataset(tokenizer: str = "bpe", vocab_size: int = 8192, max_m
             return path
         _remove_stale_builds(base, path.name)
         _log(verbose, f"building the built-in dataset at {path} (once; cached)")
-        build_dataset(["builtin"], path, tokenizer=tokenizer, vocab_size=vocab_size, max_mb=max_mb,
+        build_dataset(["builtin"], path, tokenizer=tokenizer, vocab_size=vocab_size, max_mb=builtin_size_mb(max_mb),
                       overwrite=path.exists(), verbose=verbose)
     return path
 

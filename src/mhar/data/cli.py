@@ -24,7 +24,9 @@ def register(subparsers) -> None:
     b.add_argument("--tokenizer", default="bpe",
                    help="'bpe' (train a byte-level BPE here), 'qwen' (Qwen2/3), or a tokenizer.json / tokenizer folder")
     b.add_argument("--vocab-size", type=int, default=8192, help="BPE vocabulary size (default 8192)")
-    b.add_argument("--max-mb", type=float, default=None, help="take at most this many MB of text")
+    b.add_argument("--max-mb", default=None,
+                   help="take at most this many MB of text; 'full' for everything (default: everything, "
+                        "except the built-in corpus: 64 MB)")
     b.add_argument("--val-fraction", type=float, default=DEFAULT_VAL_FRACTION, help="share of documents for validation")
     b.add_argument("--text-field", default="text", help="field holding the text in jsonl/parquet/hf records")
     b.add_argument("--eot-token", default=None, help="end-of-text token of a custom tokenizer")
@@ -42,20 +44,31 @@ def register(subparsers) -> None:
 
 
 def _build(args: argparse.Namespace) -> int:
+    from .build import builtin_size_mb
+    builtin_only = list(args.sources) == ["builtin"]
+    if builtin_only:
+        max_mb = builtin_size_mb(args.max_mb)
+    elif args.max_mb is None or str(args.max_mb).lower() == "full":
+        max_mb = None
+    else:
+        try:
+            max_mb = float(args.max_mb)
+        except ValueError:
+            raise ValueError(f"--max-mb {args.max_mb!r}: expected a number of MB or 'full'") from None
     out = args.out
     if out is None:
-        if args.sources != ["builtin"]:
+        if not builtin_only:
             raise ValueError("--out is required for sources other than builtin")
         from .build import builtin_dataset_name
         if args.tokenizer not in ("bpe", "qwen"):
             raise ValueError("--out is required with a custom tokenizer")
-        out = default_dataset_dir() / builtin_dataset_name(args.tokenizer, args.vocab_size, args.max_mb)
+        out = default_dataset_dir() / builtin_dataset_name(args.tokenizer, args.vocab_size, "full" if max_mb is None else max_mb)
         from .build import is_complete
         if is_complete(out) and not args.overwrite:
             print(f"{out} (already built; --overwrite rebuilds it)")
             return 0
     path = build_dataset(
-        args.sources, out, tokenizer=args.tokenizer, vocab_size=args.vocab_size, max_mb=args.max_mb,
+        args.sources, out, tokenizer=args.tokenizer, vocab_size=args.vocab_size, max_mb=max_mb,
         val_fraction=args.val_fraction, text_field=args.text_field, eot_token=args.eot_token,
         bpe_sample_mb=args.bpe_sample_mb, shard_tokens=args.shard_tokens, overwrite=args.overwrite,
         verbose=not args.quiet,
