@@ -177,6 +177,18 @@ def _load_hf(path: Path, device: torch.device, dtype: torch.dtype) -> EvalModel:
     _require_transformers()
     from transformers import AutoModelForCausalLM, AutoTokenizer
     tok = AutoTokenizer.from_pretrained(str(path))
+    try:
+        model_type = json.loads((path / "config.json").read_text()).get("model_type")
+    except (OSError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path}/config.json is not readable JSON: {err}") from None
+    if model_type == "mhar":  # our decoder saved through mhar.model.hf: score it natively
+        from mhar.model.hf import MharForCausalLM
+        model = MharForCausalLM.from_pretrained(str(path), dtype=dtype).to(device).eval()
+        em = wrap_decoder(model.model, lambda s: tok(s, add_special_tokens=False).input_ids,
+                          lambda ids: tok.decode(ids), name=path.name, eos_id=tok.eos_token_id,
+                          bos_id=tok.bos_token_id, device=device)
+        em.info["kind"] = "huggingface (mhar)"
+        return em
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
     return wrap_hf(model.to(device), tok, path.name, device)
 
@@ -187,6 +199,11 @@ def wrap_hf(model, tok, name: str, device: torch.device | str = "cpu") -> EvalMo
     device = torch.device(device)
     base = model.get_decoder() if hasattr(model, "get_decoder") else None
     out_emb = model.get_output_embeddings()
+    if base is not None and out_emb is not None:  # the base must give hidden states
+        with torch.no_grad():
+            probe = base(input_ids=torch.zeros(1, 1, dtype=torch.long, device=device), use_cache=False)
+        if not hasattr(probe, "last_hidden_state"):
+            base = None
 
     if base is not None and out_emb is not None:
         def hidden_fn(ids: Tensor) -> Tensor:
