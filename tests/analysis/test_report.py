@@ -5,7 +5,6 @@ import math
 import re
 
 import pytest
-import torch
 
 from mhar.cli import main
 

@@ -101,7 +101,7 @@ def render_html(r: Report) -> str:
                 out.append(f"<p class='cap'>{html.escape(b.caption)}</p>")
             out.append("<table><tr>" + "".join(f"<th>{html.escape(str(h))}</th>" for h in b.header) + "</tr>")
             for row in b.rows:
-                out.append("<tr>" + "".join((f"<td class='l'>" if i < b.left else "<td>") + f"{html.escape(str(c))}</td>"
+                out.append("<tr>" + "".join(("<td class='l'>" if i < b.left else "<td>") + f"{html.escape(str(c))}</td>"
                                             for i, c in enumerate(row)) + "</tr>")
             out.append("</table>")
         elif isinstance(b, Image):

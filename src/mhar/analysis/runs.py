@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
 from torch import Tensor
 
 CONFIG_NAMES = ("config.json", "resolved_config.json", "train_config.json")
