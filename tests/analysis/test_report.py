@@ -81,7 +81,7 @@ def test_report_from_a_tiny_comparison(runs, tmp_path, capsys):
     for img in ("loss_curves.png", "h_sweep.png", "map_attnres.png", "map_mhar-h2.png", "map_mhar-h4.png"):
         assert (out / "img" / img).read_bytes()[:4] == b"\x89PNG"
         assert f"img/{img}" in md
-    assert "## H sweep" in md and "| tiny, full routing | 4 |" in md
+    assert "## H sweep" in md and "| tiny d=32 L=2, full routing, 12 steps | 4 |" in md
     assert "KL(slice || shared)" in md and "KL(head || head consensus)" in md
     assert html.count("data:image/png;base64,") == 5 and "<table>" in html and "img/" not in html
 

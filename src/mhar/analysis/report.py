@@ -188,13 +188,16 @@ def plot_loss_curves(runs: Sequence[RunSummary], path: Path) -> Path | None:
 
 
 def h_sweep(runs: Sequence[RunSummary]) -> dict[str, list[tuple[int, float, str]]]:
-    """Routed runs grouped by everything but H (preset, block size): series of
-    (H, tail-mean, run name) with at least two distinct H values."""
+    """Routed runs grouped by everything that shapes them but H (preset, width, depth,
+    block size, training budget): series of (H, tail-mean, run name), kept when a
+    group has at least two distinct H values."""
     groups: dict[str, list[tuple[int, float, str]]] = {}
     for s in runs:
         if s.stream.get("method") != "routed" or s.tail_mean is None:
             continue
-        key = (s.preset or "?") + (f", block S={s.block_size}" if s.block_size else ", full routing")
+        m = s.model
+        key = (f"{s.preset or '?'} d={m.get('d_model', '?')} L={m.get('n_layers', '?')}"
+               + (f", block S={s.block_size}" if s.block_size else ", full routing") + f", {s.steps} steps")
         groups.setdefault(key, []).append((s.heads, s.tail_mean, s.name))
     return {k: sorted(v) for k, v in groups.items() if len({h for h, _, _ in v}) >= 2}
 
@@ -305,7 +308,7 @@ def build_report(runs: Sequence[str | Path], out: str | Path, analyse: Analyser 
         rows = [[key, str(h), _f(v), n] for key, pts in series.items() for h, v, n in pts]
         rep.add(Image(sweep, "H sweep"), Table(["group", "H", "tail-mean val loss", "run"], rows, left=1))
     else:
-        rep.add(Para("Not drawn: no group of routed runs (same preset and block size) with at least two values of H."))
+        rep.add(Para("Not drawn: no group of routed runs (same preset, width, depth, block size and steps) with at least two values of H."))
 
     routed = [s for s in summaries if s.routes]
     probes: list[tuple[str, ProbeResult]] = []

@@ -69,6 +69,8 @@ class RunSummary:
     params: dict[str, Any] = field(default_factory=dict)
     val: list[tuple[int, float]] = field(default_factory=list)     # (step, validation loss)
     train: list[tuple[int, float]] = field(default_factory=list)   # (step, training loss)
+    model: dict[str, Any] = field(default_factory=dict)  # the model config
+    steps: int = 0  # the configured training budget
     tokens_per_s: float | None = None  # from the trainer's summary.json, once the run finished
 
     @property
@@ -107,6 +109,8 @@ def summarize_run(run: str | Path) -> RunSummary:
     stream = model.get("stream", {}) if isinstance(model, dict) else {}
     s = RunSummary(p, p.name, str(cfg.get("method", stream.get("method", "?"))), stream, str(cfg.get("preset", "")),
                    int(cfg.get("seed", 0)), int(cfg.get("tail_k", 11)))
+    s.model = model if isinstance(model, dict) else {}
+    s.steps = int(cfg.get("steps", 0))
     try:
         from mhar.model import ModelConfig, count_parameters
         s.params = count_parameters(ModelConfig.from_dict(model))
