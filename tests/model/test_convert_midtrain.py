@@ -130,3 +130,55 @@ def test_cli_midtrain(converted, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "| delta | delta |" in out and "| control | standard |" in out
     assert check_identity(hf, from_hf_model(hf, heads=4, blocks=2)) == 0.0
+
+
+def test_midtrain_resume_keeps_the_ema(converted, tmp_path, monkeypatch):
+    """An interrupted mid-training run resumed from its checkpoint ends where the
+    uninterrupted run ends, bit for bit, EMA included."""
+    import mhar.train.trainer as trainer_mod
+
+    hf, folder = converted
+    opts = dict(FAST, steps=6, checkpoint_every=3, control=False, save_models=False)
+    full = midtrain(folder, tmp_path / "full", MidtrainOptions(**opts), progress=False, log=lambda *a: None)
+
+    real_step = trainer_mod.Trainer.train_step
+
+    def crash_at_5(self):
+        if self.step == 4:
+            raise KeyboardInterrupt("simulated crash")
+        return real_step(self)
+
+    monkeypatch.setattr(trainer_mod.Trainer, "train_step", crash_at_5)
+    with pytest.raises(KeyboardInterrupt):
+        midtrain(folder, tmp_path / "cut", MidtrainOptions(**opts), progress=False, log=lambda *a: None)
+    monkeypatch.setattr(trainer_mod.Trainer, "train_step", real_step)
+    resumed = midtrain(folder, tmp_path / "cut", MidtrainOptions(**opts), resume=True, progress=False,
+                       log=lambda *a: None)
+    a, b = full["runs"][0], resumed["runs"][0]
+    assert b["steps"] == 6
+    assert a["final_val_loss"] == b["final_val_loss"]  # EMA weights
+    assert a["final_raw_val_loss"] == b["final_raw_val_loss"]
+    assert a["start_val_loss"] == b["start_val_loss"]
+
+
+def test_midtrain_downstream_tasks(tmp_path):
+    """--tasks: both saved models are evaluated with mhar.eval and compared pairwise."""
+    pytest.importorskip("mhar.eval.runner")
+    from mhar.data import train_bpe
+    from mhar.eval.tasks import load_task
+
+    try:
+        load_task("arc_easy")
+    except Exception as err:  # the offline task data is not installed here
+        pytest.skip(f"arc_easy is not available offline: {err}")
+    tok = train_bpe(["the cat sat on the mat. Question: what is 2+2? Answer: 4\n" * 40] * 20, vocab_size=280)
+    src = tmp_path / "src"
+    tiny_llama(vocab=300).save_pretrained(src)
+    tok.save(str(src / "tokenizer.json"))
+    opts = MidtrainOptions(**{**FAST, "steps": 2, "eval_every": 2, "heads": 4, "blocks": 2,
+                              "tasks": "arc_easy", "task_limit": 8})
+    result = midtrain(src, tmp_path / "mt", opts, progress=False, log=lambda *a: None)
+    for run in result["runs"]:
+        assert run["tasks"]["arc_easy"]["n"] == 8
+    assert "Paired, delta (B) vs control (A)" in result["table"]
+    assert "| arc_easy |" in (tmp_path / "mt" / "comparison.md").read_text()
