@@ -1,0 +1,77 @@
+"""Byte and FLOP floors of a training step, per preset and routing schedule (issue 6).
+
+Counts, from the shapes alone, the bytes the depth read must move per step and the
+matmul FLOPs of the model, and turns them into times with a measured copy bandwidth
+and a measured matmul rate. Compare with bench/results/step_*.json (measured).
+
+    python bench/step_floor.py --copy-gbs 4270 --matmul-tflops 788
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+from mhar.bench_cli import PAPER_MICROBATCH
+from mhar.model import get_preset
+from mhar.model.decoder import Decoder
+
+import torch
+
+
+def source_reads(n_sites: int, schedule: str, chunk: int, block: int) -> tuple[int, int]:
+    """(reads of one source-sized tensor in forward, same in backward: reads + writes)."""
+    if block:  # block routing: completed blocks once per block, plus the partial sum per later sublayer
+        n_blocks = math.ceil((n_sites - 1) / block)
+        fwd = sum(1 + b for b in range(n_blocks)) + (n_sites - 1 - n_blocks) + (n_blocks + 1)
+    elif schedule == "one-pass":
+        fwd = sum(range(1, n_sites + 1))  # site l reads l sources
+    else:
+        fwd, existing = 0, 1
+        for start in range(0, n_sites - 1, chunk):
+            size = min(chunk, n_sites - 1 - start)
+            fwd += existing + sum(range(size))  # phase 1 once, phase 2 the new ones
+            existing += size
+        fwd += n_sites  # final read
+    # backward: every source read again and its gradient written; the read's output and grad read once per site
+    return fwd + n_sites, 2 * fwd + 2 * n_sites
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--copy-gbs", type=float, default=4270.0, help="measured device-to-device copy, GB/s")
+    ap.add_argument("--matmul-tflops", type=float, default=788.0, help="measured bf16 matmul rate")
+    ap.add_argument("--measured", default="bench/results", help="folder with step_*.json")
+    args = ap.parse_args()
+    rows = []
+    for preset, (batch, seq) in PAPER_MICROBATCH.items():
+        cfg = get_preset(preset)
+        with torch.device("meta"):
+            flops_tok = Decoder(cfg).flops_per_token(seq)
+        tokens = batch * seq
+        compute_ms = flops_tok * tokens / (args.matmul_tflops * 1e12) * 1e3
+        src_bytes = tokens * cfg.d_model * 2  # one bf16 source
+        n_sites = cfg.num_sublayers + 1
+        measured = {}
+        f = Path(args.measured) / f"step_{preset}.json"
+        if f.exists():
+            measured = {r["method"]: r for r in json.loads(f.read_text())["results"] if "step_ms" in r}
+        base_ms = measured.get("baseline", {}).get("step_ms")
+        for name, schedule, block in [("full one-pass", "one-pass", 0), ("full two-phase S=8", "two-phase", 0),
+                                      ("block (8 blocks)", "two-phase", math.ceil(cfg.num_sublayers / 8))]:
+            fwd, bwd = source_reads(n_sites, schedule, 8, block)
+            routing_ms = (fwd + bwd) * src_bytes / (args.copy_gbs * 1e9) * 1e3
+            ratio = base_ms / (base_ms + routing_ms) if base_ms else float("nan")
+            rows.append((preset, name, f"{compute_ms:.1f}", f"{(fwd + bwd) * src_bytes / 1e9:.1f}",
+                         f"{routing_ms:.1f}", f"{base_ms:.1f}" if base_ms else "-", f"{ratio:.3f}"))
+    print("| preset | routing | matmul floor ms (baseline) | routing GB/step | routing floor ms | measured baseline ms |"
+          " best ratio at floor |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        print("| " + " | ".join(r) + " |")
+
+
+if __name__ == "__main__":
+    main()
