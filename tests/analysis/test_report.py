@@ -102,3 +102,22 @@ def test_report_notes_a_routed_run_without_checkpoint(runs, tmp_path):
     out = tmp_path / "r3"
     assert main(["report", str(young), "--out", str(out), "--windows", "1", "--draws", "1"]) == 0
     assert "young: not analysed" in (out / "report.md").read_text()
+
+
+def test_report_pairs_only_runs_with_the_same_setup(runs, tmp_path):
+    import shutil
+
+    other = tmp_path / "other-seed"
+    shutil.copytree(runs / "mhar-h2", other, ignore=shutil.ignore_patterns("*.pt", "analysis"))
+    cfg = json.loads((other / "config.json").read_text())
+    cfg["seed"] = 1
+    (other / "config.json").write_text(json.dumps(cfg))
+    out = tmp_path / "r4"
+    assert main(["report", str(runs / "baseline"), str(runs / "mhar-h4"), str(other), "--out", str(out),
+                 "--no-probe", "--no-maps"]) == 0
+    md = (out / "report.md").read_text()
+    row = next(line for line in md.splitlines() if line.startswith("| other-seed |"))
+    assert row.split("|")[8].strip() == ""  # no paired baseline: no difference shown
+    row = next(line for line in md.splitlines() if line.startswith("| mhar-h4 |"))
+    assert re.match(r"[+-]\d\.\d{4}", row.split("|")[8].strip())
+    assert "Not drawn" in md  # H = 2 and H = 4 here come from different setups

@@ -130,27 +130,30 @@ def method_label(s: RunSummary) -> str:
     return "baseline" if m == "standard" else str(m)
 
 
-def _baseline(runs: Sequence[RunSummary]) -> RunSummary | None:
+def _baseline(runs: Sequence[RunSummary], like: RunSummary | None = None) -> RunSummary | None:
+    """The first finished baseline run; with ``like``, only one with the same setup
+    (everything but the method: shape, data, budget, seed), so differences are paired."""
     for s in runs:
-        if s.stream.get("method") == "standard" and s.tail_mean is not None:
+        if s.stream.get("method") == "standard" and s.tail_mean is not None and (like is None or s.setup == like.setup):
             return s
     return None
 
 
 def comparison_table(runs: Sequence[RunSummary]) -> Table:
-    base = _baseline(runs)
     header = ["run", "method", "params", "routing params", "last step", "final val loss",
               "tail-mean val loss", "vs baseline", "tokens/s"]
     rows = []
     for s in runs:
         p = s.params
+        base = _baseline(runs, like=s)
         delta = "" if base is None or s is base or s.tail_mean is None else f"{s.tail_mean - base.tail_mean:+.4f}"
         rows.append([s.name, method_label(s), f"{p['total']:,}" if p else "n/a",
                      f"{p['routing']:,} ({p['routing_pct']:.3f}%)" if p else "n/a", str(s.last_step),
                      _f(s.final_val), _f(s.tail_mean) + (f" (last {min(s.tail_k, len(s.val))})" if s.val else ""),
                      delta, f"{s.tokens_per_s:,.0f}" if s.tokens_per_s else "n/a"])
     cap = ("Tail-mean: the mean of the last tail_k validation evaluations (SPEC.md section 4). "
-           "'vs baseline': tail-mean minus the baseline run's (negative is better).")
+           "'vs baseline': tail-mean minus that of the baseline run with the same setup (shape, data, "
+           "budget, seed; blank when there is none); negative is better.")
     return Table(header, rows, cap, left=2)
 
 
@@ -192,18 +195,21 @@ def h_sweep(runs: Sequence[RunSummary]) -> dict[str, list[tuple[int, float, str]
     block size, training budget): series of (H, tail-mean, run name), kept when a
     group has at least two distinct H values."""
     groups: dict[str, list[tuple[int, float, str]]] = {}
+    keys: dict[str, str] = {}  # setup -> label
     for s in runs:
         if s.stream.get("method") != "routed" or s.tail_mean is None:
             continue
         m = s.model
         key = (f"{s.preset or '?'} d={m.get('d_model', '?')} L={m.get('n_layers', '?')}"
                + (f", block S={s.block_size}" if s.block_size else ", full routing") + f", {s.steps} steps")
-        groups.setdefault(key, []).append((s.heads, s.tail_mean, s.name))
+        if s.setup not in keys:  # one group per setup; a repeated label gets a number
+            keys[s.setup] = key if key not in keys.values() else f"{key} ({len(keys) + 1})"
+        groups.setdefault(keys[s.setup], []).append((s.heads, s.tail_mean, s.name))
     return {k: sorted(v) for k, v in groups.items() if len({h for h, _, _ in v}) >= 2}
 
 
 def plot_h_sweep(series: dict[str, list[tuple[int, float, str]]], path: Path,
-                 baseline: RunSummary | None = None) -> Path | None:
+                 baselines: dict[str, RunSummary] | None = None) -> Path | None:
     if not series:
         return None
     import matplotlib
@@ -216,8 +222,8 @@ def plot_h_sweep(series: dict[str, list[tuple[int, float, str]]], path: Path,
         mean = [sum(v for h2, v, _ in pts if h2 == h) / sum(1 for h2, _, _ in pts if h2 == h) for h in hs]
         ax.scatter([h for h, _, _ in pts], [v for _, v, _ in pts], s=12, alpha=0.5)
         ax.plot(hs, mean, marker="o", label=key)
-    if baseline is not None and baseline.tail_mean is not None:
-        ax.axhline(baseline.tail_mean, color="gray", ls="--", label=f"baseline ({baseline.name})")
+    for key, b in (baselines or {}).items():
+        ax.axhline(b.tail_mean, color="gray", ls="--", label=f"baseline ({b.name})" + (f", {key}" if len(series) > 1 else ""))
     ax.set_xscale("log", base=2)
     hs_all = sorted({h for pts in series.values() for h, _, _ in pts})
     ax.set_xticks(hs_all)
@@ -303,7 +309,13 @@ def build_report(runs: Sequence[str | Path], out: str | Path, analyse: Analyser 
 
     rep.add(Heading("H sweep"))
     series = h_sweep(summaries)
-    sweep = plot_h_sweep(series, img / "h_sweep.png", _baseline(summaries))
+    by_name = {s.name: s for s in summaries}
+    baselines = {}
+    for key, pts in series.items():
+        b = _baseline(summaries, like=by_name[pts[0][2]])
+        if b is not None:
+            baselines[key] = b
+    sweep = plot_h_sweep(series, img / "h_sweep.png", baselines)
     if sweep:
         rows = [[key, str(h), _f(v), n] for key, pts in series.items() for h, v, n in pts]
         rep.add(Image(sweep, "H sweep"), Table(["group", "H", "tail-mean val loss", "run"], rows, left=1))

@@ -15,6 +15,8 @@ CONFIG_NAMES = ("config.json", "resolved_config.json", "train_config.json")
 
 # keys a metrics record may use for the validation / training loss
 _VAL_KEYS = ("val_loss", "eval_loss", "val/loss", "validation_loss")
+# config keys that do not change what is compared (how it ran, how often it logged)
+_NOT_SETUP = {"method", "threads", "device", "compile", "log_every", "checkpoint_every", "keep_last", "loss_chunk"}
 _TRAIN_KEYS = ("loss", "train_loss", "train/loss")
 
 
@@ -71,6 +73,7 @@ class RunSummary:
     train: list[tuple[int, float]] = field(default_factory=list)   # (step, training loss)
     model: dict[str, Any] = field(default_factory=dict)  # the model config
     steps: int = 0  # the configured training budget
+    setup: str = ""  # the config without the method: runs with equal setups are paired comparisons
     tokens_per_s: float | None = None  # from the trainer's summary.json, once the run finished
 
     @property
@@ -111,6 +114,10 @@ def summarize_run(run: str | Path) -> RunSummary:
                    int(cfg.get("seed", 0)), int(cfg.get("tail_k", 11)))
     s.model = model if isinstance(model, dict) else {}
     s.steps = int(cfg.get("steps", 0))
+    setup = {k: v for k, v in cfg.items() if k not in _NOT_SETUP}
+    if isinstance(setup.get("model"), dict):
+        setup["model"] = {k: v for k, v in setup["model"].items() if k != "stream"}
+    s.setup = json.dumps(setup, sort_keys=True, default=str)
     try:
         from mhar.model import ModelConfig, count_parameters
         s.params = count_parameters(ModelConfig.from_dict(model))
