@@ -20,15 +20,19 @@ from transformers import AutoConfig, AutoModelForCausalLM  # noqa: E402
 from mhar.model.config import ModelConfig, method_stream  # noqa: E402
 from mhar.model.hf import MharConfig, MharForCausalLM  # noqa: E402
 
-METHODS = ["baseline", "hyper", "attnres", "mhar", "mhar-block", "delta"]
+METHODS = ["baseline", "hyper", "attnres", "mhar", "mhar-block", "delta", "mhar/two-phase",
+           "mhar-block/two-phase", "delta/two-phase"]
 
 
 def tiny(method: str, **kw) -> MharForCausalLM:
     """A tiny model whose routing parameters are randomised (at init every read is
-    trivial: zero queries / gates), so the tests exercise real routing."""
+    trivial: zero queries / gates), so the tests exercise real routing.
+    ``method`` may end in ``/two-phase`` for the two-phase schedule."""
     base = dict(vocab_size=97, d_model=32, n_layers=3, n_heads=4, n_kv_heads=2, d_ff=48, max_seq_len=64)
     base.update(kw)
-    cfg = ModelConfig(**base, stream=method_stream(method, 2 * base["n_layers"], base["d_model"]))
+    name, _, schedule = method.partition("/")
+    extra = {"schedule": schedule, "chunk": 2} if schedule else {}
+    cfg = ModelConfig(**base, stream=method_stream(name, 2 * base["n_layers"], base["d_model"], **extra))
     torch.manual_seed(0)
     model = MharForCausalLM(MharConfig.from_model_config(cfg)).eval()
     with torch.no_grad():
