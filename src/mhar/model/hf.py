@@ -196,7 +196,8 @@ class MharForCausalLM(MharPreTrainedModel, GenerationMixin):
                              "use one sequence, or sequences of equal length, per batch")
         # transformers >= 5.2x calls the cache ``cache``; earlier versions ``past_key_values``
         past_key_values = cache if cache is not None else past_key_values
-        use_cache = getattr(self.config, "use_cache", True) if use_cache is None else use_cache
+        if use_cache is None:  # no cache by default while training (nothing would read it)
+            use_cache = getattr(self.config, "use_cache", True) and not self.training
         if not use_cache:
             past_key_values = None
         elif past_key_values is None:
