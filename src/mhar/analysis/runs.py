@@ -146,58 +146,22 @@ def summarize_run(run: str | Path) -> RunSummary:
 
 # ----------------------------------------------------------------------------- model and tokens
 
-def load_train_config(run: str | Path):
-    from mhar.train.config import TrainConfig
-    return TrainConfig.from_dict(load_config_dict(run))
-
-
-def checkpoint_folder(run: str | Path) -> Path:
-    p = run_dir(run)
-    for sub in ("checkpoints", "ckpt", "."):
-        from mhar.train.checkpoint import list_checkpoints
-        if list_checkpoints(p / sub):
-            return p / sub
-    raise FileNotFoundError(f"{p}: no checkpoint in the run folder (train it first, or wait for its first checkpoint)")
-
-
-def _model_state(state: dict[str, Any]) -> dict[str, Tensor]:
-    for key in ("model", "model_state", "state_dict"):
-        if isinstance(state.get(key), dict):
-            return state[key]
-    raise ValueError("checkpoint has no model state ('model')")
-
-
 def load_run_model(run: str | Path, step: int | None = None):
     """(model in eval mode on the CPU, TrainConfig, checkpoint step): the newest
-    checkpoint, or the one of ``step``."""
-    from mhar.model import Decoder
-    from mhar.train.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint
+    checkpoint, or the one of ``step``, through the trainer's own loader
+    (:func:`mhar.train.load.load_run_model`)."""
+    from mhar.train.checkpoint import list_checkpoints
+    from mhar.train.load import load_run_config
+    from mhar.train.load import load_run_model as _load
+    from mhar.train.metrics import CHECKPOINTS
 
-    cfg = load_train_config(run)
-    folder = checkpoint_folder(run)
+    p = run_dir(run)
+    model = _load(p, step)
+    cfg = load_run_config(p)
     if step is None:
-        found = latest_checkpoint(folder)
-        if found is None:
-            raise FileNotFoundError(f"{folder}: no readable checkpoint")
-        path, state = found
-        ck_step = int(state.get("step", 0)) if isinstance(state.get("step"), int) else -1
-        if ck_step < 0:
-            ck_step = [s for s, p in list_checkpoints(folder) if p == path][0]
-    else:
-        avail = dict(list_checkpoints(folder))
-        if step not in avail:
-            raise FileNotFoundError(f"{folder}: no checkpoint of step {step} (available: {sorted(avail)})")
-        state, ck_step = load_checkpoint(avail[step]), step
-    if isinstance(state.get("config"), dict) and "model" in state["config"]:
-        from mhar.train.config import TrainConfig
-        cfg = TrainConfig.from_dict(state["config"])  # the config the weights were trained with
-    model = Decoder(cfg.model)
-    sd = {k.removeprefix("_orig_mod.").removeprefix("module."): v for k, v in _model_state(state).items()}
-    try:
-        model.load_state_dict(sd)
-    except RuntimeError as err:
-        raise ValueError(f"{folder}: checkpoint does not match the run's model config: {err}") from None
-    return model.eval(), cfg, ck_step
+        found = list_checkpoints(p / CHECKPOINTS)
+        step = found[-1][0] if found else -1
+    return model, cfg, int(step)
 
 
 def validation_inputs(cfg, windows: int | None = None, seq_len: int | None = None) -> Tensor:
