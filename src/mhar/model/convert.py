@@ -45,7 +45,8 @@ def _rope(hf_config) -> tuple[float, dict | None]:
         theta = getattr(hf_config, "rope_theta", 10000.0)
         scaling = dict(getattr(hf_config, "rope_scaling", None) or {})
     kind = scaling.pop("rope_type", scaling.pop("type", "default"))
-    if kind == "default" and scaling.get("factor") is None:
+    if kind == "default" and all(v in (None, 1.0) for k, v in scaling.items()
+                                 if k in ("factor", "partial_rotary_factor", "attention_factor")):
         return float(theta), None
     return float(theta), {"rope_type": kind, **scaling}
 
