@@ -51,6 +51,7 @@ class EvalModel:
     # once and all of its continuations after it in one sequence.
     packed_hidden_fn: Callable[[Tensor, Tensor, Tensor], Tensor] | None = None
     info: dict[str, Any] = field(default_factory=dict)
+    run_config: Any = None  # the TrainConfig of a run folder (its data, seq_len, validation windows)
 
     def encode(self, text: str) -> list[int]:
         return list(self.encode_fn(text))
@@ -357,5 +358,6 @@ def load_run(run: str | os.PathLike, device: torch.device | str = "cpu", dtype: 
         ds_dir = run_dataset_dir(cfg)
         encode, decode, eos = tokenizer_from(ds_dir) if ds_dir else (_no_tokenizer, _no_tokenizer, None)
     em = wrap_decoder(model, encode, decode, name=run.name, eos_id=eos, device=device)
-    em.info["run_config"] = cfg
+    em.run_config = cfg
+    em.info.update(kind="mhar run", method=cfg.method, preset=cfg.preset)
     return em

@@ -5,6 +5,7 @@ evaluations with paired statistics.
   mhar eval MODEL --val DATASET_DIR | --ppl FILE...       loss / perplexity
   mhar eval compare DIR_A DIR_B [--tasks ...]             paired bootstrap CI + exact McNemar
   mhar eval tail RUN_A [RUN_B] [--k 11]                   tail-mean validation loss (+ paired)
+  mhar eval export RUN OUT_DIR                            a run as a Hugging Face folder (lm-eval)
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "eval", help="evaluate a model (loss, downstream tasks) or compare two evaluations",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("target", nargs="+", metavar="MODEL | compare A B | tail RUN [RUN]",
+    p.add_argument("target", nargs="+", metavar="MODEL | compare A B | tail RUN [RUN] | export RUN OUT",
                    help="a run folder, a Hugging Face model folder, a .gguf file or 'smollm2-135m-instruct'; "
                         "or 'compare DIR_A DIR_B'; or 'tail RUN_A [RUN_B]'")
     p.add_argument("--tasks", default="", help="comma-separated tasks, each optionally NAME:LIMIT "
@@ -65,6 +66,13 @@ def main(args) -> int:
         return _compare(args)
     if head == "tail":
         return _tail(args)
+    if head == "export":
+        if len(args.target) != 3:
+            raise ValueError("usage: mhar eval export RUN OUT_DIR")
+        from mhar.eval.export import export_run_to_hf
+        out = export_run_to_hf(args.target[1], args.target[2], checkpoint=args.checkpoint, tokenizer=args.tokenizer)
+        print(f"wrote {out} (load with AutoModelForCausalLM.from_pretrained(..., trust_remote_code=True))")
+        return 0
     if len(args.target) != 1:
         raise ValueError(f"give one model (got {len(args.target)}: {' '.join(args.target)}); "
                          f"to pair two evaluations use `mhar eval compare A B`")

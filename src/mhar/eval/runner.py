@@ -89,7 +89,7 @@ def run_tasks(model: EvalModel, tasks: list[tuple[str, int | None]], out_dir: st
 def val_windows_for(model: EvalModel, val: str, seq_len: int | None, limit: int | None):
     """``val`` is a dataset folder, or ``run``: the run's own dataset, sequence length and
     validation windows (what training logged as val loss)."""
-    cfg = model.info.get("run_config")
+    cfg = model.run_config
     if val == "run":
         if cfg is None:
             raise ValueError("--val run needs a run folder as the model; give a dataset folder instead")

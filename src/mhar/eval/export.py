@@ -1,0 +1,40 @@
+"""Export a run folder as a Hugging Face model folder (``MharForCausalLM`` with its
+remote code, plus a fast tokenizer), so any tool that loads Hugging Face causal LMs,
+lm-evaluation-harness included, can evaluate it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def export_run_to_hf(run: str | Path, out: str | Path, checkpoint: str | None = None,
+                     tokenizer: str | None = None) -> Path:
+    from transformers import PreTrainedTokenizerFast
+
+    from mhar.eval.adapter import run_dataset_dir
+    from mhar.model.hf import MharConfig, MharForCausalLM
+    from mhar.train import load_run_config, load_run_model
+
+    run, out = Path(run), Path(out)
+    if out.exists() and any(out.iterdir()):
+        raise ValueError(f"{out} exists and is not empty; choose a new folder")
+    cfg = load_run_config(run)
+    decoder = load_run_model(run, checkpoint=checkpoint)
+    tok_path = Path(tokenizer) if tokenizer else run_dataset_dir(cfg)
+    if tok_path is None:
+        raise ValueError(f"{run} trained on synthetic tokens: pass --tokenizer (a tokenizer.json or dataset folder)")
+    eot = None
+    if tok_path.is_dir():
+        from mhar.data import TokenDataset
+        ds = TokenDataset(tok_path, verify=False)
+        eot = ds.tokenizer.id_to_token(ds.eot_id)
+        tok_path = tok_path / "tokenizer.json"
+    if not tok_path.is_file():
+        raise FileNotFoundError(f"tokenizer {tok_path} not found")
+    hf = MharForCausalLM(MharConfig.from_model_config(decoder.config))
+    hf.model.load_state_dict(decoder.state_dict())
+    out.mkdir(parents=True, exist_ok=True)
+    hf.save_pretrained(out)
+    PreTrainedTokenizerFast(tokenizer_file=str(tok_path), eos_token=eot,
+                            model_max_length=decoder.config.max_seq_len).save_pretrained(out)
+    return out
