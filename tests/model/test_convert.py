@@ -346,3 +346,17 @@ def test_cli_convert(tmp_path, capsys):
     assert "not an empty folder" in capsys.readouterr().err
     assert main(["convert", str(tmp_path / "missing"), str(tmp_path / "x")]) == 2
     assert "not a Hugging Face model folder or a .gguf file" in capsys.readouterr().err
+
+
+def test_identity_in_bfloat16(tmp_path):
+    """bf16 too: a source loaded with from_pretrained(dtype=bfloat16) (its RoPE inv_freq
+    buffer stays fp32, as ours is) and its conversion give the same logits."""
+    from transformers import AutoModelForCausalLM
+
+    random_hf("llama", SHAPES[0]).save_pretrained(tmp_path)
+    kw = {"dtype": torch.bfloat16} if int(__import__("transformers").__version__.split(".")[0]) >= 5 \
+        else {"torch_dtype": torch.bfloat16}
+    hf = AutoModelForCausalLM.from_pretrained(tmp_path, **kw).eval()
+    conv = from_hf_model(hf, heads=8, blocks=2)
+    assert next(conv.parameters()).dtype == torch.bfloat16
+    assert check_identity(hf, conv, seq_len=33) == 0.0
