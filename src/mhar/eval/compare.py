@@ -52,6 +52,10 @@ def compare_dirs(dir_a: str | Path, dir_b: str | Path, tasks: list[str] | None =
     return rows
 
 
+def _p(p: float, n_boot: int) -> str:
+    return f"< {1 / n_boot:.0e}" if p == 0 else f"{p:.4f}"
+
+
 def format_comparison(rows: list[dict], name_a: str, name_b: str) -> str:
     lines = [f"A = {name_a}", f"B = {name_b}", "",
              "| task | metric | n | A | B | B - A | 95% CI | bootstrap p | McNemar n01/n10 | McNemar p |",
@@ -62,7 +66,7 @@ def format_comparison(rows: list[dict], name_a: str, name_b: str) -> str:
         f = (lambda x: f"{100 * x:.2f}") if pct else (lambda x: f"{x:.4f}")
         mc = r.get("mcnemar")
         lines.append(f"| {r['task']} | {r['metric']} | {r['n']} | {f(b['mean_a'])} | {f(b['mean_b'])} | "
-                     f"{f(b['diff'])} | [{f(b['ci_low'])}, {f(b['ci_high'])}] | {b['p_value']:.4f} | "
+                     f"{f(b['diff'])} | [{f(b['ci_low'])}, {f(b['ci_high'])}] | {_p(b['p_value'], b['n_boot'])} | "
                      + (f"{mc['n01']}/{mc['n10']} | {mc['p_value']:.4g} |" if mc else "- | - |"))
         if r["only_a"] or r["only_b"]:
             lines.append(f"|  | (unpaired items left out: {r['only_a']} only in A, {r['only_b']} only in B) |"
