@@ -39,6 +39,20 @@ def test_loglikelihood_matches_direct(tiny_model):
     assert s.logprob == pytest.approx(float(sum(logp[j, t] for j, t in enumerate(byte_encode("abc")))), abs=1e-4)
 
 
+def test_long_inputs_are_cut_from_the_left(tiny_model):
+    from mhar.eval.adapter import wrap_decoder
+
+    from .conftest import tiny_decoder
+    short = wrap_decoder(tiny_decoder(max_seq_len=16), byte_encode, byte_decode, eos_id=256)
+    ctx = "0123456789abcdefghijklmnop"
+    (s,) = scoring.loglikelihoods(short, [(ctx, " xyz")], progress=False)
+    ids = torch.tensor([byte_encode((ctx + " xyz")[-17:])])
+    logp = F.log_softmax(short.logits(ids[:, :-1]), -1)[0]
+    assert s.logprob == pytest.approx(float(sum(logp[12 + j, t] for j, t in enumerate(byte_encode(" xyz")))), abs=1e-4)
+    with pytest.raises(ValueError, match="does not fit"):
+        scoring.loglikelihoods(short, [("a", " " + "b" * 20)], progress=False)
+
+
 class ByteTok:
     eos_token_id, bos_token_id, model_max_length = 256, None, 512
 

@@ -66,6 +66,9 @@ def loglikelihoods(model: EvalModel, requests: Sequence[tuple[str, str]], batch_
             c = [model.bos_id] + c
         if not k:
             raise ValueError(f"empty continuation for context ending {ctx[-40:]!r}")
+        if len(k) > model.max_len:
+            raise ValueError(f"a continuation of {len(k)} tokens does not fit the model's window of "
+                             f"{model.max_len} tokens")
         full = (c + k)[-(model.max_len + 1):]
         enc.append((full[:-len(k)], full[-len(k):]))
     # units: one context and the requests that share it
