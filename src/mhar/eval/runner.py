@@ -123,6 +123,28 @@ def format_metrics(name: str, m: dict) -> str:
     return f"{name:<14} n={m.get('n')}  " + "  ".join(parts) + f"  ({m.get('seconds', 0):.0f}s)"
 
 
+def summary_markdown(model_name: str, results: dict[str, dict]) -> str:
+    """One Markdown table of every task's headline numbers (percentages for accuracies)."""
+    lines = [f"# {model_name}", "", "| task | n | acc | acc_norm | other |", "|---|---|---|---|---|"]
+    for name, m in results.items():
+        def pct(k):
+            if k not in m:
+                return "-"
+            se = m.get(f"{k}_stderr")
+            return f"{100 * m[k]:.1f}" + (f" ± {100 * se:.1f}" if se is not None else "")
+        other = []
+        if "exact_match" in m:
+            other.append(f"exact_match {pct('exact_match')}")
+        for k in ("loss", "ppl", "word_ppl", "bits_per_byte"):
+            if k in m:
+                other.append(f"{k} {m[k]:.4f}")
+        if "chance" in m:
+            other.append(f"chance {100 * m['chance']:.0f}")
+        n = f"{m.get('n')}" + (f" of {m['of']}" if "of" in m else "")
+        lines.append(f"| {name} | {n} | {pct('acc')} | {pct('acc_norm')} | {', '.join(other)} |")
+    return "\n".join(lines) + "\n"
+
+
 def _git_commit() -> str | None:
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
@@ -146,6 +168,7 @@ def _write_summary(out: Path, model: EvalModel, results: dict, command: str | No
     tmp = out / "results.json.tmp"
     tmp.write_text(json.dumps(summary, indent=2))
     tmp.replace(out / "results.json")
+    (out / "results.md").write_text(summary_markdown(model.name, results))
 
 
 def load_records(path: str | Path, task: str) -> dict[str, dict]:

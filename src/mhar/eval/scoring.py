@@ -8,7 +8,6 @@ record per item (its id plus what paired statistics need: ``correct``, ``correct
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -19,7 +18,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from mhar.eval.adapter import EvalModel
-from mhar.eval.tasks import GenItem, MCItem, Task, WordItem, gsm8k_extract
+from mhar.eval.tasks import Task, gsm8k_extract
 
 
 @dataclass
