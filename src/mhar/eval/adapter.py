@@ -177,6 +177,8 @@ def _load_gguf(path: Path, device: torch.device, dtype: torch.dtype, name: str |
 def _load_hf(path: Path, device: torch.device, dtype: torch.dtype) -> EvalModel:
     _require_transformers()
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    import mhar.model.hf  # noqa: F401  registers model_type "mhar", so transformers never asks to trust remote code
     tok = AutoTokenizer.from_pretrained(str(path))
     try:
         model_type = json.loads((path / "config.json").read_text()).get("model_type")
