@@ -160,9 +160,9 @@ class TrainConfig:
 # Named training presets. The model shape comes from the model preset of the same
 # family; these set the optimisation budget. ``tiny`` is the CPU demo.
 TRAIN_PRESETS: dict[str, dict[str, Any]] = {
-    # The CPU demo: 200 steps of 8 x 128 tokens per method (1-2 minutes each on 2 idle cores), on a 16 MB
+    # The CPU demo: 300 steps of 8 x 128 tokens per method (about 1.5 minutes each on 2 cores), on a 16 MB
     # subset of the built-in corpus (4.7 M tokens: no method sees a token twice; quick to build).
-    "tiny": dict(model_preset="tiny", steps=200, batch_size=8, seq_len=128, lr=2e-3, warmup=20, eval_every=20,
+    "tiny": dict(model_preset="tiny", steps=300, batch_size=8, seq_len=128, lr=2e-3, warmup=20, eval_every=25,
                  tail_k=4, checkpoint_every=100, log_every=1, data=dict(val_windows=32, max_mb=16.0)),
     "paper-100m": dict(model_preset="paper-100m", steps=20000, batch_size=64, seq_len=2048, lr=5e-4, warmup=1000,
                        eval_every=200, tail_k=11, checkpoint_every=1000, log_every=10, loss_chunk=8192),
