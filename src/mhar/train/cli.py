@@ -119,6 +119,9 @@ def cmd_train(args) -> int:
     except TrainingError as err:
         print(f"mhar train: error: {err}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print(f"\nmhar train: interrupted; continue with: mhar train --out {out} --resume", file=sys.stderr)
+        return 130
     print(f"{s['label']}: final val loss {s['final_val_loss']:.4f}, tail-mean {s['tail_mean_val_loss']:.4f} "
           f"(last {s['tail_k']}), {s['tokens_per_s']:.0f} tokens/s, {s['params'].get('total', 0):,} parameters")
     print(f"run folder: {out}")
@@ -138,6 +141,10 @@ def _compare(args, methods: list[str], kind: str, title: str, extra: list[str]) 
     except TrainingError as err:
         print(f"mhar {kind}: error: {err}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print(f"\nmhar {kind}: interrupted; continue with the same command plus --out {out} --resume",
+              file=sys.stderr)
+        return 130
     saved = out / methods[0] / CONFIG  # the resolved config (vocabulary from the data)
     cfg = TrainConfig.load(saved) if saved.exists() else method_config(preset, methods[0], args.overrides)
     md, png = write_report(out, results, title, _command_line(kind, args, extra), cfg)
