@@ -13,7 +13,7 @@ pytest.importorskip("transformers")
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 from mhar.model.convert import check_identity, from_hf_model  # noqa: E402
-from mhar.model.midtrain import MidtrainOptions, control_of, midtrain  # noqa: E402
+from mhar.train.midtrain import MidtrainOptions, control_of, midtrain  # noqa: E402
 
 
 def tiny_llama(vocab=300):

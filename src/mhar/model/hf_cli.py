@@ -28,7 +28,7 @@ def run_convert(args: argparse.Namespace) -> int:
 
 
 def run_midtrain(args: argparse.Namespace) -> int:
-    from mhar.model.midtrain import MidtrainOptions, midtrain
+    from mhar.train.midtrain import MidtrainOptions, midtrain
 
     opts = MidtrainOptions(
         steps=args.steps, lr=args.lr, min_lr_ratio=args.min_lr_ratio, warmup=args.warmup,
