@@ -14,7 +14,8 @@ SUBCOMMAND_MODULES = [
     "mhar.train.cli",      # train, compare, sweep
     "mhar.eval.cli",       # eval
     "mhar.analysis.cli",   # probe, maps, report
-    "mhar.model.hf_cli",   # convert, midtrain
+    "mhar.model.hf_cli",   # convert
+    "mhar.train.midtrain_cli",  # midtrain
     "mhar.bench_cli",      # bench step
 ]
 
