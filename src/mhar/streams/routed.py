@@ -53,11 +53,6 @@ class _RoutedState(StreamState):
         j = i + 1 if j is None else j
         return self.s.queries[i:j], self.s.key_norms[i:j]
 
-    def _chunk_bounds(self, i: int) -> tuple[int, bool]:
-        """(chunk length, whether i starts a chunk) for the two-phase schedule."""
-        size = self.s.block_size or self.s.chunk
-        return size, i % size == 0
-
     # -- the interface -------------------------------------------------------
     def read(self, i: int) -> Tensor:
         s, H = self.s, self.s.heads
@@ -66,8 +61,8 @@ class _RoutedState(StreamState):
             srcs = self.sources + ([self.partial_sum] if in_block else [])
             q, g = self._site(i)
             return routing.route(srcs, q[0], g[0], H)
-        size, starts = self._chunk_bounds(i)
-        if starts:  # phase 1: every source that exists now, for the whole chunk at once
+        size = s.block_size or s.chunk  # a block is its own scheduling chunk
+        if i % size == 0:  # phase 1: every source that exists now, for the whole chunk at once
             end = min(i + size, s.num_sublayers)
             q, g = self._site(i, end)
             self.phase1 = routing.route_partial(self.sources, q, g, H)
