@@ -38,8 +38,7 @@ DEFAULT_METHODS = "baseline,hyper,attnres,mhar,mhar-block"
 def build(preset: str, method: str, seq_len: int, overrides: list[str], chunk: int, device: str) -> Decoder:
     cfg = get_preset(preset, "baseline")
     stream = method_stream(method, cfg.num_sublayers, cfg.d_model)
-    if stream.method in ("routed", "delta") and device == "cuda":
-        stream.schedule, stream.chunk = "two-phase", chunk
+    stream.chunk = chunk  # the schedule is 'auto': two-phase on CUDA
     cfg.stream = stream
     cfg.max_seq_len = max(cfg.max_seq_len, seq_len)
     cfg = apply_overrides(cfg, overrides)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 STREAM_METHODS = ("standard", "routed", "delta", "hyper")
-SCHEDULES = ("one-pass", "two-phase")
+SCHEDULES = ("auto", "one-pass", "two-phase")
 ROPE_LLAMA3_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
 
 
@@ -24,7 +24,8 @@ class StreamConfig:
         delta: sublayers per delta block (required >= 1).
     schedule: one-pass (each site reads all its sources) or two-phase (batched read of
         the sources that exist when a chunk/block starts, then an exact online-softmax
-        merge with those created inside it). Identical results.
+        merge with those created inside it). Identical results; auto (the default)
+        uses two-phase on CUDA, where it saves memory traffic, and one-pass elsewhere.
     chunk: for full routing with the two-phase schedule, sublayers per scheduling chunk.
     hyper_n: number of parallel streams for hyper-connections.
     """
@@ -32,7 +33,7 @@ class StreamConfig:
     method: str = "standard"
     heads: int = 1
     block_size: int = 0
-    schedule: str = "one-pass"
+    schedule: str = "auto"
     chunk: int = 8
     hyper_n: int = 4
 

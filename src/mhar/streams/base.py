@@ -47,6 +47,12 @@ class ResidualStream(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
 
+def uses_two_phase(schedule: str, t: Tensor) -> bool:
+    """Resolve a schedule for activations like ``t``: 'auto' is two-phase on CUDA
+    (it reads each old source once per chunk) and one-pass elsewhere (fewer calls)."""
+    return schedule == "two-phase" or (schedule == "auto" and t.is_cuda)
+
+
 def autocast_dtype(t: Tensor) -> torch.dtype:
     """The dtype sublayer outputs will have: the autocast dtype when autocast is on."""
     kind = t.device.type

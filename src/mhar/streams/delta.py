@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from mhar import routing
-from mhar.streams.base import ResidualStream, StreamState
+from mhar.streams.base import ResidualStream, StreamState, uses_two_phase
 
 
 class _DeltaState(StreamState):
@@ -29,10 +29,11 @@ class _DeltaState(StreamState):
         self.block_start = embedding
         self.sources = [stream.null_source.to(embedding.dtype).expand_as(embedding)]
         self.block_reads: Tensor | None = None  # two-phase: the whole block's reads
+        self.two_phase = uses_two_phase(stream.schedule, embedding)
 
     def _read(self, i: int) -> Tensor:
         s = self.s
-        if s.schedule == "one-pass":
+        if not self.two_phase:
             return routing.route(self.sources, s.queries[i], s.key_norms[i], s.heads)
         S = s.block_size
         j = i % S
@@ -63,7 +64,7 @@ class DeltaStream(ResidualStream):
     method = "delta"
 
     def __init__(self, d_model: int, num_sublayers: int, heads: int = 8, block_size: int = 8,
-                 schedule: str = "one-pass"):
+                 schedule: str = "auto"):
         super().__init__(d_model, num_sublayers)
         routing.reference.check_heads(d_model, heads)
         if block_size < 1:

@@ -12,7 +12,7 @@ before it and its raw output becomes a new source; nothing is added back.
 
 Every site (each sublayer, plus a final one before the output norm) owns a query
 (zero-initialised: every read starts as the uniform mean) and a key-norm weight
-(ones). With ``schedule='two-phase'`` the reads of a chunk of sublayers (a block, or
+(ones). With the two-phase schedule (``schedule='two-phase'``, or 'auto' on CUDA) the reads of a chunk of sublayers (a block, or
 ``chunk`` sublayers of full routing) over the sources that exist when the chunk
 starts are done in one batched partial read; each sublayer then merges, exactly,
 the sources created inside the chunk. Results equal the one-pass read.
@@ -24,7 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from mhar import routing
-from mhar.streams.base import ResidualStream, StreamState, autocast_dtype
+from mhar.streams.base import ResidualStream, StreamState, autocast_dtype, uses_two_phase
 
 
 def _row(p: routing.Partial, j: int) -> routing.Partial:
@@ -41,6 +41,7 @@ class _RoutedState(StreamState):
     def __init__(self, stream: "RoutedStream", embedding: Tensor):
         self.s = stream
         self.shape, self.dtype = embedding.shape, autocast_dtype(embedding)
+        self.two_phase = uses_two_phase(stream.schedule, embedding)
         # Full routing: every source. Block routing: completed block summaries.
         self.sources: list[Tensor] = [embedding.to(self.dtype)]
         self.partial_sum: Tensor | None = None  # block routing: running sum of the current block
@@ -57,7 +58,7 @@ class _RoutedState(StreamState):
     def read(self, i: int) -> Tensor:
         s, H = self.s, self.s.heads
         in_block = s.block_size and i % s.block_size  # a later sublayer of a block
-        if s.schedule == "one-pass":
+        if not self.two_phase:
             srcs = self.sources + ([self.partial_sum] if in_block else [])
             q, g = self._site(i)
             return routing.route(srcs, q[0], g[0], H)
@@ -93,7 +94,7 @@ class RoutedStream(ResidualStream):
     method = "routed"
 
     def __init__(self, d_model: int, num_sublayers: int, heads: int = 1, block_size: int = 0,
-                 schedule: str = "one-pass", chunk: int = 8):
+                 schedule: str = "auto", chunk: int = 8):
         super().__init__(d_model, num_sublayers)
         routing.reference.check_heads(d_model, heads)
         self.heads, self.block_size, self.schedule, self.chunk = heads, block_size, schedule, chunk
