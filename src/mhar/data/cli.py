@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 from .build import DEFAULT_BPE_SAMPLE_MB, DEFAULT_SHARD_TOKENS, DEFAULT_VAL_FRACTION, build_dataset, default_dataset_dir
 

@@ -303,7 +303,7 @@ def _parquet_docs(p: Path, stats: SourceStats, text_field: str, name: str) -> It
         raise ValueError(f"{p}: reading parquet needs pyarrow (pip install 'mhar-pytorch[data]')") from None
     try:
         pf = pq.ParquetFile(p)
-    except Exception as err:  # pyarrow raises its own error types for bad files
+    except Exception:  # pyarrow raises its own error types for bad files
         stats.skip(str(p), "binary")
         return
     if text_field not in pf.schema_arrow.names:

@@ -40,7 +40,7 @@ from mhar.train import checkpoint as ckpt
 from mhar.train import dcp as dcpio
 from mhar.train.config import TrainConfig
 from mhar.train.errors import CheckpointError, DivergenceError
-from mhar.train.metrics import CONFIG, SUMMARY
+from mhar.train.metrics import CONFIG
 from mhar.train.trainer import Trainer, rng_state, set_rng_state
 
 PARALLEL = ("none", "ddp", "fsdp")
@@ -247,19 +247,9 @@ class DistributedTrainer(Trainer):
         single-process run or ``mhar consolidate``) resumes too. Only rank 0 writes."""
         found = self._all_checkpoints()
         if not resume:
-            if found:
-                raise ValueError(f"run folder {self.run_dir} already holds checkpoints; pass --resume to continue "
-                                 "it or choose another --out")
-            if self.is_main():
-                self.run_dir.mkdir(parents=True, exist_ok=True)
-                self.cfg.save(self.run_dir / CONFIG)
-                (self.run_dir / SUMMARY).unlink(missing_ok=True)
+            self._start_fresh(bool(found))
             return None
-        if not self.run_dir.is_dir():
-            raise FileNotFoundError(f"cannot resume: run folder {self.run_dir} does not exist")
-        saved_cfg = self.run_dir / CONFIG
-        if saved_cfg.exists():
-            self.check_model_config(TrainConfig.load(saved_cfg).model)
+        self._check_resume_folder()
         dist.barrier()  # every rank has listed the folder before rank 0 cleans it
         if self.is_main():
             dcpio.clean_stale_tmp(self.checkpoint_dir)

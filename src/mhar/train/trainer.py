@@ -182,24 +182,30 @@ class Trainer:
     def checkpoint_dir(self) -> Path:
         return self.run_dir / CHECKPOINTS
 
-    def _prepare_folder(self, resume: bool) -> dict[str, Any] | None:
-        """Create or check the run folder; returns the checkpoint state to resume from."""
-        existing = ckpt.list_checkpoints(self.checkpoint_dir)
-        if not resume:
-            if existing:
-                raise ValueError(f"run folder {self.run_dir} already holds checkpoints; pass --resume to continue "
-                                 "it or choose another --out")
-            if self.is_main():
-                self.run_dir.mkdir(parents=True, exist_ok=True)
-                self.cfg.save(self.run_dir / CONFIG)
-                (self.run_dir / SUMMARY).unlink(missing_ok=True)
-            return None
+    def _start_fresh(self, has_checkpoints: bool) -> None:
+        """A new run: refuse a folder that holds checkpoints; rank 0 writes the config."""
+        if has_checkpoints:
+            raise ValueError(f"run folder {self.run_dir} already holds checkpoints; pass --resume to continue "
+                             "it or choose another --out")
+        if self.is_main():
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            self.cfg.save(self.run_dir / CONFIG)
+            (self.run_dir / SUMMARY).unlink(missing_ok=True)
+
+    def _check_resume_folder(self) -> None:
+        """A resumed run: the folder exists and its saved model config matches ours."""
         if not self.run_dir.is_dir():
             raise FileNotFoundError(f"cannot resume: run folder {self.run_dir} does not exist")
         saved_cfg = self.run_dir / CONFIG
         if saved_cfg.exists():
-            old = TrainConfig.load(saved_cfg)
-            self.check_model_config(old.model)
+            self.check_model_config(TrainConfig.load(saved_cfg).model)
+
+    def _prepare_folder(self, resume: bool) -> dict[str, Any] | None:
+        """Create or check the run folder; returns the checkpoint state to resume from."""
+        if not resume:
+            self._start_fresh(bool(ckpt.list_checkpoints(self.checkpoint_dir)))
+            return None
+        self._check_resume_folder()
         ckpt.clean_stale_tmp(self.checkpoint_dir)
         found = ckpt.latest_checkpoint(self.checkpoint_dir)
         if found is None:
