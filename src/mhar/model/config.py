@@ -121,11 +121,15 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "ModelConfig":
-        d = dict(d)
-        unknown = set(d) - {f.name for f in dataclasses.fields(cls)}
-        if unknown:
-            raise ValueError(f"unknown model config keys: {sorted(unknown)}")
-        return cls(**d)
+        return config_from_dict(cls, d, "model")
+
+
+def config_from_dict(cls, d: dict[str, Any], what: str) -> Any:
+    """Build the dataclass ``cls`` from a plain dict, refusing keys it does not have."""
+    unknown = set(d) - {f.name for f in dataclasses.fields(cls)}
+    if unknown:
+        raise ValueError(f"unknown {what} config keys: {sorted(unknown)}")
+    return cls(**d)
 
 
 # Shapes from SPEC.md section 4; vocab is the Qwen3 tokenizer's, padded.

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mhar.model.config import ModelConfig, _dotted_keys, apply_overrides, get_preset, method_stream
+from mhar.model.config import (ModelConfig, _dotted_keys, apply_overrides, config_from_dict, get_preset,
+                               method_stream)
 
 DATA_SOURCES = ("builtin", "synthetic")  # or a path to a dataset folder
 DEVICES = ("auto", "cpu", "cuda")
@@ -143,11 +144,7 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "TrainConfig":
-        d = dict(d)
-        unknown = set(d) - {f.name for f in dataclasses.fields(cls)}
-        if unknown:
-            raise ValueError(f"unknown train config keys: {sorted(unknown)}")
-        return cls(**d)
+        return config_from_dict(cls, d, "train")
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
