@@ -122,7 +122,8 @@ def run_bench_step(args: argparse.Namespace) -> int:
         batch, seq_len = PAPER_MICROBATCH.get(preset, (4, 128))
         batch, seq_len = args.batch or batch, args.seq_len or seq_len
         for method in methods:
-            torch.cuda.empty_cache() if device == "cuda" else None
+            if device == "cuda":
+                torch.cuda.empty_cache()
             model = build(preset, method, seq_len, args.overrides, args.chunk, device)
             model.activation_checkpointing = args.activation_checkpointing
             try:
@@ -187,5 +188,5 @@ def register(sub) -> None:
     s.add_argument("--out", default="bench/results")
     s.add_argument("--tag", default="")
     s.add_argument("overrides", nargs="*", help="dotted model overrides")
-    s.set_defaults(func=lambda a: run_bench_step(a))
+    s.set_defaults(func=run_bench_step)
     p.set_defaults(func=lambda a: (p.print_help(), 2)[1])

@@ -132,7 +132,7 @@ def _pow2(n: int) -> int:
 # holds what bench/routing.py's sweep picked on an H200 (see docs/kernels.md); TUNE,
 # when not None, overrides it (the benchmark's sweep uses that).
 # Prefetch depth 2 measured 11% faster forward and 15% faster fwd+bwd than depth 1 at
-# d=1280, N=73, H=1 on an H200 (bench/results/routing_h200_1280.md); the wide-tile
+# d=1280, N=73, H=1 on an H200 (bench/results/routing_h200_8f5007f_1280.log, summarised in routing_h200.md); the wide-tile
 # 4096-element / 8-warp variant was much slower there.
 _DEFAULT = {"fwd_elems": 2048, "fwd_warps": 4, "fwd_pf": 2, "bwd_elems": 2048, "bwd_warps": 4, "bwd_pf": 2,
             "bwd_progs_per_sm": 8}
