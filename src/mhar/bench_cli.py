@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from mhar.model import Decoder, apply_overrides, get_preset, method_stream
+from mhar.model.loss import linear_cross_entropy
 
 PEAK_FLOPS = 989e12
 # The paper's microbatches (from the issue): tokens per step = batch x seq.
@@ -56,8 +57,6 @@ def time_step(model: Decoder, batch: int, seq_len: int, steps: int, warmup: int,
     elif compile_mode == "regions":
         model.compile_regions()
     vocab = model.config.vocab_size
-    from mhar.model.loss import linear_cross_entropy
-
     def step(x, y):
         with torch.autocast(device, dtype=torch.bfloat16, enabled=device == "cuda"):
             h = body(x).flatten(0, 1)
