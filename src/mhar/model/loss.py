@@ -3,51 +3,181 @@
 With a 151,936-entry vocabulary the logits dominate activation memory (16K tokens:
 10 GB in fp32). :class:`ChunkedLinearCrossEntropy` computes the LM head and the loss
 chunk by chunk and, in the same pass, the gradients for the hidden states and the
-head weight (the approach of Liger-Kernel's fused linear cross-entropy, written here
-in plain PyTorch so it runs everywhere). Backward only scales the stored gradients.
+head weight (the approach of Liger-Kernel's fused linear cross-entropy). Backward
+only scales the stored gradients.
+
+Two backends, chosen at run time (:func:`set_backend` or
+``MHAR_LOSS_BACKEND=auto|reference|triton``):
+
+* ``reference``: plain PyTorch, runs everywhere; fp32 math for the softmax (the
+  definition the fused path is tested against).
+* ``triton`` (``auto`` picks it for CUDA tensors): per chunk one matmul in the compute
+  dtype (the autocast dtype, bf16 in training; the head weight is cast once per call,
+  not per chunk), then :func:`mhar.model.ce_kernel.cross_entropy_grad_` turns the
+  logits chunk into its gradient in place (fp32 statistics, two reads and one write of
+  the chunk), then ``grad_hidden[chunk] = g @ W`` straight into the output and
+  ``grad_weight += g.T @ h`` accumulated in fp32 by cuBLAS where the installed torch
+  can (``addmm(..., out_dtype=float32)``), with fallbacks where it cannot. On the CPU
+  it runs only when forced, under ``TRITON_INTERPRET=1`` (tests).
 """
 
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+_BACKENDS = ("auto", "reference", "triton")
+_backend: str | None = None
+
+
+def set_backend(name: str | None) -> None:
+    """Choose the chunked loss's backend: "auto" (Triton on CUDA, reference elsewhere),
+    "reference", or "triton" (everywhere; on the CPU only under ``TRITON_INTERPRET=1``).
+    ``None`` returns to ``MHAR_LOSS_BACKEND`` (default auto)."""
+    global _backend
+    if name is not None and name not in _BACKENDS:
+        raise ValueError(f"loss backend must be one of {_BACKENDS}; got {name!r}")
+    _backend = name
+
+
+def get_backend() -> str:
+    name = _backend or os.environ.get("MHAR_LOSS_BACKEND", "auto")
+    if name not in _BACKENDS:
+        raise ValueError(f"MHAR_LOSS_BACKEND must be one of {_BACKENDS}; got {name!r}")
+    return name
+
+
+_triton_ok: bool | None = None
+
+
+def _triton_available() -> bool:
+    global _triton_ok
+    if _triton_ok is None:
+        try:
+            from mhar.model import ce_kernel  # noqa: F401
+            _triton_ok = True
+        except Exception:  # pragma: no cover - triton missing
+            _triton_ok = False
+    return _triton_ok
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def _compute_dtype(hidden: Tensor, weight: Tensor) -> torch.dtype:
+    """The dtype the LM-head matmul runs in: the autocast dtype when autocast is on for
+    the tensors' device (autograd.Function.forward runs under the caller's autocast),
+    else the promoted dtype of the inputs."""
+    dev = hidden.device.type
+    if dev in ("cuda", "cpu") and torch.is_autocast_enabled(dev):
+        return torch.get_autocast_dtype(dev)
+    return torch.promote_types(hidden.dtype, weight.dtype)
+
+
+def _use_fused(hidden: Tensor, weight: Tensor) -> bool:
+    b = get_backend()
+    if b == "reference" or _compute_dtype(hidden, weight) not in (torch.float32, torch.bfloat16, torch.float16):
+        return False
+    if b == "triton":
+        if not _triton_available():
+            raise RuntimeError("loss backend 'triton' was forced but triton cannot be imported")
+        if not hidden.is_cuda and not _interpreting():
+            raise RuntimeError("loss backend 'triton' on CPU tensors needs TRITON_INTERPRET=1")
+        return True
+    return hidden.is_cuda and _triton_available()
+
+
+# ------------------------------------------------ fp32 accumulation of g.T @ h
+
+_ACCUM_MODE: dict = {}
+
+
+def _accum_mode(device: torch.device, dtype: torch.dtype) -> str:
+    """How to do ``acc(fp32) += a.T @ b`` for ``a, b`` in ``dtype`` on ``device``, probed
+    once on small tensors (torch versions differ in what ``out_dtype`` accepts):
+
+    * "fp32": inputs are fp32 already, ``acc.addmm_``;
+    * "addmm_out_dtype": ``torch.addmm(acc, a.T, b, out_dtype=float32, out=acc)``, fp32
+      accumulation in cuBLAS, no intermediate;
+    * "mm_out_dtype": ``torch.mm(a.T, b, out_dtype=float32, out=tmp)`` then ``acc += tmp``
+      (fp32 product, one fp32 temporary reused across chunks);
+    * "lowp": ``acc += (a.T @ b)`` with the product rounded to ``dtype`` (what the
+      reference path does under autocast)."""
+    if dtype == torch.float32:
+        return "fp32"
+    key = (device.type, device.index, dtype)
+    mode = _ACCUM_MODE.get(key)
+    if mode is not None:
+        return mode
+    mode = "lowp"
+    g = torch.Generator(device="cpu").manual_seed(0)
+    a32 = torch.randn(24, 40, generator=g).to(dtype).float()
+    b32 = torch.randn(24, 16, generator=g).to(dtype).float()
+    c0 = torch.randn(40, 16, generator=g)
+    want = c0 + a32.t() @ b32
+    a, b = a32.to(device, dtype), b32.to(device, dtype)
+    try:
+        acc = c0.clone().to(device)
+        torch.addmm(acc, a.t(), b, out_dtype=torch.float32, out=acc)
+        if torch.allclose(acc.cpu(), want, rtol=1e-5, atol=1e-4):
+            mode = "addmm_out_dtype"
+    except Exception:
+        pass
+    if mode == "lowp":
+        try:
+            tmp = torch.empty(40, 16, device=device)
+            torch.mm(a.t(), b, out_dtype=torch.float32, out=tmp)
+            if torch.allclose(tmp.cpu() + c0, want, rtol=1e-5, atol=1e-4):
+                mode = "mm_out_dtype"
+        except Exception:
+            pass
+    _ACCUM_MODE[key] = mode
+    return mode
+
+
+class _Accumulator:
+    """``acc += a.T @ b`` in fp32 with the mode chosen by :func:`_accum_mode`."""
+
+    def __init__(self, acc: Tensor, in_dtype: torch.dtype):
+        self.acc = acc
+        self.mode = _accum_mode(acc.device, in_dtype) if acc.dtype == torch.float32 else "lowp"
+        self.tmp = None
+
+    def add(self, a: Tensor, b: Tensor) -> None:
+        if self.mode == "fp32":
+            self.acc.addmm_(a.t(), b)
+        elif self.mode == "addmm_out_dtype":
+            torch.addmm(self.acc, a.t(), b, out_dtype=torch.float32, out=self.acc)
+        elif self.mode == "mm_out_dtype":
+            if self.tmp is None:
+                self.tmp = torch.empty_like(self.acc)
+            torch.mm(a.t(), b, out_dtype=torch.float32, out=self.tmp)
+            self.acc += self.tmp
+        else:
+            self.acc += (a.t() @ b).to(self.acc.dtype)
+
+
+# ------------------------------------------------------------------ the op
 
 
 class ChunkedLinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden: Tensor, weight: Tensor, targets: Tensor, chunk_size: int, z_loss: float,
                 ignore_index: int):
-        n = hidden.shape[0]
-        valid = (targets != ignore_index)
-        count = valid.sum().clamp(min=1)
-        needs_grad = hidden.requires_grad or weight.requires_grad
-        grad_hidden = torch.empty_like(hidden) if needs_grad else None
-        grad_weight = torch.zeros(weight.shape, dtype=torch.promote_types(weight.dtype, torch.float32),
-                                  device=weight.device) if needs_grad else None
-        acc = torch.promote_types(hidden.dtype, torch.float32)  # fp32 math (fp64 stays fp64)
-        total = torch.zeros((), dtype=acc, device=hidden.device)
-        for start in range(0, n, chunk_size):
-            h = hidden[start:start + chunk_size]
-            t = targets[start:start + chunk_size]
-            v = valid[start:start + chunk_size]
-            logits = (h @ weight.t()).to(acc)
-            lse = torch.logsumexp(logits, -1)
-            safe_t = torch.where(v, t, torch.zeros_like(t))
-            target_logit = logits.gather(1, safe_t[:, None]).squeeze(1)
-            loss = (lse - target_logit) + z_loss * lse.square()
-            total += (loss * v).sum()
-            if needs_grad:
-                # d/dlogits of (lse - z_t + z_loss lse^2) = softmax * (1 + 2 z_loss lse) - onehot
-                g = torch.softmax(logits, -1) * (1 + 2 * z_loss * lse)[:, None]
-                g[torch.arange(g.shape[0], device=g.device), safe_t] -= 1
-                g *= (v / count)[:, None]
-                g = g.to(h.dtype)
-                grad_hidden[start:start + chunk_size] = g @ weight
-                grad_weight += (g.t() @ h).to(grad_weight.dtype)
+        if _use_fused(hidden, weight):
+            total, grad_hidden, grad_weight = _fused_forward(hidden, weight, targets, chunk_size, z_loss,
+                                                             ignore_index, hidden.requires_grad,
+                                                             weight.requires_grad)
+        else:
+            total, grad_hidden, grad_weight = _reference_forward(hidden, weight, targets, chunk_size, z_loss,
+                                                                 ignore_index)
         ctx.save_for_backward(grad_hidden, grad_weight)
         ctx.weight_dtype = weight.dtype
-        return total / count
+        return total
 
     @staticmethod
     def backward(ctx, grad_out):
@@ -55,6 +185,83 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
         gh = grad_hidden * grad_out.to(grad_hidden.dtype) if ctx.needs_input_grad[0] else None
         gw = (grad_weight * grad_out).to(ctx.weight_dtype) if ctx.needs_input_grad[1] else None
         return gh, gw, None, None, None, None
+
+
+def _reference_forward(hidden: Tensor, weight: Tensor, targets: Tensor, chunk_size: int, z_loss: float,
+                       ignore_index: int):
+    """Plain PyTorch, fp32 softmax statistics: (mean loss, grad_hidden, grad_weight)."""
+    n = hidden.shape[0]
+    valid = (targets != ignore_index)
+    count = valid.sum().clamp(min=1)
+    needs_grad = hidden.requires_grad or weight.requires_grad
+    grad_hidden = torch.empty_like(hidden) if needs_grad else None
+    grad_weight = torch.zeros(weight.shape, dtype=torch.promote_types(weight.dtype, torch.float32),
+                              device=weight.device) if needs_grad else None
+    acc = torch.promote_types(hidden.dtype, torch.float32)  # fp32 math (fp64 stays fp64)
+    total = torch.zeros((), dtype=acc, device=hidden.device)
+    for start in range(0, n, chunk_size):
+        h = hidden[start:start + chunk_size]
+        t = targets[start:start + chunk_size]
+        v = valid[start:start + chunk_size]
+        logits = (h @ weight.t()).to(acc)
+        lse = torch.logsumexp(logits, -1)
+        safe_t = torch.where(v, t, torch.zeros_like(t))
+        target_logit = logits.gather(1, safe_t[:, None]).squeeze(1)
+        loss = (lse - target_logit) + z_loss * lse.square()
+        total += (loss * v).sum()
+        if needs_grad:
+            # d/dlogits of (lse - z_t + z_loss lse^2) = softmax * (1 + 2 z_loss lse) - onehot
+            g = torch.softmax(logits, -1) * (1 + 2 * z_loss * lse)[:, None]
+            g[torch.arange(g.shape[0], device=g.device), safe_t] -= 1
+            g *= (v / count)[:, None]
+            g = g.to(h.dtype)
+            grad_hidden[start:start + chunk_size] = g @ weight
+            grad_weight += (g.t() @ h).to(grad_weight.dtype)
+    return total / count, grad_hidden, grad_weight
+
+
+def _fused_forward(hidden: Tensor, weight: Tensor, targets: Tensor, chunk_size: int, z_loss: float,
+                   ignore_index: int, need_gh: bool, need_gw: bool):
+    """Matmul in the compute dtype + Triton CE kernel in place + two matmuls per chunk."""
+    from mhar.model.ce_kernel import cross_entropy_grad_
+
+    n, dev = hidden.shape[0], hidden.device
+    cdt = _compute_dtype(hidden, weight)
+    with torch.autocast(dev.type, enabled=False):
+        h_all = hidden.to(cdt)
+        w = weight.to(cdt)  # once per call, not per chunk
+        targets = targets.contiguous()
+        count = (targets != ignore_index).sum().clamp(min=1)
+        inv_count = (1.0 / count.to(torch.float32)).reshape(1)
+        loss_rows = torch.empty(n, dtype=torch.float32, device=dev)
+        lse_rows = torch.empty(n, dtype=torch.float32, device=dev)
+        grad_hidden = torch.empty_like(hidden) if need_gh else None
+        grad_weight = None
+        acc = None
+        if need_gw:
+            grad_weight = torch.zeros(weight.shape, dtype=torch.promote_types(weight.dtype, torch.float32),
+                                      device=dev)
+            acc = _Accumulator(grad_weight, cdt)
+        rows_max = min(chunk_size, n)
+        buf = torch.empty(rows_max, weight.shape[0], dtype=cdt, device=dev)
+        for start in range(0, n, chunk_size):
+            end = min(start + chunk_size, n)
+            h = h_all[start:end]
+            logits = buf[:end - start]
+            torch.mm(h, w.t(), out=logits)
+            cross_entropy_grad_(logits, targets[start:end], inv_count, z_loss, ignore_index,
+                                loss_out=loss_rows[start:end], lse_out=lse_rows[start:end],
+                                write_grad=need_gh or need_gw)
+            g = logits  # now d(mean loss)/d logits, in cdt
+            if need_gh:
+                if grad_hidden.dtype == cdt:
+                    torch.mm(g, w, out=grad_hidden[start:end])
+                else:
+                    grad_hidden[start:end] = g @ w
+            if need_gw:
+                acc.add(g, h)
+        total = loss_rows.sum() / count
+    return total.to(torch.promote_types(hidden.dtype, torch.float32)), grad_hidden, grad_weight
 
 
 def linear_cross_entropy(hidden: Tensor, weight: Tensor, targets: Tensor, chunk_size: int = 4096,

@@ -1,0 +1,101 @@
+"""Fused cross-entropy over one logits chunk, gradient written in place (Triton).
+
+:func:`cross_entropy_grad_` takes a ``(rows, V)`` logits chunk (bf16/fp16 on the GPU,
+any float dtype under ``TRITON_INTERPRET=1``) and the rows' targets, and
+
+* writes each row's loss ``lse - z_target + z_loss * lse^2`` (0 for ignored rows) and
+  its log-sum-exp, both fp32;
+* overwrites the chunk with ``d(loss_sum / count) / d logits``, that is
+  ``(softmax * (1 + 2 z_loss lse) - onehot(target)) * valid / count``, in the
+  chunk's own dtype.
+
+One program per row, looping over vocabulary tiles of ``BLOCK`` columns (the last one
+masked, so any ``V`` works): pass 1 keeps a running max and sum of exponentials in
+fp32, pass 2 re-reads the tile and writes the gradient. The chunk is read twice and
+written once; nothing else of its size is allocated. ``1 / count`` is read from a
+device scalar, so the caller never synchronises with the device.
+
+Used by :class:`mhar.model.loss.ChunkedLinearCrossEntropy` on CUDA; the plain PyTorch
+path there is the reference these kernels are tested against.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+# Defaults for the launch; bench/loss_bench.py sweeps a few alternatives on the GPU.
+BLOCK = 8192
+NUM_WARPS = 8
+
+
+@triton.jit
+def _ce_grad_kernel(X, stride_x, T, LOSS, LSE, INV_COUNT, V, ignore_index, z_loss,
+                    BLOCK: tl.constexpr, WRITE_GRAD: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    x_row = X + row * stride_x
+    t = tl.load(T + row).to(tl.int64)
+    valid = t != ignore_index
+    cols = tl.arange(0, BLOCK)
+
+    # pass 1: online max and sum of exp, per tile (one exp per element)
+    m = tl.full([], float("-inf"), tl.float32)
+    s = tl.zeros([], tl.float32)
+    for off in range(0, V, BLOCK):
+        c = off + cols
+        x = tl.load(x_row + c, mask=c < V, other=float("-inf")).to(tl.float32)
+        m_new = tl.maximum(m, tl.max(x, 0))
+        s = s * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new), 0)
+        m = m_new
+    lse = m + tl.log(s)
+
+    # the target's logit, read before pass 2 overwrites it; an out-of-range target reads NaN
+    t_ok = valid & (t >= 0) & (t < V)
+    x_t = tl.load(x_row + tl.where(t_ok, t, 0), mask=t_ok, other=float("nan")).to(tl.float32)
+    loss = tl.where(valid, lse - x_t + z_loss * lse * lse, 0.0)
+    tl.store(LOSS + row, loss)
+    tl.store(LSE + row, lse)
+
+    if WRITE_GRAD:
+        # pass 2: softmax * (1 + 2 z lse) - onehot, times valid / count
+        scale = tl.where(valid, tl.load(INV_COUNT).to(tl.float32), 0.0)
+        coef = (1.0 + 2.0 * z_loss * lse) * scale
+        for off in range(0, V, BLOCK):
+            c = off + cols
+            cmask = c < V
+            x = tl.load(x_row + c, mask=cmask, other=0.0).to(tl.float32)
+            g = tl.exp(x - lse) * coef - tl.where(c == t, scale, 0.0)
+            tl.store(x_row + c, g.to(X.dtype.element_ty), mask=cmask)
+
+
+def cross_entropy_grad_(logits: Tensor, targets: Tensor, inv_count: Tensor, z_loss: float = 0.0,
+                        ignore_index: int = -100, loss_out: Tensor | None = None, lse_out: Tensor | None = None,
+                        write_grad: bool = True, block: int | None = None,
+                        num_warps: int | None = None) -> tuple[Tensor, Tensor]:
+    """Per-row (loss, lse) in fp32; ``logits`` is overwritten with the gradient of
+    ``loss.sum() * inv_count`` (see the module docstring) unless ``write_grad=False``.
+
+    ``logits`` (rows, V) with unit column stride; ``targets`` (rows,) integer;
+    ``inv_count`` a one-element fp32 tensor on the same device (``1 / valid count`` of
+    the whole batch, not just this chunk)."""
+    if logits.dim() != 2 or logits.stride(1) != 1:
+        raise ValueError(f"logits must be 2-D with unit column stride; got shape {tuple(logits.shape)}, "
+                         f"strides {logits.stride()}")
+    rows, V = logits.shape
+    if targets.shape != (rows,):
+        raise ValueError(f"targets must have shape ({rows},); got {tuple(targets.shape)}")
+    if inv_count.numel() != 1:
+        raise ValueError("inv_count must hold one element")
+    if loss_out is None:
+        loss_out = torch.empty(rows, dtype=torch.float32, device=logits.device)
+    if lse_out is None:
+        lse_out = torch.empty(rows, dtype=torch.float32, device=logits.device)
+    if rows == 0:
+        return loss_out, lse_out
+    block = block or min(BLOCK, triton.next_power_of_2(V))
+    _ce_grad_kernel[(rows,)](logits, logits.stride(0), targets, loss_out, lse_out, inv_count, V,
+                             int(ignore_index), float(z_loss), BLOCK=block, WRITE_GRAD=bool(write_grad),
+                             num_warps=num_warps or NUM_WARPS)
+    return loss_out, lse_out

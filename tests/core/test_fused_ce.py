@@ -1,0 +1,234 @@
+"""The fused LM-head + cross-entropy (Triton kernel in mhar/model/ce_kernel.py, the
+``triton`` backend of mhar/model/loss.py) against the plain PyTorch path.
+
+The kernel cases run on the CPU through Triton's interpreter in a subprocess (this
+file again, with TRITON_INTERPRET=1: triton reads it when first imported, which a
+shared pytest process cannot promise); in the parent process they are skipped and
+``test_cases_under_interpreter`` reports them. The CUDA case runs on a GPU only.
+
+Relative error = ||a - b|| / ||b||; fp32 inputs must match the fp64 plain path to
+1e-5, bf16 to 1e-2."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from mhar.model import loss as L
+
+HERE = Path(__file__).resolve()
+INNER = os.environ.get("MHAR_CE_INTERPRET_CASES") == "1"
+interp = pytest.mark.skipif(not INNER, reason="runs inside test_cases_under_interpreter (TRITON_INTERPRET=1)")
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.detach().double().cpu(), b.detach().double().cpu()
+    assert torch.isfinite(a).all(), "non-finite values"
+    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
+
+
+def make(n, d, V, dtype=torch.float32, ignore=(), seed=0, scale=3.0):
+    g = torch.Generator().manual_seed(seed)
+    h = torch.randn(n, d, generator=g).to(dtype)
+    w = (torch.randn(V, d, generator=g) * scale / math.sqrt(d))
+    t = torch.randint(0, V, (n,), generator=g)
+    for i in ignore:
+        t[i] = -100
+    return h, w, t
+
+
+def loss_and_grads(h, w, t, chunk, z_loss, upstream=1.7, backend="reference", autocast=None):
+    h = h.clone().requires_grad_(True)
+    w = w.clone().requires_grad_(True)
+    L.set_backend(backend)
+    try:
+        with torch.autocast("cpu", dtype=autocast or torch.bfloat16, enabled=autocast is not None):
+            out = L.linear_cross_entropy(h, w, t, chunk_size=chunk, z_loss=z_loss)
+        gh, gw = torch.autograd.grad(out * upstream, (h, w))
+    finally:
+        L.set_backend(None)
+    return out.detach(), gh, gw
+
+
+# ------------------------------------------------------------------ parent process
+
+
+def test_cases_under_interpreter():
+    pytest.importorskip("triton")
+    if INNER:
+        pytest.skip("already inside the interpreter run")
+    env = dict(os.environ, TRITON_INTERPRET="1", MHAR_CE_INTERPRET_CASES="1")
+    src = str(HERE.parents[2] / "src")
+    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", "-k", "interp_",
+                        str(HERE)], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
+    assert " passed" in r.stdout and "skipped" not in r.stdout.splitlines()[-1], r.stdout[-2000:]
+
+
+def test_backend_selection(monkeypatch):
+    h, w, t = make(4, 8, 16)
+    monkeypatch.delenv("MHAR_LOSS_BACKEND", raising=False)
+    assert not L._use_fused(h, w)  # auto on CPU: reference
+    monkeypatch.setenv("MHAR_LOSS_BACKEND", "nope")
+    with pytest.raises(ValueError, match="MHAR_LOSS_BACKEND"):
+        L.get_backend()
+    with pytest.raises(ValueError, match="loss backend"):
+        L.set_backend("fast")
+    monkeypatch.setenv("MHAR_LOSS_BACKEND", "reference")
+    assert not L._use_fused(h, w)
+    if not INNER and L._triton_available():
+        monkeypatch.setenv("TRITON_INTERPRET", "0")
+        monkeypatch.setenv("MHAR_LOSS_BACKEND", "triton")
+        with pytest.raises(RuntimeError, match="TRITON_INTERPRET"):
+            L._use_fused(h, w)
+
+
+# ------------------------------------------------- interpreter cases (subprocess)
+
+
+@interp
+@pytest.mark.parametrize("V,block,z_loss", [(300, 64, 0.0), (300, 64, 1e-2), (97, 32, 1e-3), (256, 64, 0.0)])
+def test_interp_kernel(V, block, z_loss):
+    """The kernel alone against fp64 torch: loss, lse and the in-place gradient,
+    with a masked last tile (V not a multiple of block) and ignored rows."""
+    from mhar.model.ce_kernel import cross_entropy_grad_
+    g = torch.Generator().manual_seed(V)
+    rows = 9
+    x = torch.randn(rows, V, generator=g) * 4
+    t = torch.randint(0, V, (rows,), generator=g)
+    t[[2, 7]] = -100
+    t[0] = V - 1  # target in the masked last tile
+    inv_count = torch.tensor([1 / 11.0])  # count of the whole batch, not this chunk
+    xx = x.clone()
+    loss, lse = cross_entropy_grad_(xx, t, inv_count, z_loss, -100, block=block)
+    x64 = x.double()
+    v = t != -100
+    want_lse = torch.logsumexp(x64, -1)
+    st = torch.where(v, t, 0)
+    want_loss = (want_lse - x64.gather(1, st[:, None]).squeeze(1) + z_loss * want_lse ** 2) * v
+    want_g = torch.softmax(x64, -1) * (1 + 2 * z_loss * want_lse)[:, None]
+    want_g[torch.arange(rows), st] -= 1
+    want_g *= (v / 11.0)[:, None]
+    assert rel(lse, want_lse) <= 1e-6
+    assert rel(loss, want_loss) <= 1e-6
+    assert rel(xx, want_g) <= 1e-5
+    assert (loss[~v] == 0).all() and (xx[~v] == 0).all()
+
+
+@interp
+@pytest.mark.parametrize("n,d,V,chunk,z_loss", [
+    (37, 24, 203, 8, 0.0),     # chunk does not divide n; V not a multiple of the tile
+    (37, 24, 203, 16, 1e-2),
+    (50, 16, 130, 64, 1e-3),   # one chunk larger than n
+    (33, 8, 64, 11, 0.0),      # V a multiple of the tile
+])
+def test_interp_fused_matches_plain(n, d, V, chunk, z_loss, monkeypatch):
+    from mhar.model import ce_kernel
+    monkeypatch.setattr(ce_kernel, "BLOCK", 64)  # several tiles, the last one masked
+    h, w, t = make(n, d, V, ignore=(1, 5, n - 1), seed=n + V)
+    want = loss_and_grads(h.double(), w.double(), t, 0, z_loss)
+    got = loss_and_grads(h, w, t, chunk, z_loss, backend="triton")
+    ref = loss_and_grads(h, w, t, chunk, z_loss, backend="reference")
+    for a, r, b, name in zip(got, ref, want, ("loss", "grad_hidden", "grad_weight")):
+        assert a.dtype == r.dtype, name
+        assert rel(a, b) <= 1e-5, (name, rel(a, b))
+    # the tolerance discriminates: a wrong z_loss, or ignoring the ignore_index, fails it
+    off = loss_and_grads(h, w, t, chunk, z_loss + 1e-3, backend="triton")
+    assert all(rel(a, b) > 1e-5 for a, b in zip(off, want))
+    t2 = t.clone()
+    t2[1] = 0
+    off = loss_and_grads(h, w, t2, chunk, z_loss, backend="triton")
+    assert all(rel(a, b) > 1e-5 for a, b in zip(off, want))
+
+
+@interp
+def test_interp_edge_cases(monkeypatch):
+    from mhar.model import ce_kernel
+    monkeypatch.setattr(ce_kernel, "BLOCK", 32)
+    h, w, t = make(12, 8, 45, seed=4)
+    # every target ignored: loss 0, gradients 0 (count clamps to 1)
+    loss, gh, gw = loss_and_grads(h, w, torch.full_like(t, -100), 5, 1e-2, backend="triton")
+    assert loss.item() == 0 and (gh == 0).all() and (gw == 0).all()
+    # only one input needs a gradient; no gradient at all (eval)
+    L.set_backend("triton")
+    try:
+        want = L.linear_cross_entropy(h.double(), w.double(), t, chunk_size=0)
+        hr = h.clone().requires_grad_(True)
+        out = L.linear_cross_entropy(hr, w, t, chunk_size=5)
+        (gh,) = torch.autograd.grad(out, (hr,))
+        wr = w.clone().requires_grad_(True)
+        out2 = L.linear_cross_entropy(h, wr, t, chunk_size=5)
+        (gw,) = torch.autograd.grad(out2, (wr,))
+        with torch.no_grad():
+            out3 = L.linear_cross_entropy(h, w, t, chunk_size=5)
+    finally:
+        L.set_backend(None)
+    _, gh_ref, gw_ref = loss_and_grads(h.double(), w.double(), t, 0, 0.0, upstream=1.0)
+    for o in (out, out2, out3):
+        assert rel(o, want) <= 1e-5
+    assert rel(gh, gh_ref) <= 1e-5 and rel(gw, gw_ref) <= 1e-5
+
+
+@interp
+def test_interp_bf16_autocast(monkeypatch):
+    """bf16 hidden, fp32 master weight, CPU autocast: the compute dtype is bf16 (weight
+    cast once), grad_hidden stays bf16, grad_weight fp32 (weight's dtype)."""
+    from mhar.model import ce_kernel
+    monkeypatch.setattr(ce_kernel, "BLOCK", 64)
+    h, w, t = make(40, 32, 150, ignore=(3,), seed=9)
+    h = h.bfloat16()
+    want = loss_and_grads(h.double(), w.to(torch.bfloat16).double(), t, 0, 1e-3)
+    got = loss_and_grads(h, w, t, 16, 1e-3, backend="triton", autocast=torch.bfloat16)
+    assert got[1].dtype == torch.bfloat16 and got[2].dtype == torch.float32
+    for a, b, name in zip(got, want, ("loss", "grad_hidden", "grad_weight")):
+        assert rel(a, b) <= 1e-2, (name, rel(a, b))
+
+
+# ------------------------------------------------------------------------- CUDA
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("z_loss", [0.0, 1e-4])
+def test_cuda_fused_bf16_matches_fp32(z_loss):
+    """The paper's shapes: V = 151,936, bf16 hidden, fp32 weight, bf16 autocast like the
+    trainer; against the fp32 plain path on the same (bf16-rounded) inputs."""
+    pytest.importorskip("triton")
+    dev = "cuda"
+    n, d, V, chunk = 4100, 512, 151936, 2048
+    g = torch.Generator(device=dev).manual_seed(0)
+    h = torch.randn(n, d, device=dev, generator=g).bfloat16()
+    w = torch.randn(V, d, device=dev, generator=g) * (3 / math.sqrt(d))
+    t = torch.randint(0, V, (n,), device=dev, generator=g)
+    t[::97] = -100
+    t[1] = V - 1
+    L.set_backend("auto")
+    try:
+        hr, wr = h.clone().requires_grad_(True), w.clone().requires_grad_(True)
+        with torch.autocast(dev, dtype=torch.bfloat16):
+            out = L.linear_cross_entropy(hr, wr, t, chunk_size=chunk, z_loss=z_loss)
+        gh, gw = torch.autograd.grad(out * 2.0, (hr, wr))
+    finally:
+        L.set_backend(None)
+    assert out.dtype == torch.float32 and gh.dtype == torch.bfloat16 and gw.dtype == torch.float32
+    prev = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        hf = h.float().requires_grad_(True)
+        wf = w.bfloat16().float().requires_grad_(True)
+        ref = L.linear_cross_entropy(hf, wf, t, chunk_size=0, z_loss=z_loss)
+        rgh, rgw = torch.autograd.grad(ref * 2.0, (hf, wf))
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = prev
+    print(f"accumulation mode: {L._accum_mode(torch.device(dev), torch.bfloat16)}")
+    for a, b, name in ((out, ref, "loss"), (gh, rgh, "grad_hidden"), (gw, rgw, "grad_weight")):
+        e = rel(a, b)
+        print(f"{name}: rel err {e:.2e}")
+        assert e <= 1e-2, (name, e)
