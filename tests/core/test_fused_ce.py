@@ -90,6 +90,28 @@ def test_backend_selection(monkeypatch):
             L._use_fused(h, w)
 
 
+def test_loss_bench_cpu_smoke(tmp_path):
+    """bench/loss_bench.py end to end at tiny shapes on the CPU (kernel under the
+    interpreter), so the GPU run does not die of a typo."""
+    pytest.importorskip("triton")
+    if INNER:
+        pytest.skip("run by the parent process")
+    import json
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    env["PYTHONPATH"] = str(HERE.parents[2] / "src") + os.pathsep + env.get("PYTHONPATH", "")
+    out = tmp_path / "loss.json"
+    r = subprocess.run([sys.executable, str(HERE.parents[2] / "bench" / "loss_bench.py"), "--device", "cpu",
+                        "--tiny", "--out", str(out)], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert all("ms" in s for s in res["kernel_sweep"])
+    for row in res["results"]:
+        assert "ms" in row or row["method"] == "liger", row
+        if "loss" in row:
+            assert abs(row["loss_diff_vs_reference"]) < 1e-4, row
+    assert "| preset | d | method |" in r.stdout
+
+
 # ------------------------------------------------- interpreter cases (subprocess)
 
 
