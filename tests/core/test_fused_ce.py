@@ -199,6 +199,31 @@ def test_interp_edge_cases(monkeypatch):
 
 
 @interp
+def test_interp_under_torch_compile(monkeypatch):
+    """The trainer may torch.compile the loss module: the fused call runs eagerly inside
+    the compiled function (torch.compiler.disable) and still matches."""
+    from mhar.model import ce_kernel
+    monkeypatch.setattr(ce_kernel, "BLOCK", 32)
+    calls = []
+    real = ce_kernel.cross_entropy_grad_
+    monkeypatch.setattr(ce_kernel, "cross_entropy_grad_", lambda *a, **k: calls.append(1) or real(*a, **k))
+    h, w, t = make(21, 8, 70, ignore=(3,), seed=2)
+    want = loss_and_grads(h.double(), w.double(), t, 0, 1e-3)
+    hr, wr = h.clone().requires_grad_(True), w.clone().requires_grad_(True)
+    L.set_backend("triton")
+    try:
+        f = torch.compile(lambda a, b: L.linear_cross_entropy(a, b, t, chunk_size=8, z_loss=1e-3) * 1.7,
+                          backend="aot_eager")
+        out = f(hr, wr)
+    finally:
+        L.set_backend(None)
+    got = (out.detach() / 1.7, *torch.autograd.grad(out, (hr, wr)))
+    assert len(calls) == 3  # three chunks through the kernel
+    for a, b in zip(got, want):
+        assert rel(a, b) <= 1e-5
+
+
+@interp
 def test_interp_bf16_autocast(monkeypatch):
     """bf16 hidden, fp32 master weight, CPU autocast: the compute dtype is bf16 (weight
     cast once), grad_hidden stays bf16, grad_weight fp32 (weight's dtype)."""

@@ -167,8 +167,8 @@ class _Accumulator:
 class ChunkedLinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden: Tensor, weight: Tensor, targets: Tensor, chunk_size: int, z_loss: float,
-                ignore_index: int):
-        if _use_fused(hidden, weight):
+                ignore_index: int, fused: bool = False):
+        if fused:
             total, grad_hidden, grad_weight = _fused_forward(hidden, weight, targets, chunk_size, z_loss,
                                                              ignore_index, hidden.requires_grad,
                                                              weight.requires_grad)
@@ -184,7 +184,7 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
         grad_hidden, grad_weight = ctx.saved_tensors
         gh = grad_hidden * grad_out.to(grad_hidden.dtype) if ctx.needs_input_grad[0] else None
         gw = (grad_weight * grad_out).to(ctx.weight_dtype) if ctx.needs_input_grad[1] else None
-        return gh, gw, None, None, None, None
+        return gh, gw, None, None, None, None, None
 
 
 def _reference_forward(hidden: Tensor, weight: Tensor, targets: Tensor, chunk_size: int, z_loss: float,
@@ -274,4 +274,13 @@ def linear_cross_entropy(hidden: Tensor, weight: Tensor, targets: Tensor, chunk_
         lse = torch.logsumexp(logits, -1)
         ce = F.cross_entropy(logits, targets, ignore_index=ignore_index, reduction="none")
         return ((ce + z_loss * lse.square()) * valid).sum() / valid.sum().clamp(min=1)
-    return ChunkedLinearCrossEntropy.apply(hidden, weight, targets, chunk_size, z_loss, ignore_index)
+    if _use_fused(hidden, weight):
+        return _fused_apply(hidden, weight, targets, chunk_size, z_loss, ignore_index)
+    return ChunkedLinearCrossEntropy.apply(hidden, weight, targets, chunk_size, z_loss, ignore_index, False)
+
+
+@torch.compiler.disable
+def _fused_apply(hidden, weight, targets, chunk_size, z_loss, ignore_index):
+    # opaque to torch.compile (the trainer may compile the loss module): the Triton
+    # launch, the in-place chunk and the one-time cuBLAS probe run eagerly
+    return ChunkedLinearCrossEntropy.apply(hidden, weight, targets, chunk_size, z_loss, ignore_index, True)
