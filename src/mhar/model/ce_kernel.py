@@ -21,14 +21,17 @@ path there is the reference these kernels are tested against.
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
 from torch import Tensor
 
-# Defaults for the launch; bench/loss_bench.py sweeps a few alternatives on the GPU.
-BLOCK = 8192
-NUM_WARPS = 8
+# Launch defaults (columns per tile, warps per row program); bench/loss_bench.py sweeps
+# alternatives on the GPU. MHAR_CE_BLOCK / MHAR_CE_WARPS override them without an edit.
+BLOCK = int(os.environ.get("MHAR_CE_BLOCK", 8192))
+NUM_WARPS = int(os.environ.get("MHAR_CE_WARPS", 8))
 
 
 @triton.jit
@@ -95,6 +98,8 @@ def cross_entropy_grad_(logits: Tensor, targets: Tensor, inv_count: Tensor, z_lo
     if rows == 0:
         return loss_out, lse_out
     block = block or min(BLOCK, triton.next_power_of_2(V))
+    if block & (block - 1):
+        raise ValueError(f"block must be a power of two; got {block}")
     _ce_grad_kernel[(rows,)](logits, logits.stride(0), targets, loss_out, lse_out, inv_count, V,
                              int(ignore_index), float(z_loss), BLOCK=block, WRITE_GRAD=bool(write_grad),
                              num_warps=num_warps or NUM_WARPS)
