@@ -329,17 +329,19 @@ def profile(case, heads):
     log(p.key_averages().table(sort_by="cuda_time_total", row_limit=8, max_name_column_width=40))
 
 
-VARIANTS = [("mhar-triton pf1", {"fwd_pf": 1, "bwd_pf": 1}),
-            ("mhar-triton pf2 4096/8", {"fwd_pf": 2, "bwd_pf": 2, "fwd_elems": 4096, "bwd_elems": 4096,
-                                        "fwd_warps": 8, "bwd_warps": 8})]
-FWD_CONFIGS = [(2048, 4, 1), (2048, 4, 2), (4096, 4, 2), (2048, 8, 2), (1024, 4, 2), (1024, 2, 2)]
-BWD_CONFIGS = [(2048, 4, 1), (2048, 4, 2), (4096, 4, 2), (4096, 8, 2), (1024, 4, 2), (2048, 8, 2)]
+VARIANTS = [("mhar-triton pf1", {"fwd_pf": 1, "bwd_pf": 1})]
+# (elements per tile, warps, prefetch depth[, backward programs per SM])
+FWD_CONFIGS = [(2048, 4, 2), (512, 1, 2), (1024, 1, 2), (1024, 2, 2), (2048, 2, 2), (4096, 4, 2), (1024, 1, 1),
+               (4096, 8, 2)]
+BWD_CONFIGS = [(2048, 4, 2, 8), (1024, 1, 2, 32), (1024, 1, 1, 32), (1024, 2, 2, 16), (2048, 2, 2, 16),
+               (1024, 4, 2, 8), (2048, 4, 1, 8), (4096, 8, 2, 4)]
 
 
 def tune(case, results, key):
-    """Sweep tile configs (elements per tile, warps, prefetch depth) for the forward and
-    backward kernels alone (launched directly), at H = 1 and 8; the config with the
-    least summed time is put in the library's table for this padded width."""
+    """Sweep tile configs (elements per tile, warps, prefetch depth, backward programs
+    per SM) for the forward and backward kernels alone (launched directly), at H = 1
+    and 8; the config with the least summed time goes into the library's table for
+    the padded widths of both."""
     d = case.d
     q1, g1 = case.q.detach()[None], case.g.detach()[None]
     rows = []
@@ -347,8 +349,8 @@ def tune(case, results, key):
     for kind, configs in (("fwd", FWD_CONFIGS), ("bwd", BWD_CONFIGS)):
         totals = {}
         for cfg in configs:
-            elems, warps, pf = cfg
-            rop.TUNE = {f"{kind}_elems": elems, f"{kind}_warps": warps, f"{kind}_pf": pf}
+            names = ("elems", "warps", "pf", "progs_per_sm")[:len(cfg)]
+            rop.TUNE = {f"{kind}_{n}": v for n, v in zip(names, cfg)}
             tot = 0.0
             for h in (1, 8):
                 try:
@@ -362,16 +364,18 @@ def tune(case, results, key):
                     log(f"  tune {kind} {cfg} H={h}: failed {e!r}")
                     t = float("inf")
                 tot += t
-                rows.append({"kind": kind, "H": h, "elems": elems, "warps": warps, "pf": pf, "ms": t})
-                log(f"  tune {kind} H={h} elems={elems:5d} warps={warps} pf={pf}: {t:.3f} ms")
+                rows.append({"kind": kind, "H": h, **dict(zip(names, cfg)), "ms": t})
+                log(f"  tune {kind} H={h} {dict(zip(names, cfg))}: {t:.3f} ms")
             totals[cfg] = tot
         best[kind] = min(totals, key=totals.get)
     rop.TUNE = None
-    width = rop._pow2(8) * rop._pow2(d // 8) if d % 8 == 0 else rop._pow2(d)
-    choice = {"fwd_elems": best["fwd"][0], "fwd_warps": best["fwd"][1], "fwd_pf": best["fwd"][2],
-              "bwd_elems": best["bwd"][0], "bwd_warps": best["bwd"][1], "bwd_pf": best["bwd"][2]}
-    rop.CONFIG_TABLE[rop._pow2(d)] = choice
-    rop.CONFIG_TABLE[width] = choice
+    choice = {}
+    for kind in ("fwd", "bwd"):
+        names = ("elems", "warps", "pf", "progs_per_sm")[:len(best[kind])]
+        choice.update({f"{kind}_{n}": v for n, v in zip(names, best[kind])})
+    for h in (1, 8, 16):
+        if d % h == 0:
+            rop.CONFIG_TABLE[rop.padded_width(d, h)] = choice
     log(f"  chosen for d={d}: {choice}")
     results["tune"][key] = {"rows": rows, "choice": choice}
 

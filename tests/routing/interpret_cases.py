@@ -60,6 +60,8 @@ SHAPES = [  # (N, leading shape, d, H)
     (3, (3,), 48, 16),  # head width 3: not a power of two
     (73, (2,), 16, 16),
     (6, (5,), 40, 8),  # head width 5
+    (3, (4,), 80, 1),  # 64 + 16 lanes, like 1280 = 1024 + 256
+    (2, (3,), 160, 8),  # head width 20 = 16 + 4, like 160 = 128 + 32
 ]
 
 

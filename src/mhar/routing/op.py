@@ -128,7 +128,7 @@ def _pow2(n: int) -> int:
 
 
 # Tile configuration: elements per program tile, warps and prefetch depth (tiles in
-# flight ahead of the one being reduced), per padded row width HP * DHP. The table
+# flight ahead of the one being reduced), per padded row width HP * (DA + DB). The table
 # holds what bench/routing.py's sweep picked on an H200 (see docs/kernels.md); TUNE,
 # when not None, overrides it (the benchmark's sweep uses that).
 # Prefetch depth 2 measured 11% faster forward and 15% faster fwd+bwd than depth 1 at
@@ -146,12 +146,32 @@ def _cfg(padded_width: int) -> dict:
     return {**_DEFAULT, **CONFIG_TABLE.get(padded_width, {})}
 
 
+def _pow2_floor(n: int) -> int:
+    return 1 << max(0, n.bit_length() - 1)
+
+
+def _split_width(dh: int) -> tuple[int, int]:
+    """A head of width dh as two power-of-two parts: DA (the largest power of two <= dh)
+    and DB (the rest rounded up; 1, fully masked, when dh is a power of two)."""
+    da = _pow2_floor(dh)
+    return da, (_pow2(dh - da) if dh > da else 1)
+
+
+def padded_width(d: int, heads: int) -> int:
+    """Lanes of one row in the kernels' tiles (the key of CONFIG_TABLE)."""
+    dh = d // heads
+    da, db = _split_width(dh)
+    return _pow2(heads) * (da + (db if dh > da else 0))
+
+
 def _geometry(d: int, heads: int, n_tok: int, kind: str):
     dh = d // heads
-    HP, DHP = _pow2(heads), _pow2(dh)
-    cfg = _cfg(HP * DHP)
-    BM = max(1, min(cfg[kind + "_elems"] // (HP * DHP), _pow2(max(n_tok, 1))))
-    return dh, HP, DHP, BM, cfg
+    HP = _pow2(heads)
+    DA, DB = _split_width(dh)
+    width = padded_width(d, heads)
+    cfg = _cfg(width)
+    BM = max(1, min(_pow2_floor(max(1, cfg[kind + "_elems"] // width)), _pow2(max(n_tok, 1))))
+    return dh, HP, DA, DB, BM, cfg
 
 
 _SM_COUNT: dict = {}
@@ -179,7 +199,7 @@ def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, h
     n_tok = srcs[0].numel() // d
     dev = srcs[0].device
     w = (queries.float() * norm_weights.float()).contiguous()
-    dh, HP, DHP, BM, cfg = _geometry(d, heads, n_tok, "fwd")
+    dh, HP, DA, DB, BM, cfg = _geometry(d, heads, n_tok, "fwd")
     table = _ptr_table(srcs)
     n_tiles = -(-n_tok // BM)
     if final:
@@ -187,7 +207,7 @@ def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, h
         lse = _new((n_tok, heads), torch.float32, dev)
         if n_tiles:
             _fwd_kernel[(1, n_tiles)](table, srcs[0], w, lse, lse, y, len(srcs), n_tok, d, dh, eps,
-                                      H=heads, HP=HP, DHP=DHP, BM=BM, FINAL=True, PF=cfg["fwd_pf"],
+                                      H=heads, HP=HP, DA=DA, DB=DB, BM=BM, FINAL=True, PF=cfg["fwd_pf"],
                                       num_warps=cfg["fwd_warps"])
         return y, lse
     m = _new((S, n_tok, heads), torch.float32, dev)
@@ -195,7 +215,7 @@ def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, h
     o = _new((S, n_tok, d), torch.float32, dev)
     if n_tiles:
         _fwd_kernel[(S, n_tiles)](table, srcs[0], w, m, l, o, len(srcs), n_tok, d, dh, eps,
-                                  H=heads, HP=HP, DHP=DHP, BM=BM, FINAL=False, PF=cfg["fwd_pf"],
+                                  H=heads, HP=HP, DA=DA, DB=DB, BM=BM, FINAL=False, PF=cfg["fwd_pf"],
                                   num_warps=cfg["fwd_warps"])
     return m, l, o
 
@@ -210,7 +230,7 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
     dev = srcs[0].device
     q32, g32 = queries.float(), norm_weights.float()
     w = (q32 * g32).contiguous()
-    dh, HP, DHP, BM, cfg = _geometry(d, heads, n_tok, "bwd")
+    dh, HP, DA, DB, BM, cfg = _geometry(d, heads, n_tok, "bwd")
     if _poison():
         grads = [torch.full(s.shape, float("nan"), dtype=s.dtype, device=dev) for s in srcs]
     else:
@@ -227,7 +247,7 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
                                grad.contiguous(), stat, stat if final else off.contiguous(),
                                y.contiguous() if final else grad, dw_parts,
                                len(srcs), n_tok, S, d, dh, eps, n_tiles, n_prog,
-                               H=heads, HP=HP, DHP=DHP, BM=BM, SINGLE=(S == 1), FINAL=final, PF=cfg["bwd_pf"],
+                               H=heads, HP=HP, DA=DA, DB=DB, BM=BM, SINGLE=(S == 1), FINAL=final, PF=cfg["bwd_pf"],
                                num_warps=cfg["bwd_warps"])
     else:
         dw_parts.zero_()
