@@ -127,23 +127,27 @@ def _pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
-# Tile configuration: elements per program tile, warps and prefetch depth (tiles in
-# flight ahead of the one being reduced), per padded row width HP * (DA + DB). The table
-# holds what bench/routing.py's sweep picked on an H200 (see docs/kernels.md); TUNE,
-# when not None, overrides it (the benchmark's sweep uses that).
-# Prefetch depth 2 measured 11% faster forward and 15% faster fwd+bwd than depth 1 at
-# d=1280, N=73, H=1 on an H200 (bench/results/routing_h200_8f5007f_1280.log, summarised in routing_h200.md); the wide-tile
-# 4096-element / 8-warp variant was much slower there.
-_DEFAULT = {"fwd_elems": 2048, "fwd_warps": 4, "fwd_pf": 2, "bwd_elems": 2048, "bwd_warps": 4, "bwd_pf": 2,
-            "bwd_progs_per_sm": 8}
-CONFIG_TABLE: dict[int, dict] = {}
+# Tile configuration: elements per program tile, warps, prefetch depth (tiles in flight
+# ahead of the one being reduced) and backward programs per SM. One default for a single
+# head and one for several, from bench/routing.py's sweep on an H200
+# (bench/results/routing_sweep/): one warp per token row wins for H = 1 (every
+# reduction stays inside the warp; 1.4-2.3x faster than 4 warps), while the multi-head
+# backward, whose per-head results are broadcast back over the tile, wants 4 warps.
+# CONFIG_TABLE[(padded width, heads > 1)] overrides them; TUNE, when not None,
+# overrides both (the sweep uses that).
+_DEFAULTS = {
+    False: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1,
+            "bwd_elems": 1024, "bwd_warps": 1, "bwd_pf": 1, "bwd_progs_per_sm": 32},
+    True: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1,
+           "bwd_elems": 1024, "bwd_warps": 4, "bwd_pf": 2, "bwd_progs_per_sm": 8},
+}
+CONFIG_TABLE: dict[tuple[int, bool], dict] = {}
 TUNE: dict | None = None
 
 
-def _cfg(padded_width: int) -> dict:
-    if TUNE is not None:
-        return {**_DEFAULT, **TUNE}
-    return {**_DEFAULT, **CONFIG_TABLE.get(padded_width, {})}
+def _cfg(padded_width: int, multi_head: bool) -> dict:
+    base = {**_DEFAULTS[multi_head], **CONFIG_TABLE.get((padded_width, multi_head), {})}
+    return {**base, **TUNE} if TUNE is not None else base
 
 
 def _pow2_floor(n: int) -> int:
@@ -152,16 +156,16 @@ def _pow2_floor(n: int) -> int:
 
 def _split_width(dh: int) -> tuple[int, int]:
     """A head of width dh as two power-of-two parts: DA (the largest power of two <= dh)
-    and DB (the rest rounded up; 1, fully masked, when dh is a power of two)."""
+    and DB (the rest rounded up; 0, no part B, when dh is a power of two)."""
     da = _pow2_floor(dh)
-    return da, (_pow2(dh - da) if dh > da else 1)
+    return da, (_pow2(dh - da) if dh > da else 0)
 
 
 def padded_width(d: int, heads: int) -> int:
     """Lanes of one row in the kernels' tiles (the key of CONFIG_TABLE)."""
     dh = d // heads
     da, db = _split_width(dh)
-    return _pow2(heads) * (da + (db if dh > da else 0))
+    return _pow2(heads) * (da + db)
 
 
 def _geometry(d: int, heads: int, n_tok: int, kind: str):
@@ -169,7 +173,7 @@ def _geometry(d: int, heads: int, n_tok: int, kind: str):
     HP = _pow2(heads)
     DA, DB = _split_width(dh)
     width = padded_width(d, heads)
-    cfg = _cfg(width)
+    cfg = _cfg(width, heads > 1)
     BM = max(1, min(_pow2_floor(max(1, cfg[kind + "_elems"] // width)), _pow2(max(n_tok, 1))))
     return dh, HP, DA, DB, BM, cfg
 
@@ -207,7 +211,7 @@ def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, h
         lse = _new((n_tok, heads), torch.float32, dev)
         if n_tiles:
             _fwd_kernel[(1, n_tiles)](table, srcs[0], w, lse, lse, y, len(srcs), n_tok, d, dh, eps,
-                                      H=heads, HP=HP, DA=DA, DB=DB, BM=BM, FINAL=True, PF=cfg["fwd_pf"],
+                                      H=heads, HP=HP, DA=DA, DB=DB, HAS_B=DB > 0, BM=BM, FINAL=True, PF=cfg["fwd_pf"],
                                       num_warps=cfg["fwd_warps"])
         return y, lse
     m = _new((S, n_tok, heads), torch.float32, dev)
@@ -215,7 +219,7 @@ def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, h
     o = _new((S, n_tok, d), torch.float32, dev)
     if n_tiles:
         _fwd_kernel[(S, n_tiles)](table, srcs[0], w, m, l, o, len(srcs), n_tok, d, dh, eps,
-                                  H=heads, HP=HP, DA=DA, DB=DB, BM=BM, FINAL=False, PF=cfg["fwd_pf"],
+                                  H=heads, HP=HP, DA=DA, DB=DB, HAS_B=DB > 0, BM=BM, FINAL=False, PF=cfg["fwd_pf"],
                                   num_warps=cfg["fwd_warps"])
     return m, l, o
 
@@ -247,7 +251,7 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
                                grad.contiguous(), stat, stat if final else off.contiguous(),
                                y.contiguous() if final else grad, dw_parts,
                                len(srcs), n_tok, S, d, dh, eps, n_tiles, n_prog,
-                               H=heads, HP=HP, DA=DA, DB=DB, BM=BM, SINGLE=(S == 1), FINAL=final, PF=cfg["bwd_pf"],
+                               H=heads, HP=HP, DA=DA, DB=DB, HAS_B=DB > 0, BM=BM, SINGLE=(S == 1), FINAL=final, PF=cfg["bwd_pf"],
                                num_warps=cfg["bwd_warps"])
     else:
         dw_parts.zero_()

@@ -3,10 +3,12 @@
 Layout. A row of d = H x dh columns is read as two tiles: part A ``(BM tokens, HP heads,
 DA columns)`` and part B ``(BM, HP, DB)``. ``HP`` is the head count rounded up to a
 power of two, ``DA`` the largest power of two <= dh and ``DB`` the rest of the head
-rounded up (1, fully masked, when dh is a power of two). So a 1280-wide row is
-1024 + 256 lanes instead of 2048 padded ones, a 160-wide head 128 + 32; any ``H``
-dividing ``d`` and any head width works (``d = 1`` and ``d = 123`` included), and
-masked lanes never move bytes. Every reduction adds the two parts.
+rounded up. So a 1280-wide row is 1024 + 256 lanes instead of 2048 padded ones, a
+160-wide head 128 + 32; any ``H`` dividing ``d`` and any head width works (``d = 1``
+and ``d = 123`` included), and masked lanes never move bytes. Every reduction adds
+the two parts. When dh is a power of two there is no part B (``HAS_B`` false): the
+two parts' reductions land in different register layouts, and converting between
+them costs a shared-memory round trip per reduction.
 
 Sources are never stacked: the kernels take a device table of the sources' data
 pointers (int64) and cast each entry to a typed pointer in-kernel. Gradients for the
@@ -42,72 +44,73 @@ import triton.language as tl
 
 
 @triton.jit
-def _hsum(a, b):
-    """Per-head sum over the columns of both parts: (BM, HP, DA) + (BM, HP, DB) -> (BM, HP)."""
-    return tl.sum(a, axis=2) + tl.sum(b, axis=2)
-
-
-@triton.jit
 def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O,
                 n_src, n_tok, d, dh, eps,
                 H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, BM: tl.constexpr,
-                FINAL: tl.constexpr, PF: tl.constexpr = 1):
+                HAS_B: tl.constexpr, FINAL: tl.constexpr, PF: tl.constexpr = 1):
     s = tl.program_id(0)
     tile = tl.program_id(1)
     elem = ref.dtype.element_ty
     rm = tile * BM + tl.arange(0, BM)
     rh = tl.arange(0, HP)
     ra = tl.arange(0, DA)
-    rb = tl.arange(0, DB)
     col_a = rh[:, None] * dh + ra[None, :]                      # (HP, DA)
-    col_b = rh[:, None] * dh + DA + rb[None, :]                 # (HP, DB)
     cmask_a = (rh[:, None] < H) & (ra[None, :] < dh)
-    cmask_b = (rh[:, None] < H) & ((DA + rb[None, :]) < dh)
     mmask = rm < n_tok
     row = rm.to(tl.int64)[:, None, None] * d
     offs_a = row + col_a[None, :, :]                            # (BM, HP, DA)
-    offs_b = row + col_b[None, :, :]
     mask_a = mmask[:, None, None] & cmask_a[None, :, :]
-    mask_b = mmask[:, None, None] & cmask_b[None, :, :]
     wa = tl.load(W + s * d + col_a, mask=cmask_a, other=0.0).to(tl.float32)
-    wb = tl.load(W + s * d + col_b, mask=cmask_b, other=0.0).to(tl.float32)
-
     m_i = tl.full([BM, HP], float("-inf"), tl.float32)
     l_i = tl.zeros([BM, HP], tl.float32)
     acc_a = tl.zeros([BM, HP, DA], tl.float32)
-    acc_b = tl.zeros([BM, HP, DB], tl.float32)
     p0 = tl.load(table).to(tl.pointer_type(elem))
+    p1 = tl.load(table + tl.minimum(1, n_src - 1)).to(tl.pointer_type(elem))
     xa_n = tl.load(p0 + offs_a, mask=mask_a, other=0.0)
-    xb_n = tl.load(p0 + offs_b, mask=mask_b, other=0.0)
+    xa_n2 = xa_n
     if PF == 2:
-        p1 = tl.load(table + tl.minimum(1, n_src - 1)).to(tl.pointer_type(elem))
         xa_n2 = tl.load(p1 + offs_a, mask=mask_a, other=0.0)
-        xb_n2 = tl.load(p1 + offs_b, mask=mask_b, other=0.0)
-    else:
-        xa_n2 = xa_n
+    if HAS_B:
+        rb = tl.arange(0, DB)
+        col_b = rh[:, None] * dh + DA + rb[None, :]             # (HP, DB)
+        cmask_b = (rh[:, None] < H) & ((DA + rb[None, :]) < dh)
+        offs_b = row + col_b[None, :, :]
+        mask_b = mmask[:, None, None] & cmask_b[None, :, :]
+        wb = tl.load(W + s * d + col_b, mask=cmask_b, other=0.0).to(tl.float32)
+        acc_b = tl.zeros([BM, HP, DB], tl.float32)
+        xb_n = tl.load(p0 + offs_b, mask=mask_b, other=0.0)
         xb_n2 = xb_n
+        if PF == 2:
+            xb_n2 = tl.load(p1 + offs_b, mask=mask_b, other=0.0)
     p_next = tl.load(table + tl.minimum(PF, n_src - 1)).to(tl.pointer_type(elem))
     for i in range(n_src):
         xa = xa_n.to(tl.float32)
-        xb = xb_n.to(tl.float32)
         if PF == 2:
             xa_n = xa_n2
-            xb_n = xb_n2
             xa_n2 = tl.load(p_next + offs_a, mask=mask_a, other=0.0)
-            xb_n2 = tl.load(p_next + offs_b, mask=mask_b, other=0.0)
         else:
             xa_n = tl.load(p_next + offs_a, mask=mask_a, other=0.0)
-            xb_n = tl.load(p_next + offs_b, mask=mask_b, other=0.0)
+        ss = tl.sum(tl.sum(xa * xa, axis=2), axis=1)            # (BM,)
+        zr = tl.sum(xa * wa[None, :, :], axis=2)                # (BM, HP)
+        if HAS_B:
+            xb = xb_n.to(tl.float32)
+            if PF == 2:
+                xb_n = xb_n2
+                xb_n2 = tl.load(p_next + offs_b, mask=mask_b, other=0.0)
+            else:
+                xb_n = tl.load(p_next + offs_b, mask=mask_b, other=0.0)
+            ss += tl.sum(tl.sum(xb * xb, axis=2), axis=1)
+            zr += tl.sum(xb * wb[None, :, :], axis=2)
         p_next = tl.load(table + tl.minimum(i + PF + 1, n_src - 1)).to(tl.pointer_type(elem))
-        ss = tl.sum(_hsum(xa * xa, xb * xb), axis=1)             # (BM,)
         rstd = 1.0 / tl.sqrt(ss / d + eps)
-        z = _hsum(xa * wa[None, :, :], xb * wb[None, :, :]) * rstd[:, None]  # (BM, HP)
+        z = zr * rstd[:, None]
         m_new = tl.maximum(m_i, z)
         alpha = tl.exp(m_i - m_new)
         p = tl.exp(z - m_new)
         l_i = l_i * alpha + p
         acc_a = acc_a * alpha[:, :, None] + p[:, :, None] * xa
-        acc_b = acc_b * alpha[:, :, None] + p[:, :, None] * xb
+        if HAS_B:
+            acc_b = acc_b * alpha[:, :, None] + p[:, :, None] * xb
         m_i = m_new
 
     hmask = mmask[:, None] & (rh[None, :] < H)
@@ -116,7 +119,8 @@ def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O,
         # OUT_O: the read (n_tok, d) in the sources' dtype; OUT_M: log-sum-exp (n_tok, H)
         inv = 1.0 / l_i[:, :, None]
         tl.store(OUT_O + offs_a, (acc_a * inv).to(OUT_O.dtype.element_ty), mask=mask_a)
-        tl.store(OUT_O + offs_b, (acc_b * inv).to(OUT_O.dtype.element_ty), mask=mask_b)
+        if HAS_B:
+            tl.store(OUT_O + offs_b, (acc_b * inv).to(OUT_O.dtype.element_ty), mask=mask_b)
         tl.store(OUT_M + hoffs, m_i + tl.log(l_i), mask=hmask)
     else:
         base_h = s.to(tl.int64) * n_tok * H
@@ -124,14 +128,15 @@ def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O,
         tl.store(OUT_M + base_h + hoffs, m_i, mask=hmask)
         tl.store(OUT_L + base_h + hoffs, l_i, mask=hmask)
         tl.store(OUT_O + base_o + offs_a, acc_a, mask=mask_a)
-        tl.store(OUT_O + base_o + offs_b, acc_b, mask=mask_b)
+        if HAS_B:
+            tl.store(OUT_O + base_o + offs_b, acc_b, mask=mask_b)
 
 
 @triton.jit
 def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW,
                 n_src, n_tok, n_q, d, dh, eps, n_tiles, n_prog,
                 H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, BM: tl.constexpr,
-                SINGLE: tl.constexpr, FINAL: tl.constexpr, PF: tl.constexpr = 1):
+                HAS_B: tl.constexpr, SINGLE: tl.constexpr, FINAL: tl.constexpr, PF: tl.constexpr = 1):
     """G: (S, n_tok, d) upstream gradient of the (unnormalised or final) output.
     STAT: (S, n_tok, H) the logit offset (m for a partial read, lse for a final read).
     OFF: (S, n_tok, H) added to g.s before multiplying by p (grad_l of a partial read);
@@ -143,16 +148,19 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW,
     pid = tl.program_id(0)
     rh = tl.arange(0, HP)
     ra = tl.arange(0, DA)
-    rb = tl.arange(0, DB)
     col_a = rh[:, None] * dh + ra[None, :]
-    col_b = rh[:, None] * dh + DA + rb[None, :]
     cmask_a = (rh[:, None] < H) & (ra[None, :] < dh)
-    cmask_b = (rh[:, None] < H) & ((DA + rb[None, :]) < dh)
     elem = ref.dtype.element_ty
-    dwa_acc = tl.zeros([HP, DA], tl.float32)
-    dwb_acc = tl.zeros([HP, DB], tl.float32)
-    w0a = tl.load(W + col_a, mask=cmask_a, other=0.0).to(tl.float32)
-    w0b = tl.load(W + col_b, mask=cmask_b, other=0.0).to(tl.float32)
+    if SINGLE:
+        dwa_acc = tl.zeros([HP, DA], tl.float32)
+        w0a = tl.load(W + col_a, mask=cmask_a, other=0.0).to(tl.float32)
+    if HAS_B:
+        rb = tl.arange(0, DB)
+        col_b = rh[:, None] * dh + DA + rb[None, :]
+        cmask_b = (rh[:, None] < H) & ((DA + rb[None, :]) < dh)
+        if SINGLE:
+            dwb_acc = tl.zeros([HP, DB], tl.float32)
+            w0b = tl.load(W + col_b, mask=cmask_b, other=0.0).to(tl.float32)
     p_first = tl.load(table).to(tl.pointer_type(elem))
     p_second = tl.load(table + tl.minimum(1, n_src - 1)).to(tl.pointer_type(elem))
     p_third = tl.load(table + tl.minimum(2, n_src - 1)).to(tl.pointer_type(elem))
@@ -161,60 +169,72 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW,
         mmask = rm < n_tok
         row = rm.to(tl.int64)[:, None, None] * d
         offs_a = row + col_a[None, :, :]
-        offs_b = row + col_b[None, :, :]
         mask_a = mmask[:, None, None] & cmask_a[None, :, :]
-        mask_b = mmask[:, None, None] & cmask_b[None, :, :]
         hmask = mmask[:, None] & (rh[None, :] < H)
         hoffs = rm.to(tl.int64)[:, None] * H + rh[None, :]
         xa_n = tl.load(p_first + offs_a, mask=mask_a, other=0.0)
-        xb_n = tl.load(p_first + offs_b, mask=mask_b, other=0.0)
+        xa_n2 = xa_n
+        p_next = p_second
         if PF == 2:
             xa_n2 = tl.load(p_second + offs_a, mask=mask_a, other=0.0)
-            xb_n2 = tl.load(p_second + offs_b, mask=mask_b, other=0.0)
             p_next = p_third
-        else:
-            xa_n2 = xa_n
+        if HAS_B:
+            offs_b = row + col_b[None, :, :]
+            mask_b = mmask[:, None, None] & cmask_b[None, :, :]
+            xb_n = tl.load(p_first + offs_b, mask=mask_b, other=0.0)
             xb_n2 = xb_n
-            p_next = p_second
+            if PF == 2:
+                xb_n2 = tl.load(p_second + offs_b, mask=mask_b, other=0.0)
         if SINGLE:
             goa = tl.load(G + offs_a, mask=mask_a, other=0.0).to(tl.float32)
-            gob = tl.load(G + offs_b, mask=mask_b, other=0.0).to(tl.float32)
             st0 = tl.load(STAT + hoffs, mask=hmask, other=0.0).to(tl.float32)
+            if HAS_B:
+                gob = tl.load(G + offs_b, mask=mask_b, other=0.0).to(tl.float32)
             if FINAL:
-                ya = tl.load(Y + offs_a, mask=mask_a, other=0.0).to(tl.float32)
-                yb = tl.load(Y + offs_b, mask=mask_b, other=0.0).to(tl.float32)
-                of0 = -_hsum(goa * ya, gob * yb)
+                of0 = -tl.sum(goa * tl.load(Y + offs_a, mask=mask_a, other=0.0).to(tl.float32), axis=2)
+                if HAS_B:
+                    of0 -= tl.sum(gob * tl.load(Y + offs_b, mask=mask_b, other=0.0).to(tl.float32), axis=2)
             else:
                 of0 = tl.load(OFF + hoffs, mask=hmask, other=0.0).to(tl.float32)
         for i in range(n_src):
             xa = xa_n.to(tl.float32)
-            xb = xb_n.to(tl.float32)
             if PF == 2:
                 xa_n = xa_n2
-                xb_n = xb_n2
                 xa_n2 = tl.load(p_next + offs_a, mask=mask_a, other=0.0)
-                xb_n2 = tl.load(p_next + offs_b, mask=mask_b, other=0.0)
             else:
                 xa_n = tl.load(p_next + offs_a, mask=mask_a, other=0.0)
-                xb_n = tl.load(p_next + offs_b, mask=mask_b, other=0.0)
+            ss = tl.sum(tl.sum(xa * xa, axis=2), axis=1)
+            if HAS_B:
+                xb = xb_n.to(tl.float32)
+                if PF == 2:
+                    xb_n = xb_n2
+                    xb_n2 = tl.load(p_next + offs_b, mask=mask_b, other=0.0)
+                else:
+                    xb_n = tl.load(p_next + offs_b, mask=mask_b, other=0.0)
+                ss += tl.sum(tl.sum(xb * xb, axis=2), axis=1)
             p_next = tl.load(table + tl.minimum(i + PF + 1, n_src - 1)).to(tl.pointer_type(elem))
             gdst = tl.load(gtable + i).to(tl.pointer_type(elem))
-            ss = tl.sum(_hsum(xa * xa, xb * xb), axis=1)
             rstd = 1.0 / tl.sqrt(ss / d + eps)
             if SINGLE:
-                zr = _hsum(xa * w0a[None, :, :], xb * w0b[None, :, :])   # (BM, HP)
+                zr = tl.sum(xa * w0a[None, :, :], axis=2)               # (BM, HP)
+                gx = tl.sum(goa * xa, axis=2)
+                if HAS_B:
+                    zr += tl.sum(xb * w0b[None, :, :], axis=2)
+                    gx += tl.sum(gob * xb, axis=2)
                 a = tl.exp(zr * rstd[:, None] - st0)
                 a = tl.where(hmask, a, 0.0)
-                dz = a * (_hsum(goa * xa, gob * xb) + of0)
+                dz = a * (gx + of0)
                 rdz = dz * rstd[:, None]
-                dwa_acc += tl.sum(rdz[:, :, None] * xa, axis=0)
-                dwb_acc += tl.sum(rdz[:, :, None] * xb, axis=0)
                 c = tl.sum(dz * zr, axis=1) * rstd * rstd * rstd / d  # (BM,)
+                dwa_acc += tl.sum(rdz[:, :, None] * xa, axis=0)
                 dxa = rdz[:, :, None] * w0a[None, :, :] - c[:, None, None] * xa + a[:, :, None] * goa
-                dxb = rdz[:, :, None] * w0b[None, :, :] - c[:, None, None] * xb + a[:, :, None] * gob
+                if HAS_B:
+                    dwb_acc += tl.sum(rdz[:, :, None] * xb, axis=0)
+                    dxb = rdz[:, :, None] * w0b[None, :, :] - c[:, None, None] * xb + a[:, :, None] * gob
             else:
-                Aa = tl.zeros([BM, HP, DA], tl.float32)
-                Ab = tl.zeros([BM, HP, DB], tl.float32)
+                dxa = tl.zeros([BM, HP, DA], tl.float32)
+                if HAS_B:
+                    dxb = tl.zeros([BM, HP, DB], tl.float32)
                 cs = tl.zeros([BM], tl.float32)
                 wq = W
                 gq = G
@@ -223,34 +243,42 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW,
                 dwq = DW + pid.to(tl.int64) * n_q * d
                 for q in range(n_q):
                     wa = tl.load(wq + col_a, mask=cmask_a, other=0.0).to(tl.float32)
-                    wb = tl.load(wq + col_b, mask=cmask_b, other=0.0).to(tl.float32)
                     goa = tl.load(gq + offs_a, mask=mask_a, other=0.0).to(tl.float32)
-                    gob = tl.load(gq + offs_b, mask=mask_b, other=0.0).to(tl.float32)
                     st = tl.load(sq + hoffs, mask=hmask, other=0.0).to(tl.float32)
                     of = tl.load(oq + hoffs, mask=hmask, other=0.0).to(tl.float32)
-                    zr = _hsum(xa * wa[None, :, :], xb * wb[None, :, :])
+                    zr = tl.sum(xa * wa[None, :, :], axis=2)
+                    gx = tl.sum(goa * xa, axis=2)
+                    if HAS_B:
+                        wb = tl.load(wq + col_b, mask=cmask_b, other=0.0).to(tl.float32)
+                        gob = tl.load(gq + offs_b, mask=mask_b, other=0.0).to(tl.float32)
+                        zr += tl.sum(xb * wb[None, :, :], axis=2)
+                        gx += tl.sum(gob * xb, axis=2)
                     a = tl.exp(zr * rstd[:, None] - st)
                     a = tl.where(hmask, a, 0.0)
-                    dz = a * (_hsum(goa * xa, gob * xb) + of)
+                    dz = a * (gx + of)
                     rdz = dz * rstd[:, None]
                     tl.store(dwq + col_a, tl.load(dwq + col_a, mask=cmask_a, other=0.0)
                              + tl.sum(rdz[:, :, None] * xa, axis=0), mask=cmask_a)
-                    tl.store(dwq + col_b, tl.load(dwq + col_b, mask=cmask_b, other=0.0)
-                             + tl.sum(rdz[:, :, None] * xb, axis=0), mask=cmask_b)
+                    dxa += rdz[:, :, None] * wa[None, :, :] + a[:, :, None] * goa
+                    if HAS_B:
+                        tl.store(dwq + col_b, tl.load(dwq + col_b, mask=cmask_b, other=0.0)
+                                 + tl.sum(rdz[:, :, None] * xb, axis=0), mask=cmask_b)
+                        dxb += rdz[:, :, None] * wb[None, :, :] + a[:, :, None] * gob
                     tl.debug_barrier()
                     cs += tl.sum(dz * zr, axis=1)
-                    Aa += rdz[:, :, None] * wa[None, :, :] + a[:, :, None] * goa
-                    Ab += rdz[:, :, None] * wb[None, :, :] + a[:, :, None] * gob
                     wq += d
                     gq += n_tok * d
                     sq += n_tok * H
                     oq += n_tok * H
                     dwq += d
                 c = cs * rstd * rstd * rstd / d
-                dxa = Aa - c[:, None, None] * xa
-                dxb = Ab - c[:, None, None] * xb
+                dxa -= c[:, None, None] * xa
+                if HAS_B:
+                    dxb -= c[:, None, None] * xb
             tl.store(gdst + offs_a, dxa.to(elem), mask=mask_a)
-            tl.store(gdst + offs_b, dxb.to(elem), mask=mask_b)
+            if HAS_B:
+                tl.store(gdst + offs_b, dxb.to(elem), mask=mask_b)
     if SINGLE:
         tl.store(DW + pid.to(tl.int64) * d + col_a, dwa_acc, mask=cmask_a)
-        tl.store(DW + pid.to(tl.int64) * d + col_b, dwb_acc, mask=cmask_b)
+        if HAS_B:
+            tl.store(DW + pid.to(tl.int64) * d + col_b, dwb_acc, mask=cmask_b)
