@@ -15,6 +15,12 @@ fp32, pass 2 re-reads the tile and writes the gradient. The chunk is read twice 
 written once; nothing else of its size is allocated. ``1 / count`` is read from a
 device scalar, so the caller never synchronises with the device.
 
+``V`` is a compile-time constant (one compiled kernel per vocabulary size; a model has
+one). A runtime ``V`` as the tile loop's bound breaks Triton 3.6's interpreter under
+NumPy >= 2.4: it turns the bound into an index with ``int()`` of a one-element 1-D
+array, which NumPy 2.4 refuses ("only 0-dimensional arrays can be converted to Python
+scalars"; Triton 3.9 squeezes first). A constexpr bound is a Python int there.
+
 Used by :class:`mhar.model.loss.ChunkedLinearCrossEntropy` on CUDA; the plain PyTorch
 path there is the reference these kernels are tested against.
 """
@@ -35,8 +41,8 @@ NUM_WARPS = int(os.environ.get("MHAR_CE_WARPS", 8))
 
 
 @triton.jit
-def _ce_grad_kernel(X, stride_x, T, LOSS, LSE, INV_COUNT, V, ignore_index, z_loss,
-                    BLOCK: tl.constexpr, WRITE_GRAD: tl.constexpr):
+def _ce_grad_kernel(X, stride_x, T, LOSS, LSE, INV_COUNT, ignore_index, z_loss,
+                    V: tl.constexpr, BLOCK: tl.constexpr, WRITE_GRAD: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     x_row = X + row * stride_x
     t = tl.load(T + row).to(tl.int64)
@@ -100,7 +106,7 @@ def cross_entropy_grad_(logits: Tensor, targets: Tensor, inv_count: Tensor, z_lo
     block = block or min(BLOCK, triton.next_power_of_2(V))
     if block & (block - 1):
         raise ValueError(f"block must be a power of two; got {block}")
-    _ce_grad_kernel[(rows,)](logits, logits.stride(0), targets, loss_out, lse_out, inv_count, V,
-                             int(ignore_index), float(z_loss), BLOCK=block, WRITE_GRAD=bool(write_grad),
-                             num_warps=num_warps or NUM_WARPS)
+    _ce_grad_kernel[(rows,)](logits, logits.stride(0), targets, loss_out, lse_out, inv_count,
+                             int(ignore_index), float(z_loss), V=int(V), BLOCK=block,
+                             WRITE_GRAD=bool(write_grad), num_warps=num_warps or NUM_WARPS)
     return loss_out, lse_out
