@@ -39,7 +39,7 @@ DEFAULT_METHODS = "baseline,hyper,attnres,mhar,mhar-block"
 def build(preset: str, method: str, seq_len: int, overrides: list[str], chunk: int, device: str) -> Decoder:
     cfg = get_preset(preset, "baseline")
     stream = method_stream(method, cfg.num_sublayers, cfg.d_model)
-    stream.chunk = chunk  # the schedule is 'auto': two-phase on CUDA
+    stream.chunk = chunk  # used when the schedule is two-phase (override stream.schedule=two-phase)
     cfg.stream = stream
     cfg.max_seq_len = max(cfg.max_seq_len, seq_len)
     cfg = apply_overrides(cfg, overrides)

@@ -11,10 +11,10 @@ two parts' reductions land in different register layouts, and converting between
 them costs a shared-memory round trip per reduction.
 
 Sources are never stacked: the kernels take a device table of the sources' data
-pointers (int64) and cast each entry to a typed pointer in-kernel. Gradients for the
-sources are written the same way, through a table of the N freshly allocated
-gradient tensors, so peak memory is one copy of the sources and one of their
-gradients.
+pointers (int64) and cast each entry to a typed pointer in-kernel. The sources'
+gradients are written into one fresh (N, tokens, d) buffer whose slices autograd
+receives (one allocation instead of N, and no pointer table to upload), so peak
+memory is one copy of the sources and one of their gradients.
 
 Forward (``_fwd_kernel``): grid ``(S, token tiles)``, the query index fastest, so the
 S programs that read the same token tile run side by side and share it in L2: each
@@ -133,11 +133,12 @@ def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O,
 
 
 @triton.jit
-def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW,
-                n_src, n_tok, n_q, d, dh, eps, n_tiles, n_prog,
+def _bwd_kernel(table, ref, GRADS, W, G, STAT, OFF, Y, DW,
+                n_src, n_tok, n_q, d, dh, eps, n_tiles, n_prog, src_stride,
                 H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, BM: tl.constexpr,
                 HAS_B: tl.constexpr, SINGLE: tl.constexpr, FINAL: tl.constexpr, PF: tl.constexpr = 1):
-    """G: (S, n_tok, d) upstream gradient of the (unnormalised or final) output.
+    """GRADS: (n_src, n_tok, d) the sources' gradients, one buffer (written, never read).
+    G: (S, n_tok, d) upstream gradient of the (unnormalised or final) output.
     STAT: (S, n_tok, H) the logit offset (m for a partial read, lse for a final read).
     OFF: (S, n_tok, H) added to g.s before multiplying by p (grad_l of a partial read);
     for a final read (FINAL, one query) it is -g.y per head, formed here from Y.
@@ -175,6 +176,7 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW,
         xa_n = tl.load(p_first + offs_a, mask=mask_a, other=0.0)
         xa_n2 = xa_n
         p_next = p_second
+        gdst = GRADS  # source i's gradient: GRADS + i * n_tok * d, advanced per source
         if PF == 2:
             xa_n2 = tl.load(p_second + offs_a, mask=mask_a, other=0.0)
             p_next = p_third
@@ -213,7 +215,6 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW,
                     xb_n = tl.load(p_next + offs_b, mask=mask_b, other=0.0)
                 ss += tl.sum(tl.sum(xb * xb, axis=2), axis=1)
             p_next = tl.load(table + tl.minimum(i + PF + 1, n_src - 1)).to(tl.pointer_type(elem))
-            gdst = tl.load(gtable + i).to(tl.pointer_type(elem))
             rstd = 1.0 / tl.sqrt(ss / d + eps)
             if SINGLE:
                 zr = tl.sum(xa * w0a[None, :, :], axis=2)               # (BM, HP)
@@ -278,6 +279,7 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW,
             tl.store(gdst + offs_a, dxa.to(elem), mask=mask_a)
             if HAS_B:
                 tl.store(gdst + offs_b, dxb.to(elem), mask=mask_b)
+            gdst += src_stride
     if SINGLE:
         tl.store(DW + pid.to(tl.int64) * d + col_a, dwa_acc, mask=cmask_a)
         if HAS_B:

@@ -12,7 +12,7 @@ before it and its raw output becomes a new source; nothing is added back.
 
 Every site (each sublayer, plus a final one before the output norm) owns a query
 (zero-initialised: every read starts as the uniform mean) and a key-norm weight
-(ones). With the two-phase schedule (``schedule='two-phase'``, or 'auto' on CUDA) the reads of a chunk of sublayers (a block, or
+(ones). With the two-phase schedule (``schedule='two-phase'``; 'auto' is one-pass) the reads of a chunk of sublayers (a block, or
 ``chunk`` sublayers of full routing) over the sources that exist when the chunk
 starts are done in one batched partial read; each sublayer then merges, exactly,
 the sources created inside the chunk. Results equal the one-pass read.
