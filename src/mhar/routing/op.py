@@ -182,7 +182,9 @@ def _geometry(d: int, heads: int, n_tok: int, kind: str):
     width = padded_width(d, heads)
     cfg = _cfg(width, heads > 1)
     BM = max(1, min(_pow2_floor(max(1, cfg[kind + "_elems"] // width)), _pow2(max(n_tok, 1))))
-    return dh, HP, DA, DB, BM, cfg
+    # every lane valid (no padded heads, columns or tokens): the kernels drop their masks
+    even = n_tok % BM == 0 and HP == heads and DA + DB == dh
+    return dh, HP, DA, DB, BM, cfg, even
 
 
 _SM_COUNT: dict = {}
@@ -210,7 +212,7 @@ def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, h
     n_tok = srcs[0].numel() // d
     dev = srcs[0].device
     w = (queries.float() * norm_weights.float()).contiguous()
-    dh, HP, DA, DB, BM, cfg = _geometry(d, heads, n_tok, "fwd")
+    dh, HP, DA, DB, BM, cfg, even = _geometry(d, heads, n_tok, "fwd")
     table = _ptr_table(srcs)
     n_tiles = -(-n_tok // BM)
     if final:
@@ -218,7 +220,7 @@ def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, h
         lse = _new((n_tok, heads), torch.float32, dev)
         if n_tiles:
             _fwd_kernel[(1, n_tiles)](table, srcs[0], w, lse, lse, y, len(srcs), n_tok, d, dh, eps,
-                                      H=heads, HP=HP, DA=DA, DB=DB, HAS_B=DB > 0, BM=BM, FINAL=True, PF=cfg["fwd_pf"],
+                                      H=heads, HP=HP, DA=DA, DB=DB, HAS_B=DB > 0, EVEN=even, BM=BM, FINAL=True, PF=cfg["fwd_pf"],
                                       num_warps=cfg["fwd_warps"])
         return y, lse
     m = _new((S, n_tok, heads), torch.float32, dev)
@@ -226,7 +228,7 @@ def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, h
     o = _new((S, n_tok, d), torch.float32, dev)
     if n_tiles:
         _fwd_kernel[(S, n_tiles)](table, srcs[0], w, m, l, o, len(srcs), n_tok, d, dh, eps,
-                                  H=heads, HP=HP, DA=DA, DB=DB, HAS_B=DB > 0, BM=BM, FINAL=False, PF=cfg["fwd_pf"],
+                                  H=heads, HP=HP, DA=DA, DB=DB, HAS_B=DB > 0, EVEN=even, BM=BM, FINAL=False, PF=cfg["fwd_pf"],
                                   num_warps=cfg["fwd_warps"])
     return m, l, o
 
@@ -241,7 +243,7 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
     dev = srcs[0].device
     q32, g32 = queries.float(), norm_weights.float()
     w = (q32 * g32).contiguous()
-    dh, HP, DA, DB, BM, cfg = _geometry(d, heads, n_tok, "bwd")
+    dh, HP, DA, DB, BM, cfg, even = _geometry(d, heads, n_tok, "bwd")
     # one buffer for the N gradients: one allocation, and the kernel finds source i's at i * n_tok * d
     grad_buf = _new((len(srcs), *srcs[0].shape), srcs[0].dtype, dev)
     n_tiles = -(-n_tok // BM)
@@ -256,7 +258,7 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
                                grad.contiguous(), stat, stat if final else off.contiguous(),
                                y.contiguous() if final else grad, dw_parts,
                                len(srcs), n_tok, S, d, dh, eps, n_tiles, n_prog, n_tok * d,
-                               H=heads, HP=HP, DA=DA, DB=DB, HAS_B=DB > 0, BM=BM, SINGLE=(S == 1), FINAL=final, PF=cfg["bwd_pf"],
+                               H=heads, HP=HP, DA=DA, DB=DB, HAS_B=DB > 0, EVEN=even, BM=BM, SINGLE=(S == 1), FINAL=final, PF=cfg["bwd_pf"],
                                num_warps=cfg["bwd_warps"])
     else:
         dw_parts.zero_()

@@ -44,10 +44,27 @@ import triton.language as tl
 
 
 @triton.jit
+def _ld(ptr, mask, EVEN: tl.constexpr):
+    """Masked load, unmasked when every lane is known valid (``EVEN``): no predicates to
+    keep in registers."""
+    if EVEN:
+        return tl.load(ptr)
+    return tl.load(ptr, mask=mask, other=0.0)
+
+
+@triton.jit
+def _st(ptr, value, mask, EVEN: tl.constexpr):
+    if EVEN:
+        tl.store(ptr, value)
+    else:
+        tl.store(ptr, value, mask=mask)
+
+
+@triton.jit
 def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O,
-                n_src, n_tok, d, dh, eps,
+                n_src, n_tok, d: tl.constexpr, dh: tl.constexpr, eps,
                 H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, BM: tl.constexpr,
-                HAS_B: tl.constexpr, FINAL: tl.constexpr, PF: tl.constexpr = 1):
+                HAS_B: tl.constexpr, EVEN: tl.constexpr, FINAL: tl.constexpr, PF: tl.constexpr = 1):
     s = tl.program_id(0)
     tile = tl.program_id(1)
     elem = ref.dtype.element_ty
@@ -60,45 +77,45 @@ def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O,
     row = rm.to(tl.int64)[:, None, None] * d
     offs_a = row + col_a[None, :, :]                            # (BM, HP, DA)
     mask_a = mmask[:, None, None] & cmask_a[None, :, :]
-    wa = tl.load(W + s * d + col_a, mask=cmask_a, other=0.0).to(tl.float32)
+    wa = _ld(W + s * d + col_a, cmask_a, EVEN).to(tl.float32)
     m_i = tl.full([BM, HP], float("-inf"), tl.float32)
     l_i = tl.zeros([BM, HP], tl.float32)
     acc_a = tl.zeros([BM, HP, DA], tl.float32)
     p0 = tl.load(table).to(tl.pointer_type(elem))
     p1 = tl.load(table + tl.minimum(1, n_src - 1)).to(tl.pointer_type(elem))
-    xa_n = tl.load(p0 + offs_a, mask=mask_a, other=0.0)
+    xa_n = _ld(p0 + offs_a, mask_a, EVEN)
     xa_n2 = xa_n
     if PF == 2:
-        xa_n2 = tl.load(p1 + offs_a, mask=mask_a, other=0.0)
+        xa_n2 = _ld(p1 + offs_a, mask_a, EVEN)
     if HAS_B:
         rb = tl.arange(0, DB)
         col_b = rh[:, None] * dh + DA + rb[None, :]             # (HP, DB)
         cmask_b = (rh[:, None] < H) & ((DA + rb[None, :]) < dh)
         offs_b = row + col_b[None, :, :]
         mask_b = mmask[:, None, None] & cmask_b[None, :, :]
-        wb = tl.load(W + s * d + col_b, mask=cmask_b, other=0.0).to(tl.float32)
+        wb = _ld(W + s * d + col_b, cmask_b, EVEN).to(tl.float32)
         acc_b = tl.zeros([BM, HP, DB], tl.float32)
-        xb_n = tl.load(p0 + offs_b, mask=mask_b, other=0.0)
+        xb_n = _ld(p0 + offs_b, mask_b, EVEN)
         xb_n2 = xb_n
         if PF == 2:
-            xb_n2 = tl.load(p1 + offs_b, mask=mask_b, other=0.0)
+            xb_n2 = _ld(p1 + offs_b, mask_b, EVEN)
     p_next = tl.load(table + tl.minimum(PF, n_src - 1)).to(tl.pointer_type(elem))
     for i in range(n_src):
         xa = xa_n.to(tl.float32)
         if PF == 2:
             xa_n = xa_n2
-            xa_n2 = tl.load(p_next + offs_a, mask=mask_a, other=0.0)
+            xa_n2 = _ld(p_next + offs_a, mask_a, EVEN)
         else:
-            xa_n = tl.load(p_next + offs_a, mask=mask_a, other=0.0)
+            xa_n = _ld(p_next + offs_a, mask_a, EVEN)
         ss = tl.sum(tl.sum(xa * xa, axis=2), axis=1)            # (BM,)
         zr = tl.sum(xa * wa[None, :, :], axis=2)                # (BM, HP)
         if HAS_B:
             xb = xb_n.to(tl.float32)
             if PF == 2:
                 xb_n = xb_n2
-                xb_n2 = tl.load(p_next + offs_b, mask=mask_b, other=0.0)
+                xb_n2 = _ld(p_next + offs_b, mask_b, EVEN)
             else:
-                xb_n = tl.load(p_next + offs_b, mask=mask_b, other=0.0)
+                xb_n = _ld(p_next + offs_b, mask_b, EVEN)
             ss += tl.sum(tl.sum(xb * xb, axis=2), axis=1)
             zr += tl.sum(xb * wb[None, :, :], axis=2)
         p_next = tl.load(table + tl.minimum(i + PF + 1, n_src - 1)).to(tl.pointer_type(elem))
@@ -118,25 +135,26 @@ def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O,
     if FINAL:
         # OUT_O: the read (n_tok, d) in the sources' dtype; OUT_M: log-sum-exp (n_tok, H)
         inv = 1.0 / l_i[:, :, None]
-        tl.store(OUT_O + offs_a, (acc_a * inv).to(OUT_O.dtype.element_ty), mask=mask_a)
+        _st(OUT_O + offs_a, (acc_a * inv).to(OUT_O.dtype.element_ty), mask_a, EVEN)
         if HAS_B:
-            tl.store(OUT_O + offs_b, (acc_b * inv).to(OUT_O.dtype.element_ty), mask=mask_b)
-        tl.store(OUT_M + hoffs, m_i + tl.log(l_i), mask=hmask)
+            _st(OUT_O + offs_b, (acc_b * inv).to(OUT_O.dtype.element_ty), mask_b, EVEN)
+        _st(OUT_M + hoffs, m_i + tl.log(l_i), hmask, EVEN)
     else:
         base_h = s.to(tl.int64) * n_tok * H
         base_o = s.to(tl.int64) * n_tok * d
-        tl.store(OUT_M + base_h + hoffs, m_i, mask=hmask)
-        tl.store(OUT_L + base_h + hoffs, l_i, mask=hmask)
-        tl.store(OUT_O + base_o + offs_a, acc_a, mask=mask_a)
+        _st(OUT_M + base_h + hoffs, m_i, hmask, EVEN)
+        _st(OUT_L + base_h + hoffs, l_i, hmask, EVEN)
+        _st(OUT_O + base_o + offs_a, acc_a, mask_a, EVEN)
         if HAS_B:
-            tl.store(OUT_O + base_o + offs_b, acc_b, mask=mask_b)
+            _st(OUT_O + base_o + offs_b, acc_b, mask_b, EVEN)
 
 
 @triton.jit
 def _bwd_kernel(table, ref, GRADS, W, G, STAT, OFF, Y, DW,
-                n_src, n_tok, n_q, d, dh, eps, n_tiles, n_prog, src_stride,
+                n_src, n_tok, n_q, d: tl.constexpr, dh: tl.constexpr, eps, n_tiles, n_prog, src_stride,
                 H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, BM: tl.constexpr,
-                HAS_B: tl.constexpr, SINGLE: tl.constexpr, FINAL: tl.constexpr, PF: tl.constexpr = 1):
+                HAS_B: tl.constexpr, EVEN: tl.constexpr, SINGLE: tl.constexpr, FINAL: tl.constexpr,
+                PF: tl.constexpr = 1):
     """GRADS: (n_src, n_tok, d) the sources' gradients, one buffer (written, never read).
     G: (S, n_tok, d) upstream gradient of the (unnormalised or final) output.
     STAT: (S, n_tok, H) the logit offset (m for a partial read, lse for a final read).
@@ -154,14 +172,14 @@ def _bwd_kernel(table, ref, GRADS, W, G, STAT, OFF, Y, DW,
     elem = ref.dtype.element_ty
     if SINGLE:
         dwa_acc = tl.zeros([HP, DA], tl.float32)
-        w0a = tl.load(W + col_a, mask=cmask_a, other=0.0).to(tl.float32)
+        w0a = _ld(W + col_a, cmask_a, EVEN).to(tl.float32)
     if HAS_B:
         rb = tl.arange(0, DB)
         col_b = rh[:, None] * dh + DA + rb[None, :]
         cmask_b = (rh[:, None] < H) & ((DA + rb[None, :]) < dh)
         if SINGLE:
             dwb_acc = tl.zeros([HP, DB], tl.float32)
-            w0b = tl.load(W + col_b, mask=cmask_b, other=0.0).to(tl.float32)
+            w0b = _ld(W + col_b, cmask_b, EVEN).to(tl.float32)
     p_first = tl.load(table).to(tl.pointer_type(elem))
     p_second = tl.load(table + tl.minimum(1, n_src - 1)).to(tl.pointer_type(elem))
     p_third = tl.load(table + tl.minimum(2, n_src - 1)).to(tl.pointer_type(elem))
@@ -173,46 +191,46 @@ def _bwd_kernel(table, ref, GRADS, W, G, STAT, OFF, Y, DW,
         mask_a = mmask[:, None, None] & cmask_a[None, :, :]
         hmask = mmask[:, None] & (rh[None, :] < H)
         hoffs = rm.to(tl.int64)[:, None] * H + rh[None, :]
-        xa_n = tl.load(p_first + offs_a, mask=mask_a, other=0.0)
+        xa_n = _ld(p_first + offs_a, mask_a, EVEN)
         xa_n2 = xa_n
         p_next = p_second
         gdst = GRADS  # source i's gradient: GRADS + i * n_tok * d, advanced per source
         if PF == 2:
-            xa_n2 = tl.load(p_second + offs_a, mask=mask_a, other=0.0)
+            xa_n2 = _ld(p_second + offs_a, mask_a, EVEN)
             p_next = p_third
         if HAS_B:
             offs_b = row + col_b[None, :, :]
             mask_b = mmask[:, None, None] & cmask_b[None, :, :]
-            xb_n = tl.load(p_first + offs_b, mask=mask_b, other=0.0)
+            xb_n = _ld(p_first + offs_b, mask_b, EVEN)
             xb_n2 = xb_n
             if PF == 2:
-                xb_n2 = tl.load(p_second + offs_b, mask=mask_b, other=0.0)
+                xb_n2 = _ld(p_second + offs_b, mask_b, EVEN)
         if SINGLE:
-            goa = tl.load(G + offs_a, mask=mask_a, other=0.0).to(tl.float32)
-            st0 = tl.load(STAT + hoffs, mask=hmask, other=0.0).to(tl.float32)
+            goa = _ld(G + offs_a, mask_a, EVEN).to(tl.float32)
+            st0 = _ld(STAT + hoffs, hmask, EVEN).to(tl.float32)
             if HAS_B:
-                gob = tl.load(G + offs_b, mask=mask_b, other=0.0).to(tl.float32)
+                gob = _ld(G + offs_b, mask_b, EVEN).to(tl.float32)
             if FINAL:
-                of0 = -tl.sum(goa * tl.load(Y + offs_a, mask=mask_a, other=0.0).to(tl.float32), axis=2)
+                of0 = -tl.sum(goa * _ld(Y + offs_a, mask_a, EVEN).to(tl.float32), axis=2)
                 if HAS_B:
-                    of0 -= tl.sum(gob * tl.load(Y + offs_b, mask=mask_b, other=0.0).to(tl.float32), axis=2)
+                    of0 -= tl.sum(gob * _ld(Y + offs_b, mask_b, EVEN).to(tl.float32), axis=2)
             else:
-                of0 = tl.load(OFF + hoffs, mask=hmask, other=0.0).to(tl.float32)
+                of0 = _ld(OFF + hoffs, hmask, EVEN).to(tl.float32)
         for i in range(n_src):
             xa = xa_n.to(tl.float32)
             if PF == 2:
                 xa_n = xa_n2
-                xa_n2 = tl.load(p_next + offs_a, mask=mask_a, other=0.0)
+                xa_n2 = _ld(p_next + offs_a, mask_a, EVEN)
             else:
-                xa_n = tl.load(p_next + offs_a, mask=mask_a, other=0.0)
+                xa_n = _ld(p_next + offs_a, mask_a, EVEN)
             ss = tl.sum(tl.sum(xa * xa, axis=2), axis=1)
             if HAS_B:
                 xb = xb_n.to(tl.float32)
                 if PF == 2:
                     xb_n = xb_n2
-                    xb_n2 = tl.load(p_next + offs_b, mask=mask_b, other=0.0)
+                    xb_n2 = _ld(p_next + offs_b, mask_b, EVEN)
                 else:
-                    xb_n = tl.load(p_next + offs_b, mask=mask_b, other=0.0)
+                    xb_n = _ld(p_next + offs_b, mask_b, EVEN)
                 ss += tl.sum(tl.sum(xb * xb, axis=2), axis=1)
             p_next = tl.load(table + tl.minimum(i + PF + 1, n_src - 1)).to(tl.pointer_type(elem))
             rstd = 1.0 / tl.sqrt(ss / d + eps)
@@ -243,27 +261,27 @@ def _bwd_kernel(table, ref, GRADS, W, G, STAT, OFF, Y, DW,
                 oq = OFF
                 dwq = DW + pid.to(tl.int64) * n_q * d
                 for q in range(n_q):
-                    wa = tl.load(wq + col_a, mask=cmask_a, other=0.0).to(tl.float32)
-                    goa = tl.load(gq + offs_a, mask=mask_a, other=0.0).to(tl.float32)
-                    st = tl.load(sq + hoffs, mask=hmask, other=0.0).to(tl.float32)
-                    of = tl.load(oq + hoffs, mask=hmask, other=0.0).to(tl.float32)
+                    wa = _ld(wq + col_a, cmask_a, EVEN).to(tl.float32)
+                    goa = _ld(gq + offs_a, mask_a, EVEN).to(tl.float32)
+                    st = _ld(sq + hoffs, hmask, EVEN).to(tl.float32)
+                    of = _ld(oq + hoffs, hmask, EVEN).to(tl.float32)
                     zr = tl.sum(xa * wa[None, :, :], axis=2)
                     gx = tl.sum(goa * xa, axis=2)
                     if HAS_B:
-                        wb = tl.load(wq + col_b, mask=cmask_b, other=0.0).to(tl.float32)
-                        gob = tl.load(gq + offs_b, mask=mask_b, other=0.0).to(tl.float32)
+                        wb = _ld(wq + col_b, cmask_b, EVEN).to(tl.float32)
+                        gob = _ld(gq + offs_b, mask_b, EVEN).to(tl.float32)
                         zr += tl.sum(xb * wb[None, :, :], axis=2)
                         gx += tl.sum(gob * xb, axis=2)
                     a = tl.exp(zr * rstd[:, None] - st)
                     a = tl.where(hmask, a, 0.0)
                     dz = a * (gx + of)
                     rdz = dz * rstd[:, None]
-                    tl.store(dwq + col_a, tl.load(dwq + col_a, mask=cmask_a, other=0.0)
-                             + tl.sum(rdz[:, :, None] * xa, axis=0), mask=cmask_a)
+                    _st(dwq + col_a, _ld(dwq + col_a, cmask_a, EVEN) + tl.sum(rdz[:, :, None] * xa, axis=0),
+                        cmask_a, EVEN)
                     dxa += rdz[:, :, None] * wa[None, :, :] + a[:, :, None] * goa
                     if HAS_B:
-                        tl.store(dwq + col_b, tl.load(dwq + col_b, mask=cmask_b, other=0.0)
-                                 + tl.sum(rdz[:, :, None] * xb, axis=0), mask=cmask_b)
+                        _st(dwq + col_b, _ld(dwq + col_b, cmask_b, EVEN) + tl.sum(rdz[:, :, None] * xb, axis=0),
+                            cmask_b, EVEN)
                         dxb += rdz[:, :, None] * wb[None, :, :] + a[:, :, None] * gob
                     tl.debug_barrier()
                     cs += tl.sum(dz * zr, axis=1)
@@ -276,11 +294,11 @@ def _bwd_kernel(table, ref, GRADS, W, G, STAT, OFF, Y, DW,
                 dxa -= c[:, None, None] * xa
                 if HAS_B:
                     dxb -= c[:, None, None] * xb
-            tl.store(gdst + offs_a, dxa.to(elem), mask=mask_a)
+            _st(gdst + offs_a, dxa.to(elem), mask_a, EVEN)
             if HAS_B:
-                tl.store(gdst + offs_b, dxb.to(elem), mask=mask_b)
+                _st(gdst + offs_b, dxb.to(elem), mask_b, EVEN)
             gdst += src_stride
     if SINGLE:
-        tl.store(DW + pid.to(tl.int64) * d + col_a, dwa_acc, mask=cmask_a)
+        _st(DW + pid.to(tl.int64) * d + col_a, dwa_acc, cmask_a, EVEN)
         if HAS_B:
-            tl.store(DW + pid.to(tl.int64) * d + col_b, dwb_acc, mask=cmask_b)
+            _st(DW + pid.to(tl.int64) * d + col_b, dwb_acc, cmask_b, EVEN)
