@@ -236,6 +236,8 @@ def main():
     ap.add_argument("--tune", action="store_true", help="sweep kernel tile sizes first")
     ap.add_argument("--profile", action="store_true", help="print a kernel-time breakdown of one fwd+bwd")
     ap.add_argument("--variants", action="store_true", help="also time our kernels with other tile configs")
+    ap.add_argument("--write-config", default="", help="after --tune, write the chosen tile configs here (JSON for "
+                    "MHAR_ROUTING_CONFIG / mhar.routing.op.load_config_table)")
     ap.add_argument("--compiled-keys", default="512/25/H1,512/25/H8,1024/49/H1",
                     help="d/N/H cases to run torch.compile of the reference on (compiling is slow); 'all'")
     args = ap.parse_args()
@@ -275,6 +277,9 @@ def main():
         if args.tune:
             tune(case, results, f"{d}/{n}")
             save()
+            if args.write_config:
+                with open(args.write_config, "w") as f:
+                    json.dump({f"{w},{int(m)}": c for (w, m), c in rop.CONFIG_TABLE.items()}, f, indent=1)
         if args.profile:
             for h in (1, 8):
                 profile(case, h)
@@ -331,9 +336,9 @@ def profile(case, heads):
 
 VARIANTS = [("mhar-triton pf1", {"fwd_pf": 1, "bwd_pf": 1})]
 # (elements per tile, warps, prefetch depth[, backward programs per SM])
-FWD_CONFIGS = [(1024, 1, 1), (1024, 1, 2), (2048, 1, 1), (1024, 2, 1), (2048, 4, 2)]
-BWD_CONFIGS = [(1024, 1, 1, 32), (1024, 1, 1, 16), (1024, 1, 2, 32), (1024, 2, 1, 16), (1024, 4, 2, 8),
-               (1024, 4, 1, 8), (2048, 4, 1, 8)]
+FWD_CONFIGS = [(1024, 1, 1), (1024, 2, 1), (1024, 4, 1), (2048, 4, 1), (1024, 2, 2)]
+BWD_CONFIGS = [(1024, 1, 1, 16), (1024, 2, 1, 16), (1024, 4, 1, 8), (1024, 4, 2, 8), (2048, 4, 1, 8),
+               (1024, 2, 2, 16)]
 
 
 def tune(case, results, key):

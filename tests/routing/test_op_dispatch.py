@@ -109,3 +109,16 @@ def test_fsdp2_wrapped_module():
         torch.testing.assert_close(model.g.grad.full_tensor(), gg)
     finally:
         dist.destroy_process_group()
+
+
+def test_config_table_from_a_sweep_file(tmp_path, monkeypatch):
+    import json
+
+    from mhar.routing import op as rop
+    monkeypatch.setattr(rop, "CONFIG_TABLE", dict(rop.CONFIG_TABLE))
+    path = tmp_path / "tiles.json"
+    path.write_text(json.dumps({"1280,0": {"bwd_warps": 4}, "512,1": {"fwd_warps": 8}}))
+    rop.load_config_table(str(path))
+    assert rop._cfg(1280, False)["bwd_warps"] == 4
+    assert rop._cfg(1280, False)["bwd_progs_per_sm"] == rop.CONFIG_TABLE[(1280, False)]["bwd_progs_per_sm"]
+    assert rop._cfg(512, True)["fwd_warps"] == 8 and rop._cfg(512, False)["fwd_warps"] == rop._DEFAULTS[False]["fwd_warps"]

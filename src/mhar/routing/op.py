@@ -25,6 +25,7 @@ keeps its own output ``y``, the tensor the next sublayer holds anyway, to form
 
 from __future__ import annotations
 
+import json
 import os
 from collections import OrderedDict
 from types import SimpleNamespace
@@ -124,6 +125,12 @@ def _ptr_table(tensors: Sequence[Tensor]) -> Tensor:
     return tab
 
 
+def _alignment(tensors: Sequence[Tensor]) -> int:
+    """16 when every tensor starts on a 16-byte boundary (the kernels may then use 16-byte
+    vector loads of the sources), else 1."""
+    return 16 if all(t.data_ptr() % 16 == 0 for t in tensors) else 1
+
+
 def _pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
@@ -150,6 +157,20 @@ CONFIG_TABLE: dict[tuple[int, bool], dict] = {
     (1280, True): {"fwd_warps": 1, "bwd_warps": 2, "bwd_progs_per_sm": 16},
 }
 TUNE: dict | None = None
+
+
+def load_config_table(path: str) -> None:
+    """Add tile configs from a JSON file written by ``bench/routing.py --tune --write-config``
+    (keys "WIDTH,MULTI_HEAD", e.g. "1280,0"). Also read at import from
+    ``MHAR_ROUTING_CONFIG``, so a sweep on your GPU applies without editing code."""
+    with open(path) as f:
+        for key, cfg in json.load(f).items():
+            width, multi = key.split(",")
+            CONFIG_TABLE[(int(width), bool(int(multi)))] = {**CONFIG_TABLE.get((int(width), bool(int(multi))), {}), **cfg}
+
+
+if os.environ.get("MHAR_ROUTING_CONFIG"):
+    load_config_table(os.environ["MHAR_ROUTING_CONFIG"])
 
 
 def _cfg(padded_width: int, multi_head: bool) -> dict:
@@ -220,7 +241,7 @@ def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, h
         lse = _new((n_tok, heads), torch.float32, dev)
         if n_tiles:
             _fwd_kernel[(1, n_tiles)](table, srcs[0], w, lse, lse, y, len(srcs), n_tok, d, dh, eps,
-                                      H=heads, HP=HP, DA=DA, DB=DB, HAS_B=DB > 0, EVEN=even, BM=BM, FINAL=True, PF=cfg["fwd_pf"],
+                                      H=heads, HP=HP, DA=DA, DB=DB, HAS_B=DB > 0, EVEN=even, ALIGN=_alignment(srcs), BM=BM, FINAL=True, PF=cfg["fwd_pf"],
                                       num_warps=cfg["fwd_warps"])
         return y, lse
     m = _new((S, n_tok, heads), torch.float32, dev)
@@ -228,7 +249,7 @@ def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, h
     o = _new((S, n_tok, d), torch.float32, dev)
     if n_tiles:
         _fwd_kernel[(S, n_tiles)](table, srcs[0], w, m, l, o, len(srcs), n_tok, d, dh, eps,
-                                  H=heads, HP=HP, DA=DA, DB=DB, HAS_B=DB > 0, EVEN=even, BM=BM, FINAL=False, PF=cfg["fwd_pf"],
+                                  H=heads, HP=HP, DA=DA, DB=DB, HAS_B=DB > 0, EVEN=even, ALIGN=_alignment(srcs), BM=BM, FINAL=False, PF=cfg["fwd_pf"],
                                   num_warps=cfg["fwd_warps"])
     return m, l, o
 
@@ -258,7 +279,7 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
                                grad.contiguous(), stat, stat if final else off.contiguous(),
                                y.contiguous() if final else grad, dw_parts,
                                len(srcs), n_tok, S, d, dh, eps, n_tiles, n_prog, n_tok * d,
-                               H=heads, HP=HP, DA=DA, DB=DB, HAS_B=DB > 0, EVEN=even, BM=BM, SINGLE=(S == 1), FINAL=final, PF=cfg["bwd_pf"],
+                               H=heads, HP=HP, DA=DA, DB=DB, HAS_B=DB > 0, EVEN=even, ALIGN=_alignment(srcs), BM=BM, SINGLE=(S == 1), FINAL=final, PF=cfg["bwd_pf"],
                                num_warps=cfg["bwd_warps"])
     else:
         dw_parts.zero_()

@@ -61,10 +61,19 @@ def _st(ptr, value, mask, EVEN: tl.constexpr):
 
 
 @triton.jit
+def _src(table, k, ref, ALIGN: tl.constexpr):
+    """Source k's data pointer from the table, typed like ``ref``. ``ALIGN`` (16 when every
+    source is 16-byte aligned, checked at launch) lets the compiler use 16-byte vector
+    loads; without the hint a pointer read from memory only allows 2-byte ones."""
+    return tl.multiple_of(tl.load(table + k).to(tl.pointer_type(ref.dtype.element_ty)), ALIGN)
+
+
+@triton.jit
 def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O,
                 n_src, n_tok, d: tl.constexpr, dh: tl.constexpr, eps,
                 H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, BM: tl.constexpr,
-                HAS_B: tl.constexpr, EVEN: tl.constexpr, FINAL: tl.constexpr, PF: tl.constexpr = 1):
+                HAS_B: tl.constexpr, EVEN: tl.constexpr, ALIGN: tl.constexpr, FINAL: tl.constexpr,
+                PF: tl.constexpr = 1):
     s = tl.program_id(0)
     tile = tl.program_id(1)
     elem = ref.dtype.element_ty
@@ -81,8 +90,8 @@ def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O,
     m_i = tl.full([BM, HP], float("-inf"), tl.float32)
     l_i = tl.zeros([BM, HP], tl.float32)
     acc_a = tl.zeros([BM, HP, DA], tl.float32)
-    p0 = tl.load(table).to(tl.pointer_type(elem))
-    p1 = tl.load(table + tl.minimum(1, n_src - 1)).to(tl.pointer_type(elem))
+    p0 = _src(table, 0, ref, ALIGN)
+    p1 = _src(table, tl.minimum(1, n_src - 1), ref, ALIGN)
     xa_n = _ld(p0 + offs_a, mask_a, EVEN)
     xa_n2 = xa_n
     if PF == 2:
@@ -99,7 +108,7 @@ def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O,
         xb_n2 = xb_n
         if PF == 2:
             xb_n2 = _ld(p1 + offs_b, mask_b, EVEN)
-    p_next = tl.load(table + tl.minimum(PF, n_src - 1)).to(tl.pointer_type(elem))
+    p_next = _src(table, tl.minimum(PF, n_src - 1), ref, ALIGN)
     for i in range(n_src):
         xa = xa_n.to(tl.float32)
         if PF == 2:
@@ -118,7 +127,7 @@ def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O,
                 xb_n = _ld(p_next + offs_b, mask_b, EVEN)
             ss += tl.sum(tl.sum(xb * xb, axis=2), axis=1)
             zr += tl.sum(xb * wb[None, :, :], axis=2)
-        p_next = tl.load(table + tl.minimum(i + PF + 1, n_src - 1)).to(tl.pointer_type(elem))
+        p_next = _src(table, tl.minimum(i + PF + 1, n_src - 1), ref, ALIGN)
         rstd = 1.0 / tl.sqrt(ss / d + eps)
         z = zr * rstd[:, None]
         m_new = tl.maximum(m_i, z)
@@ -153,7 +162,7 @@ def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O,
 def _bwd_kernel(table, ref, GRADS, W, G, STAT, OFF, Y, DW,
                 n_src, n_tok, n_q, d: tl.constexpr, dh: tl.constexpr, eps, n_tiles, n_prog, src_stride,
                 H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, BM: tl.constexpr,
-                HAS_B: tl.constexpr, EVEN: tl.constexpr, SINGLE: tl.constexpr, FINAL: tl.constexpr,
+                HAS_B: tl.constexpr, EVEN: tl.constexpr, ALIGN: tl.constexpr, SINGLE: tl.constexpr, FINAL: tl.constexpr,
                 PF: tl.constexpr = 1):
     """GRADS: (n_src, n_tok, d) the sources' gradients, one buffer (written, never read).
     G: (S, n_tok, d) upstream gradient of the (unnormalised or final) output.
@@ -180,9 +189,9 @@ def _bwd_kernel(table, ref, GRADS, W, G, STAT, OFF, Y, DW,
         if SINGLE:
             dwb_acc = tl.zeros([HP, DB], tl.float32)
             w0b = _ld(W + col_b, cmask_b, EVEN).to(tl.float32)
-    p_first = tl.load(table).to(tl.pointer_type(elem))
-    p_second = tl.load(table + tl.minimum(1, n_src - 1)).to(tl.pointer_type(elem))
-    p_third = tl.load(table + tl.minimum(2, n_src - 1)).to(tl.pointer_type(elem))
+    p_first = _src(table, 0, ref, ALIGN)
+    p_second = _src(table, tl.minimum(1, n_src - 1), ref, ALIGN)
+    p_third = _src(table, tl.minimum(2, n_src - 1), ref, ALIGN)
     for tile in range(pid, n_tiles, n_prog):
         rm = tile * BM + tl.arange(0, BM)
         mmask = rm < n_tok
@@ -232,7 +241,7 @@ def _bwd_kernel(table, ref, GRADS, W, G, STAT, OFF, Y, DW,
                 else:
                     xb_n = _ld(p_next + offs_b, mask_b, EVEN)
                 ss += tl.sum(tl.sum(xb * xb, axis=2), axis=1)
-            p_next = tl.load(table + tl.minimum(i + PF + 1, n_src - 1)).to(tl.pointer_type(elem))
+            p_next = _src(table, tl.minimum(i + PF + 1, n_src - 1), ref, ALIGN)
             rstd = 1.0 / tl.sqrt(ss / d + eps)
             if SINGLE:
                 zr = tl.sum(xa * w0a[None, :, :], axis=2)               # (BM, HP)
