@@ -48,6 +48,10 @@ class _RoutedState(StreamState):
         self.phase1: routing.Partial | None = None
         self.chunk_start = 0  # sublayer index where the current chunk began
         self.sources_at_chunk_start = 1
+        # one-pass reads take their site's row from one unbind (one autograd node for all
+        # sites) instead of a slice per site (two nodes and two zero-filled grads per site)
+        self.query_rows = stream.queries.unbind(0)
+        self.norm_rows = stream.key_norms.unbind(0)
 
     # -- helpers -------------------------------------------------------------
     def _site(self, i: int, j: int | None = None) -> tuple[Tensor, Tensor]:
@@ -60,8 +64,7 @@ class _RoutedState(StreamState):
         in_block = s.block_size and i % s.block_size  # a later sublayer of a block
         if not self.two_phase:
             srcs = self.sources + ([self.partial_sum] if in_block else [])
-            q, g = self._site(i)
-            return routing.route(srcs, q[0], g[0], H)
+            return routing.route(srcs, self.query_rows[i], self.norm_rows[i], H)
         size = s.block_size or s.chunk  # a block is its own scheduling chunk
         if i % size == 0:  # phase 1: every source that exists now, for the whole chunk at once
             end = min(i + size, s.num_sublayers)
@@ -86,8 +89,8 @@ class _RoutedState(StreamState):
             self.partial_sum = None
 
     def final(self) -> Tensor:
-        q, g = self._site(self.s.num_sublayers)
-        return routing.route(self.sources, q[0], g[0], self.s.heads)
+        i = self.s.num_sublayers
+        return routing.route(self.sources, self.query_rows[i], self.norm_rows[i], self.s.heads)
 
 
 class RoutedStream(ResidualStream):
