@@ -120,5 +120,5 @@ def test_config_table_from_a_sweep_file(tmp_path, monkeypatch):
     path.write_text(json.dumps({"1280,0": {"bwd_warps": 4}, "512,1": {"fwd_warps": 8}}))
     rop.load_config_table(str(path))
     assert rop._cfg(1280, False)["bwd_warps"] == 4
-    assert rop._cfg(1280, False)["bwd_progs_per_sm"] == rop.CONFIG_TABLE[(1280, False)]["bwd_progs_per_sm"]
+    assert rop._cfg(1280, False)["fwd_warps"] == rop._DEFAULTS[False]["fwd_warps"]  # merged, not replaced
     assert rop._cfg(512, True)["fwd_warps"] == 8 and rop._cfg(512, False)["fwd_warps"] == rop._DEFAULTS[False]["fwd_warps"]

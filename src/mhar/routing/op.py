@@ -137,24 +137,22 @@ def _pow2(n: int) -> int:
 
 # Tile configuration: elements per program tile, warps, prefetch depth (tiles in flight
 # ahead of the one being reduced) and backward programs per SM. One default for a single
-# head and one for several, from bench/routing.py's sweep on an H200
-# (bench/results/routing_sweep/): one warp per token row wins for H = 1 (every
-# reduction stays inside the warp; 1.4-2.3x faster than 4 warps), while the multi-head
-# backward, whose per-head results are broadcast back over the tile, wants 4 warps.
-# CONFIG_TABLE[(padded width, heads > 1)] overrides them; TUNE, when not None,
-# overrides both (the sweep uses that).
+# head and one for several; CONFIG_TABLE[(padded width, heads > 1)] overrides them (and
+# MHAR_ROUTING_CONFIG adds entries from a sweep file); TUNE, when not None, overrides
+# everything (the sweep uses that). The values are bench/routing.py --tune's picks on an
+# H200 at 9f66467 (bench/results/routing_h200.md): one or two warps per token row, so
+# that every reduction stays inside a warp, and no deeper prefetch.
 _DEFAULTS = {
     False: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1,
-            "bwd_elems": 1024, "bwd_warps": 1, "bwd_pf": 1, "bwd_progs_per_sm": 16},
-    True: {"fwd_elems": 1024, "fwd_warps": 2, "fwd_pf": 1,
-           "bwd_elems": 1024, "bwd_warps": 4, "bwd_pf": 1, "bwd_progs_per_sm": 8},
+            "bwd_elems": 1024, "bwd_warps": 2, "bwd_pf": 1, "bwd_progs_per_sm": 16},
+    True: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1,
+           "bwd_elems": 1024, "bwd_warps": 2, "bwd_pf": 1, "bwd_progs_per_sm": 16},
 }
-# The sweep's picks at the paper widths that differ from the defaults (run at 6371df8,
-# bench/results/routing_h200.md): 512 with 8 heads, 1280 with one and with 8 heads.
+# The sweep's picks at the paper widths where they differ from the defaults.
 CONFIG_TABLE: dict[tuple[int, bool], dict] = {
-    (512, True): {"bwd_pf": 2},
-    (1280, False): {"bwd_progs_per_sm": 32},
-    (1280, True): {"fwd_warps": 1, "bwd_warps": 2, "bwd_progs_per_sm": 16},
+    (1024, True): {"fwd_warps": 2},
+    (1280, False): {"bwd_warps": 1},
+    (1280, True): {"bwd_warps": 1},
 }
 TUNE: dict | None = None
 
