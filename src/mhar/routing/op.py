@@ -164,7 +164,8 @@ def load_config_table(path: str) -> None:
     with open(path) as f:
         for key, cfg in json.load(f).items():
             width, multi = key.split(",")
-            CONFIG_TABLE[(int(width), bool(int(multi)))] = {**CONFIG_TABLE.get((int(width), bool(int(multi))), {}), **cfg}
+            entry = (int(width), bool(int(multi)))
+            CONFIG_TABLE[entry] = {**CONFIG_TABLE.get(entry, {}), **cfg}
 
 
 if os.environ.get("MHAR_ROUTING_CONFIG"):
@@ -194,7 +195,8 @@ def padded_width(d: int, heads: int) -> int:
     return _pow2(heads) * (da + db)
 
 
-def _geometry(d: int, heads: int, n_tok: int, kind: str):
+def _geometry(srcs: Sequence[Tensor], d: int, heads: int, n_tok: int, kind: str):
+    """Head width, tile config, and the kernels' tile constexprs."""
     dh = d // heads
     HP = _pow2(heads)
     DA, DB = _split_width(dh)
@@ -203,7 +205,8 @@ def _geometry(d: int, heads: int, n_tok: int, kind: str):
     BM = max(1, min(_pow2_floor(max(1, cfg[kind + "_elems"] // width)), _pow2(max(n_tok, 1))))
     # every lane valid (no padded heads, columns or tokens): the kernels drop their masks
     even = n_tok % BM == 0 and HP == heads and DA + DB == dh
-    return dh, HP, DA, DB, BM, cfg, even
+    tile = dict(H=heads, HP=HP, DA=DA, DB=DB, HAS_B=DB > 0, EVEN=even, ALIGN=_alignment(srcs), BM=BM)
+    return dh, cfg, tile
 
 
 _SM_COUNT: dict = {}
@@ -231,24 +234,22 @@ def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, h
     n_tok = srcs[0].numel() // d
     dev = srcs[0].device
     w = (queries.float() * norm_weights.float()).contiguous()
-    dh, HP, DA, DB, BM, cfg, even = _geometry(d, heads, n_tok, "fwd")
+    dh, cfg, tile = _geometry(srcs, d, heads, n_tok, "fwd")
     table = _ptr_table(srcs)
-    n_tiles = -(-n_tok // BM)
+    n_tiles = -(-n_tok // tile["BM"])
     if final:
         y = _new(srcs[0].shape, srcs[0].dtype, dev)
         lse = _new((n_tok, heads), torch.float32, dev)
         if n_tiles:
             _fwd_kernel[(1, n_tiles)](table, srcs[0], w, lse, lse, y, len(srcs), n_tok, d, dh, eps,
-                                      H=heads, HP=HP, DA=DA, DB=DB, HAS_B=DB > 0, EVEN=even, ALIGN=_alignment(srcs), BM=BM, FINAL=True, PF=cfg["fwd_pf"],
-                                      num_warps=cfg["fwd_warps"])
+                                      **tile, FINAL=True, PF=cfg["fwd_pf"], num_warps=cfg["fwd_warps"])
         return y, lse
     m = _new((S, n_tok, heads), torch.float32, dev)
     l = _new((S, n_tok, heads), torch.float32, dev)
     o = _new((S, n_tok, d), torch.float32, dev)
     if n_tiles:
         _fwd_kernel[(S, n_tiles)](table, srcs[0], w, m, l, o, len(srcs), n_tok, d, dh, eps,
-                                  H=heads, HP=HP, DA=DA, DB=DB, HAS_B=DB > 0, EVEN=even, ALIGN=_alignment(srcs), BM=BM, FINAL=False, PF=cfg["fwd_pf"],
-                                  num_warps=cfg["fwd_warps"])
+                                  **tile, FINAL=False, PF=cfg["fwd_pf"], num_warps=cfg["fwd_warps"])
     return m, l, o
 
 
@@ -262,10 +263,10 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
     dev = srcs[0].device
     q32, g32 = queries.float(), norm_weights.float()
     w = (q32 * g32).contiguous()
-    dh, HP, DA, DB, BM, cfg, even = _geometry(d, heads, n_tok, "bwd")
+    dh, cfg, tile = _geometry(srcs, d, heads, n_tok, "bwd")
     # one buffer for the N gradients: one allocation, and the kernel finds source i's at i * n_tok * d
     grad_buf = _new((len(srcs), *srcs[0].shape), srcs[0].dtype, dev)
-    n_tiles = -(-n_tok // BM)
+    n_tiles = -(-n_tok // tile["BM"])
     n_prog = _n_programs(dev, n_tiles, cfg["bwd_progs_per_sm"])
     # one row per program; the one-query kernel writes its whole row, the S-query one accumulates
     dw_parts = (torch.empty if S == 1 else torch.zeros)((n_prog, S, d), dtype=torch.float32, device=dev)
@@ -277,8 +278,7 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
                                grad.contiguous(), stat, stat if final else off.contiguous(),
                                y.contiguous() if final else grad, dw_parts,
                                len(srcs), n_tok, S, d, dh, eps, n_tiles, n_prog, n_tok * d,
-                               H=heads, HP=HP, DA=DA, DB=DB, HAS_B=DB > 0, EVEN=even, ALIGN=_alignment(srcs), BM=BM, SINGLE=(S == 1), FINAL=final, PF=cfg["bwd_pf"],
-                               num_warps=cfg["bwd_warps"])
+                               **tile, SINGLE=(S == 1), FINAL=final, PF=cfg["bwd_pf"], num_warps=cfg["bwd_warps"])
     else:
         dw_parts.zero_()
         grad_buf.zero_()
@@ -315,10 +315,12 @@ def _forward_impl(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, hea
 
 
 def _backward_impl(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, grad: Tensor, stat: Tensor,
-                   off: Tensor | None, y: Tensor | None, heads: int, eps: float) -> tuple[Tensor, Tensor, Tensor]:
+                   off: Tensor | None, y: Tensor | None, heads: int, eps: float
+                   ) -> tuple[Tensor, Tensor, Tensor | list[Tensor]]:
     """grad (S, M, d), stat (S, M, H): m (partial) or lse (final, with y given and off None);
     off (S, M, H): grad_l of a partial read. Returns the gradients of the queries and
-    norm weights, and the sources' gradients as one (N, *source shape) tensor."""
+    norm weights, and the sources' gradients: one (N, *source shape) tensor from the
+    kernels, a list from the reference (stacking it would cost a copy)."""
     if _use_triton(srcs[0]):
         return _triton_backward(srcs, queries, norm_weights, grad, stat, off, y, heads, eps)
     if off is None:
@@ -326,7 +328,11 @@ def _backward_impl(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, gr
         d = queries.shape[-1]
         off = -(grad.to(stat.dtype) * y.reshape(S, n_tok, d).to(stat.dtype)).view(S, n_tok, heads, d // heads).sum(-1)
     gq, gg, *gs = _ref_backward(srcs, queries, norm_weights, grad, stat, off, heads, eps)
-    return gq.contiguous(), gg.contiguous(), torch.stack(gs)
+    return gq.contiguous(), gg.contiguous(), [g.contiguous() for g in gs]
+
+
+def _split(grads: Tensor | list[Tensor]) -> list[Tensor]:
+    return list(grads.unbind(0)) if isinstance(grads, Tensor) else grads
 
 
 # ---------------------------------------------------------------- the ops
@@ -370,7 +376,8 @@ def route_backward_op(sources: list[Tensor], queries: Tensor, norm_weights: Tens
     Returns (grad_queries, grad_norm_weights, grad_sources) with grad_sources one
     (N, *source shape) tensor (custom ops may not return aliasing tensors, so the
     callers split it)."""
-    return _backward_impl(list(sources), queries, norm_weights, grad, stat, off, y, heads, eps)
+    gq, gg, gs = _backward_impl(list(sources), queries, norm_weights, grad, stat, off, y, heads, eps)
+    return gq, gg, gs if isinstance(gs, Tensor) else torch.stack(gs)
 
 
 @route_backward_op.register_fake
@@ -395,7 +402,7 @@ def _route_backward(ctx, grad_y, grad_lse):
     n_tok = lse.shape[0]
     res = route_backward_op(sources, query.view(1, d), norm_weight.view(1, d), grad_y.reshape(1, n_tok, d),
                             lse.view(1, n_tok, heads), None, y, heads, ctx.eps)
-    return list(res[2].unbind(0)), res[0].view(query.shape), res[1].view(norm_weight.shape), None, None
+    return _split(res[2]), res[0].view(query.shape), res[1].view(norm_weight.shape), None, None
 
 
 route_op.register_autograd(_route_backward, setup_context=_route_setup)
@@ -420,7 +427,7 @@ def _partial_backward(ctx, grad_m, grad_l, grad_o):
     if grad_o is None:
         grad_o = m.new_zeros((S, n_tok, d))
     res = route_backward_op(sources, queries, norm_weights, grad_o, m, grad_l, None, ctx.heads, ctx.eps)
-    return list(res[2].unbind(0)), res[0], res[1], None, None
+    return _split(res[2]), res[0], res[1], None, None
 
 
 route_partial_op.register_autograd(_partial_backward, setup_context=_partial_setup)
@@ -447,7 +454,7 @@ class _RouteFn(torch.autograd.Function):
         d, n_tok = query.shape[-1], lse.shape[0]
         res = _backward_impl(sources, query.view(1, d), norm_weight.view(1, d), grad_y.reshape(1, n_tok, d),
                              lse.view(1, n_tok, ctx.heads), None, y, ctx.heads, ctx.eps)
-        return (res[0].view(query.shape), res[1].view(norm_weight.shape), None, None, *res[2].unbind(0))
+        return (res[0].view(query.shape), res[1].view(norm_weight.shape), None, None, *_split(res[2]))
 
 
 class _PartialFn(torch.autograd.Function):
@@ -468,7 +475,7 @@ class _PartialFn(torch.autograd.Function):
         if grad_o is None:
             grad_o = m.new_zeros((S, m.shape[1], d))
         res = _backward_impl(sources, queries, norm_weights, grad_o, m, grad_l, None, ctx.heads, ctx.eps)
-        return (res[0], res[1], None, None, *res[2].unbind(0))
+        return (res[0], res[1], None, None, *_split(res[2]))
 
 
 def _compiling() -> bool:
