@@ -7,9 +7,8 @@ Three ops are registered under the ``mhar`` namespace:
   log-sum-exp ``lse`` (M, H) (non-differentiable; saved for backward).
 * ``mhar::route_partial(sources, queries, norm_weights, heads, eps) -> (m, l, o)``:
   the phase-1 read of S queries (``m`` non-differentiable).
-* ``mhar::route_backward(...) -> (grad_queries, grad_norm_weights, grad_sources)``:
-  shared by both, recomputes the norm and the softmax; the sources' gradients come as one
-  (N, *source shape) tensor.
+* ``mhar::route_backward(...) -> [grad_queries, grad_norm_weights, *grad_sources]``:
+  shared by both, recomputes the norm and the softmax.
 
 Each has a fake implementation and ``route``/``route_partial`` have autograd, so
 ``torch.compile(fullgraph=True)``, activation checkpointing and FSDP2 see single ops.
@@ -254,7 +253,7 @@ def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, h
 
 
 def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, grad: Tensor, stat: Tensor,
-                     off: Tensor | None, y: Tensor | None, heads: int, eps: float) -> tuple[Tensor, Tensor, Tensor]:
+                     off: Tensor | None, y: Tensor | None, heads: int, eps: float) -> list[Tensor]:
     from mhar.routing.triton_kernels import _bwd_kernel
 
     srcs = _contig(srcs)
@@ -263,9 +262,11 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
     dev = srcs[0].device
     q32, g32 = queries.float(), norm_weights.float()
     w = (q32 * g32).contiguous()
-    dh, cfg, tile = _geometry(srcs, d, heads, n_tok, "bwd")
-    # one buffer for the N gradients: one allocation, and the kernel finds source i's at i * n_tok * d
-    grad_buf = _new((len(srcs), *srcs[0].shape), srcs[0].dtype, dev)
+    # N separate gradients, not slices of one buffer: autograd sums later contributions
+    # into a gradient in place only when it owns its storage (a shared buffer would cost
+    # a transient copy of every gradient at the first sum)
+    grads = [_new(s.shape, s.dtype, dev) for s in srcs]
+    dh, cfg, tile = _geometry([*srcs, *grads], d, heads, n_tok, "bwd")
     n_tiles = -(-n_tok // tile["BM"])
     n_prog = _n_programs(dev, n_tiles, cfg["bwd_progs_per_sm"])
     # one row per program; the one-query kernel writes its whole row, the S-query one accumulates
@@ -274,16 +275,17 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
         final = y is not None
         assert final == (off is None) and (not final or S == 1)
         stat = stat.contiguous()
-        _bwd_kernel[(n_prog,)](_ptr_table(srcs), srcs[0], grad_buf, w,
+        _bwd_kernel[(n_prog,)](_ptr_table(srcs), srcs[0], _ptr_table(grads), w,
                                grad.contiguous(), stat, stat if final else off.contiguous(),
                                y.contiguous() if final else grad, dw_parts,
-                               len(srcs), n_tok, S, d, dh, eps, n_tiles, n_prog, n_tok * d,
+                               len(srcs), n_tok, S, d, dh, eps, n_tiles, n_prog,
                                **tile, SINGLE=(S == 1), FINAL=final, PF=cfg["bwd_pf"], num_warps=cfg["bwd_warps"])
     else:
         dw_parts.zero_()
-        grad_buf.zero_()
+        for g in grads:
+            g.zero_()
     dw = dw_parts.sum(0)
-    return (dw * g32).to(queries.dtype), (dw * q32).to(norm_weights.dtype), grad_buf
+    return [(dw * g32).to(queries.dtype), (dw * q32).to(norm_weights.dtype), *grads]
 
 
 # ---------------------------------------------------------------- backend dispatch
@@ -315,24 +317,17 @@ def _forward_impl(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, hea
 
 
 def _backward_impl(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, grad: Tensor, stat: Tensor,
-                   off: Tensor | None, y: Tensor | None, heads: int, eps: float
-                   ) -> tuple[Tensor, Tensor, Tensor | list[Tensor]]:
+                   off: Tensor | None, y: Tensor | None, heads: int, eps: float) -> list[Tensor]:
     """grad (S, M, d), stat (S, M, H): m (partial) or lse (final, with y given and off None);
-    off (S, M, H): grad_l of a partial read. Returns the gradients of the queries and
-    norm weights, and the sources' gradients: one (N, *source shape) tensor from the
-    kernels, a list from the reference (stacking it would cost a copy)."""
+    off (S, M, H): grad_l of a partial read. Returns [grad_queries, grad_norm_weights,
+    *grad_sources]."""
     if _use_triton(srcs[0]):
         return _triton_backward(srcs, queries, norm_weights, grad, stat, off, y, heads, eps)
     if off is None:
         S, n_tok, _ = stat.shape
         d = queries.shape[-1]
         off = -(grad.to(stat.dtype) * y.reshape(S, n_tok, d).to(stat.dtype)).view(S, n_tok, heads, d // heads).sum(-1)
-    gq, gg, *gs = _ref_backward(srcs, queries, norm_weights, grad, stat, off, heads, eps)
-    return gq.contiguous(), gg.contiguous(), [g.contiguous() for g in gs]
-
-
-def _split(grads: Tensor | list[Tensor]) -> list[Tensor]:
-    return list(grads.unbind(0)) if isinstance(grads, Tensor) else grads
+    return [t.contiguous() for t in _ref_backward(srcs, queries, norm_weights, grad, stat, off, heads, eps)]
 
 
 # ---------------------------------------------------------------- the ops
@@ -368,22 +363,17 @@ def _(sources, queries, norm_weights, heads, eps):
 
 @torch.library.custom_op("mhar::route_backward", mutates_args=())
 def route_backward_op(sources: list[Tensor], queries: Tensor, norm_weights: Tensor, grad: Tensor, stat: Tensor,
-                      off: Optional[Tensor], y: Optional[Tensor], heads: int, eps: float
-                      ) -> tuple[Tensor, Tensor, Tensor]:
+                      off: Optional[Tensor], y: Optional[Tensor], heads: int, eps: float) -> list[Tensor]:
     """grad: (S, M, d) upstream gradient; stat: (S, M, H) logit offset (m, or lse of a
     final read); off: (S, M, H) grad_l of a partial read, or None for a final read,
-    whose output y is then given (the kernel forms -(grad_y . y) per head itself).
-    Returns (grad_queries, grad_norm_weights, grad_sources) with grad_sources one
-    (N, *source shape) tensor (custom ops may not return aliasing tensors, so the
-    callers split it)."""
-    gq, gg, gs = _backward_impl(list(sources), queries, norm_weights, grad, stat, off, y, heads, eps)
-    return gq, gg, gs if isinstance(gs, Tensor) else torch.stack(gs)
+    whose output y is then given (the kernel forms -(grad_y . y) per head itself)."""
+    return _backward_impl(list(sources), queries, norm_weights, grad, stat, off, y, heads, eps)
 
 
 @route_backward_op.register_fake
 def _(sources, queries, norm_weights, grad, stat, off, y, heads, eps):
-    return (torch.empty_like(queries), torch.empty_like(norm_weights),
-            sources[0].new_empty((len(sources), *sources[0].shape)))
+    return [torch.empty_like(queries), torch.empty_like(norm_weights),
+            *[torch.empty_like(s, memory_format=torch.contiguous_format) for s in sources]]
 
 
 def _route_setup(ctx, inputs, output):
@@ -402,7 +392,7 @@ def _route_backward(ctx, grad_y, grad_lse):
     n_tok = lse.shape[0]
     res = route_backward_op(sources, query.view(1, d), norm_weight.view(1, d), grad_y.reshape(1, n_tok, d),
                             lse.view(1, n_tok, heads), None, y, heads, ctx.eps)
-    return _split(res[2]), res[0].view(query.shape), res[1].view(norm_weight.shape), None, None
+    return list(res[2:]), res[0].view(query.shape), res[1].view(norm_weight.shape), None, None
 
 
 route_op.register_autograd(_route_backward, setup_context=_route_setup)
@@ -427,7 +417,7 @@ def _partial_backward(ctx, grad_m, grad_l, grad_o):
     if grad_o is None:
         grad_o = m.new_zeros((S, n_tok, d))
     res = route_backward_op(sources, queries, norm_weights, grad_o, m, grad_l, None, ctx.heads, ctx.eps)
-    return _split(res[2]), res[0], res[1], None, None
+    return list(res[2:]), res[0], res[1], None, None
 
 
 route_partial_op.register_autograd(_partial_backward, setup_context=_partial_setup)
@@ -454,7 +444,7 @@ class _RouteFn(torch.autograd.Function):
         d, n_tok = query.shape[-1], lse.shape[0]
         res = _backward_impl(sources, query.view(1, d), norm_weight.view(1, d), grad_y.reshape(1, n_tok, d),
                              lse.view(1, n_tok, ctx.heads), None, y, ctx.heads, ctx.eps)
-        return (res[0].view(query.shape), res[1].view(norm_weight.shape), None, None, *_split(res[2]))
+        return (res[0].view(query.shape), res[1].view(norm_weight.shape), None, None, *res[2:])
 
 
 class _PartialFn(torch.autograd.Function):
@@ -475,7 +465,7 @@ class _PartialFn(torch.autograd.Function):
         if grad_o is None:
             grad_o = m.new_zeros((S, m.shape[1], d))
         res = _backward_impl(sources, queries, norm_weights, grad_o, m, grad_l, None, ctx.heads, ctx.eps)
-        return (res[0], res[1], None, None, *_split(res[2]))
+        return (res[0], res[1], None, None, *res[2:])
 
 
 def _compiling() -> bool:

@@ -12,8 +12,9 @@ them costs a shared-memory round trip per reduction.
 
 Sources are never stacked: the kernels take a device table of the sources' data
 pointers (int64) and cast each entry to a typed pointer in-kernel. The sources'
-gradients are written into one fresh (N, tokens, d) buffer whose slices autograd
-receives (one allocation instead of N, and no pointer table to upload), so peak
+gradients are N separate fresh tensors, written through a second table: autograd can
+then sum later contributions into each of them in place (slices of one shared buffer
+would force an out-of-place sum, a transient extra copy of every gradient). Peak
 memory is one copy of the sources and one of their gradients.
 
 Forward (``_fwd_kernel``): grid ``(S, token tiles)``, the query index fastest, so the
@@ -159,12 +160,12 @@ def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O,
 
 
 @triton.jit
-def _bwd_kernel(table, ref, GRADS, W, G, STAT, OFF, Y, DW,
-                n_src, n_tok, n_q, d: tl.constexpr, dh: tl.constexpr, eps, n_tiles, n_prog, src_stride,
+def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW,
+                n_src, n_tok, n_q, d: tl.constexpr, dh: tl.constexpr, eps, n_tiles, n_prog,
                 H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, BM: tl.constexpr,
                 HAS_B: tl.constexpr, EVEN: tl.constexpr, ALIGN: tl.constexpr, SINGLE: tl.constexpr, FINAL: tl.constexpr,
                 PF: tl.constexpr = 1):
-    """GRADS: (n_src, n_tok, d) the sources' gradients, one buffer (written, never read).
+    """gtable: data pointers of the sources' gradients (N separate tensors, written once).
     G: (S, n_tok, d) upstream gradient of the (unnormalised or final) output.
     STAT: (S, n_tok, H) the logit offset (m for a partial read, lse for a final read).
     OFF: (S, n_tok, H) added to g.s before multiplying by p (grad_l of a partial read);
@@ -203,7 +204,6 @@ def _bwd_kernel(table, ref, GRADS, W, G, STAT, OFF, Y, DW,
         xa_n = _ld(p_first + offs_a, mask_a, EVEN)
         xa_n2 = xa_n
         p_next = p_second
-        gdst = GRADS  # source i's gradient: GRADS + i * n_tok * d, advanced per source
         if PF == 2:
             xa_n2 = _ld(p_second + offs_a, mask_a, EVEN)
             p_next = p_third
@@ -242,6 +242,7 @@ def _bwd_kernel(table, ref, GRADS, W, G, STAT, OFF, Y, DW,
                     xb_n = _ld(p_next + offs_b, mask_b, EVEN)
                 ss += tl.sum(tl.sum(xb * xb, axis=2), axis=1)
             p_next = _src(table, tl.minimum(i + PF + 1, n_src - 1), ref, ALIGN)
+            gdst = _src(gtable, i, ref, ALIGN)
             rstd = 1.0 / tl.sqrt(ss / d + eps)
             if SINGLE:
                 zr = tl.sum(xa * w0a[None, :, :], axis=2)               # (BM, HP)
@@ -306,7 +307,6 @@ def _bwd_kernel(table, ref, GRADS, W, G, STAT, OFF, Y, DW,
             _st(gdst + offs_a, dxa.to(elem), mask_a, EVEN)
             if HAS_B:
                 _st(gdst + offs_b, dxb.to(elem), mask_b, EVEN)
-            gdst += src_stride
     if SINGLE:
         _st(DW + pid.to(tl.int64) * d + col_a, dwa_acc, cmask_a, EVEN)
         if HAS_B:
