@@ -196,3 +196,14 @@ def test_no_tokens(gen):
     assert y.shape == (0, 8)
     grads = torch.autograd.grad(y.sum() + (q * 0).sum(), [*srcs, q, g], allow_unused=True)
     assert torch.equal(grads[-2], torch.zeros(8))
+
+
+def test_source_gradients_own_their_storage(gen):
+    # autograd sums a source's gradients from every site in place only into a tensor that
+    # owns its storage; slices of one buffer would cost a transient copy of every gradient
+    srcs, q, g = make_inputs(4, (5,), 32, torch.float32, "cpu", gen=gen)
+    srcs = [s.detach().requires_grad_() for s in srcs]
+    y = routing.route(srcs, q, g, 4)
+    grads = torch.autograd.grad(y, srcs, torch.randn_like(y))
+    assert all(t._base is None for t in grads)
+    assert len({t.untyped_storage().data_ptr() for t in grads}) == len(grads)
