@@ -77,7 +77,6 @@ def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O,
                 PF: tl.constexpr = 1):
     s = tl.program_id(0)
     tile = tl.program_id(1)
-    elem = ref.dtype.element_ty
     rm = tile * BM + tl.arange(0, BM)
     rh = tl.arange(0, HP)
     ra = tl.arange(0, DA)
