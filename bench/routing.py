@@ -232,6 +232,7 @@ def main():
     ap.add_argument("--no-compiled", action="store_true")
     ap.add_argument("--no-eager", action="store_true")
     ap.add_argument("--no-step", action="store_true")
+    ap.add_argument("--no-peers", action="store_true", help="skip fla and liger")
     ap.add_argument("--chunk", type=int, default=8)
     ap.add_argument("--tune", action="store_true", help="sweep kernel tile sizes first")
     ap.add_argument("--profile", action="store_true", help="print a kernel-time breakdown of one fwd+bwd")
@@ -297,11 +298,17 @@ def main():
                 measure("eager-reference", case, lambda: eager_ref(h), results["per_call"], key, slow=True, mem=True)
             if not args.no_compiled and h in (1, 8) and (args.compiled_keys == "all" or key in args.compiled_keys.split(",")):
                 measure("compiled-reference", case, lambda: compiled_ref(h), results["per_call"], key, check=refy)
-            if h == 1:
-                measure("fla fused_attnres", case, peer_fla, results["per_call"], key, check=refy, mem=True)
-                measure("liger attn_res", case, peer_liger, results["per_call"], key, check=refy, mem=True)
             del refy
             save()
+        if 1 in heads_list and not args.no_peers:
+            # the peers last: liger at 1280/73 takes minutes, and a run cut by its time
+            # limit should still have every head count of ours
+            key = f"{d}/{n}/H1"
+            with torch.no_grad():
+                refy = R.route(case.srcs, case.q, case.g, 1)
+            measure("fla fused_attnres", case, peer_fla, results["per_call"], key, check=refy, mem=True)
+            measure("liger attn_res", case, peer_liger, results["per_call"], key, check=refy, mem=True)
+            del refy
         if not args.no_step:
             for h in (1, 8):
                 for chunk in (None, args.chunk):
