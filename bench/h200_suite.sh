@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Re-measure issues 5 and 6 on one H200 in a single device call (about 9 minutes): the
+# CUDA routing tests, the routing benchmark (H = 1 and 8, peers last, whole step), and
+# the step benchmark at the three paper sizes. Everything lands in $OUT/suite/ and is
+# packed into $OUT/suite.tar.gz, because the device tool returns at most 8 files.
+# Usage (repository root, device machine): MHAR_COMMIT=<sha> bash bench/h200_suite.sh
+# Time limits per part (seconds): T_TESTS, T_ROUTING, T_STEP (per preset).
+set -uo pipefail
+export PYTHONPATH="$PWD/src" PYTHONUNBUFFERED=1 MHAR_COMMIT=${MHAR_COMMIT:-unknown}
+OUT=${OUT:-bench/results/suite_local}
+R="$OUT/suite"
+mkdir -p "$R"
+python3 -m pip install -q --no-deps .whl/*.whl > "$R/pip.log" 2>&1  # the peers, when carried
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used --format=csv,noheader > "$R/gpu.txt" 2>&1
+
+timeout "${T_TESTS:-80}" python3 -m pytest tests/routing/test_triton_cuda.py -q -p no:cacheprovider \
+  > "$R/routing_gpu_tests.log" 2>&1
+timeout "${T_ROUTING:-200}" python3 bench/routing.py --heads 1,8 --no-eager --no-compiled \
+  --out "$R/routing_$MHAR_COMMIT.json" > "$R/routing.log" 2>&1
+for p in paper-100m paper-350m paper-1b; do
+  timeout "${T_STEP:-100}" python3 -m mhar bench step --preset "$p" --methods baseline,attnres,mhar,mhar-block \
+    --steps 5 --warmup 3 --out "$R" --tag "$p" > "$R/step_$p.log" 2>&1
+done
+
+tar czf "$OUT/suite.tar.gz" -C "$OUT" suite
+tail -n 1 "$R/routing_gpu_tests.log"
+grep -hE "^\| [0-9]+/" "$R"/routing_*.md 2>/dev/null | cut -c1-140
+grep -h "| paper" "$R"/step_*.md 2>/dev/null
