@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Re-measure issues 5 and 6 on one H200 in a single device call (its time limits add up
 # to 580 s; it has not run yet): the CUDA routing tests, the routing benchmark (H = 1 and
-# 8, peers last, whole step), and the step benchmark at the three paper sizes. Everything lands in $OUT/suite/ and is
-# packed into $OUT/suite.tar.gz, because the device tool returns at most 8 files.
+# 8, peers last, whole step), and the step benchmark at the three paper sizes. Everything
+# lands in $OUT/suite/ and is packed into $OUT/suite.tar.gz, because the device tool
+# returns at most 8 files.
 # Usage (repository root, device machine): MHAR_COMMIT=<sha> bash bench/h200_suite.sh
 # Time limits per part (seconds): T_TESTS, T_ROUTING, T_STEP (per preset).
 set -uo pipefail
