@@ -47,13 +47,12 @@ class ResidualStream(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
 
-def uses_two_phase(schedule: str, t: Tensor) -> bool:
+def uses_two_phase(schedule: str) -> bool:
     """Resolve a schedule: 'auto' is one-pass. Two-phase reads each old source once
     per chunk, but today it writes and merges fp32 partials (S x M x d x 4 bytes per
     chunk) and makes more calls; on an H200 the whole routed step measured 1.5-1.8x
     slower than one-pass with the current kernels (bench/results/routing_h200.md), so
-    it is opt-in until a fused phase-2 kernel lands. ``t`` is kept for that choice."""
-    del t
+    it is opt-in until a fused phase-2 kernel lands."""
     return schedule == "two-phase"
 
 

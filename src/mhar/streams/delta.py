@@ -29,7 +29,7 @@ class _DeltaState(StreamState):
         self.block_start = embedding
         self.sources = [stream.null_source.to(embedding.dtype).expand_as(embedding)]
         self.block_reads: Tensor | None = None  # two-phase: the whole block's reads
-        self.two_phase = uses_two_phase(stream.schedule, embedding)
+        self.two_phase = uses_two_phase(stream.schedule)
 
     def _read(self, i: int) -> Tensor:
         s = self.s
