@@ -71,16 +71,20 @@ def check_partial(n, lead, d, heads, S, dtype=torch.float32, device="cpu", tol=1
         assert rel(a, b) <= tol, rel(a, b)
 
 
-def check_two_phase(n_old, n_new, lead, d, heads, S, dtype=torch.float32, device="cpu", tol=1e-5, gen=None):
-    """Phase 1 over old sources for S queries, phase 2 over new ones, merge, finalize:
-    equals the one-pass read, values and gradients."""
+def check_two_phase(n_old, n_new, lead, d, heads, S, dtype=torch.float32, device="cpu", tol=1e-5, gen=None,
+                    fused=False):
+    """Phase 1 over old sources for S queries, phase 2 over new ones, merge, finalize
+    (or, fused, ``route_merge``): equals the one-pass read, values and gradients."""
     srcs, q, g = make_inputs(n_old + n_new, lead, d, dtype, device, S=S, gen=gen)
     old, new = srcs[:n_old], srcs[n_old:]
     p1 = routing.route_partial(old, q, g, heads)
     outs = []
     for s in range(S):
-        p2 = routing.route_partial(new, q[s:s + 1], g[s:s + 1], heads)
         one = routing.Partial(p1.m[s:s + 1], p1.l[s:s + 1], p1.o[s:s + 1])
+        if fused:
+            outs.append(routing.route_merge(one, new, q[s], g[s], heads))
+            continue
+        p2 = routing.route_partial(new, q[s:s + 1], g[s:s + 1], heads)
         outs.append(routing.finalize(routing.merge_partials(one, p2), srcs[0].shape, dtype)[0])
     s64, (q64, g64) = _f64(srcs), _f64([q, g])
     full = [R.route(s64, q64[s], g64[s], heads) for s in range(S)]

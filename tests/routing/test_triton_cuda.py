@@ -73,6 +73,12 @@ def test_two_phase(heads, gen):
     check_two_phase(12, 4, (257,), 512, heads, 4, device=DEV, gen=gen)
 
 
+@pytest.mark.parametrize("d,heads", [(512, 1), (1280, 8)])
+def test_fused_phase_two(d, heads, gen):
+    check_two_phase(12, 4, (257,), d, heads, 4, device=DEV, gen=gen, fused=True)
+    check_two_phase(9, 3, (300,), d, heads, 2, dtype=torch.bfloat16, device=DEV, tol=1e-2, gen=gen, fused=True)
+
+
 @pytest.mark.parametrize("S", [1, 4])
 def test_deterministic(S, gen):
     check_deterministic(25, (2049,), 512, 8, S=S, device=DEV, gen=gen)

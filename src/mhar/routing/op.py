@@ -225,7 +225,9 @@ def _contig(srcs: Sequence[Tensor]) -> list[Tensor]:
 
 
 def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, heads: int, eps: float,
-                    final: bool):
+                    final: bool, init: Partial | None = None):
+    """final: (y, lse) of one query; else (m, l, o) of S queries. init (final only): a
+    one-row partial read of other sources that the read starts from (fused phase 2)."""
     from mhar.routing.triton_kernels import _fwd_kernel
 
     srcs = _contig(srcs)
@@ -239,15 +241,17 @@ def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, h
     if final:
         y = _new(srcs[0].shape, srcs[0].dtype, dev)
         lse = _new((n_tok, heads), torch.float32, dev)
+        m0, l0, o0 = (lse, lse, y) if init is None else (t.contiguous() for t in init)
         if n_tiles:
-            _fwd_kernel[(1, n_tiles)](table, srcs[0], w, lse, lse, y, len(srcs), n_tok, d, dh, eps,
-                                      **tile, FINAL=True, PF=cfg["fwd_pf"], num_warps=cfg["fwd_warps"])
+            _fwd_kernel[(1, n_tiles)](table, srcs[0], w, lse, lse, y, m0, l0, o0, len(srcs), n_tok, d, dh, eps,
+                                      **tile, FINAL=True, INIT=init is not None, PF=cfg["fwd_pf"],
+                                      num_warps=cfg["fwd_warps"])
         return y, lse
     m = _new((S, n_tok, heads), torch.float32, dev)
     l = _new((S, n_tok, heads), torch.float32, dev)
     o = _new((S, n_tok, d), torch.float32, dev)
     if n_tiles:
-        _fwd_kernel[(S, n_tiles)](table, srcs[0], w, m, l, o, len(srcs), n_tok, d, dh, eps,
+        _fwd_kernel[(S, n_tiles)](table, srcs[0], w, m, l, o, m, l, o, len(srcs), n_tok, d, dh, eps,
                                   **tile, FINAL=False, PF=cfg["fwd_pf"], num_warps=cfg["fwd_warps"])
     return m, l, o
 
@@ -468,6 +472,36 @@ class _PartialFn(torch.autograd.Function):
         return (res[0], res[1], None, None, *res[2:])
 
 
+class _MergeFn(torch.autograd.Function):
+    """Phase 2 fused: the read of ``sources`` merged with a one-row phase-1 partial and
+    normalised, in one kernel pass. Backward: the final read's backward over the new
+    sources (the softmax statistic lse covers the partial's mass too, so its formulas
+    are unchanged), and for the partial, per head, grad_o = e^(m - lse) g and
+    grad_l = -e^(m - lse) (g . y)."""
+
+    @staticmethod
+    def forward(ctx, m0, l0, o0, query, norm_weight, heads, eps, *sources):
+        d = query.shape[-1]
+        n_tok = o0.shape[-2]
+        init = Partial(m0.reshape(n_tok, heads), l0.reshape(n_tok, heads), o0.reshape(n_tok, d))
+        y, lse = _triton_forward(list(sources), query.view(1, d), norm_weight.view(1, d), heads, eps, True, init)
+        ctx.save_for_backward(query, norm_weight, y, lse, m0, *sources)
+        ctx.heads, ctx.eps = heads, eps
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        query, norm_weight, y, lse, m0, *sources = ctx.saved_tensors
+        heads, d, n_tok = ctx.heads, query.shape[-1], lse.shape[0]
+        res = _triton_backward(sources, query.view(1, d), norm_weight.view(1, d), grad_y.reshape(1, n_tok, d),
+                               lse.view(1, n_tok, heads), None, y, heads, ctx.eps)
+        scale = torch.exp(m0.reshape(n_tok, heads) - lse)  # the partial's weight in the read, per head
+        g = grad_y.reshape(n_tok, heads, d // heads).float()
+        grad_o = (g * scale.unsqueeze(-1)).reshape(1, n_tok, d)
+        grad_l = (-(g * y.reshape(n_tok, heads, d // heads).float()).sum(-1) * scale).reshape(1, n_tok, heads)
+        return (None, grad_l, grad_o, res[0].view(query.shape), res[1].view(norm_weight.shape), None, None, *res[2:])
+
+
 def _compiling() -> bool:
     try:
         return torch.compiler.is_compiling()
@@ -506,6 +540,24 @@ def route(sources, query: Tensor, norm_weight: Tensor, heads: int = 1, eps: floa
     if _compiling():
         return route_op(srcs, query, norm_weight, heads, eps)[0]
     return _RouteFn.apply(query, norm_weight, heads, eps, *srcs)
+
+
+def route_merge(partial: Partial, sources, query: Tensor, norm_weight: Tensor, heads: int = 1,
+                eps: float = KEY_NORM_EPS) -> Tensor:
+    """Phase 2 of the two-phase read for one site: the read of ``sources`` merged exactly
+    with ``partial`` (one row, a phase-1 read of other sources by the same query) and
+    normalised. Equals ``finalize(merge_partials(partial, route_partial(sources, ...)))``,
+    which is what runs off CUDA and under torch.compile; on CUDA one kernel pass does it."""
+    srcs = _as_list(sources)
+    if query.dim() != 1 or norm_weight.shape != query.shape:
+        raise ValueError(f"query and norm_weight must both be (d,); got {tuple(query.shape)} and {tuple(norm_weight.shape)}")
+    _validate(srcs, query.shape[0], heads)
+    if partial.o.shape[0] != 1:
+        raise ValueError(f"route_merge takes a one-row partial; got {partial.o.shape[0]} rows")
+    if _compiling() or not _use_triton(srcs[0]):
+        new = route_partial(srcs, query.view(1, -1), norm_weight.view(1, -1), heads, eps)
+        return _ref.finalize(_ref.merge_partials(partial, new), srcs[0].shape, srcs[0].dtype)[0]
+    return _MergeFn.apply(partial.m, partial.l, partial.o, query, norm_weight, heads, eps, *srcs)
 
 
 def route_partial(sources, queries: Tensor, norm_weights: Tensor, heads: int = 1,

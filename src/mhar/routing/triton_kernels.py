@@ -70,11 +70,14 @@ def _src(table, k, ref, ALIGN: tl.constexpr):
 
 
 @triton.jit
-def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O,
+def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, M0, L0, O0,
                 n_src, n_tok, d: tl.constexpr, dh: tl.constexpr, eps,
                 H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, BM: tl.constexpr,
                 HAS_B: tl.constexpr, EVEN: tl.constexpr, ALIGN: tl.constexpr, FINAL: tl.constexpr,
-                PF: tl.constexpr = 1):
+                INIT: tl.constexpr = False, PF: tl.constexpr = 1):
+    """INIT (one query): the online softmax starts from a phase-1 partial read of other
+    sources, M0/L0 (n_tok, H) and O0 (n_tok, d) fp32, instead of from empty: phase 2 of
+    the two-phase schedule, merged and normalised in the same pass."""
     s = tl.program_id(0)
     tile = tl.program_id(1)
     rm = tile * BM + tl.arange(0, BM)
@@ -87,9 +90,16 @@ def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O,
     offs_a = row + col_a[None, :, :]                            # (BM, HP, DA)
     mask_a = mmask[:, None, None] & cmask_a[None, :, :]
     wa = _ld(W + s * d + col_a, cmask_a, EVEN).to(tl.float32)
-    m_i = tl.full([BM, HP], float("-inf"), tl.float32)
-    l_i = tl.zeros([BM, HP], tl.float32)
-    acc_a = tl.zeros([BM, HP, DA], tl.float32)
+    hmask = mmask[:, None] & (rh[None, :] < H)
+    hoffs = rm.to(tl.int64)[:, None] * H + rh[None, :]
+    if INIT:
+        m_i = tl.load(M0 + hoffs, mask=hmask, other=float("-inf"))
+        l_i = _ld(L0 + hoffs, hmask, EVEN)
+        acc_a = _ld(O0 + offs_a, mask_a, EVEN)
+    else:
+        m_i = tl.full([BM, HP], float("-inf"), tl.float32)
+        l_i = tl.zeros([BM, HP], tl.float32)
+        acc_a = tl.zeros([BM, HP, DA], tl.float32)
     p0 = _src(table, 0, ref, ALIGN)
     p1 = _src(table, tl.minimum(1, n_src - 1), ref, ALIGN)
     xa_n = _ld(p0 + offs_a, mask_a, EVEN)
@@ -103,7 +113,10 @@ def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O,
         offs_b = row + col_b[None, :, :]
         mask_b = mmask[:, None, None] & cmask_b[None, :, :]
         wb = _ld(W + s * d + col_b, cmask_b, EVEN).to(tl.float32)
-        acc_b = tl.zeros([BM, HP, DB], tl.float32)
+        if INIT:
+            acc_b = _ld(O0 + offs_b, mask_b, EVEN)
+        else:
+            acc_b = tl.zeros([BM, HP, DB], tl.float32)
         xb_n = _ld(p0 + offs_b, mask_b, EVEN)
         xb_n2 = xb_n
         if PF == 2:
@@ -139,8 +152,6 @@ def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O,
             acc_b = acc_b * alpha[:, :, None] + p[:, :, None] * xb
         m_i = m_new
 
-    hmask = mmask[:, None] & (rh[None, :] < H)
-    hoffs = rm.to(tl.int64)[:, None] * H + rh[None, :]
     if FINAL:
         # OUT_O: the read (n_tok, d) in the sources' dtype; OUT_M: log-sum-exp (n_tok, H)
         inv = 1.0 / l_i[:, :, None]

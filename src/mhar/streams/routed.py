@@ -28,13 +28,16 @@ from mhar import routing
 from mhar.streams.base import ResidualStream, StreamState, autocast_dtype, uses_two_phase
 
 
-def _row(p: routing.Partial, j: int) -> routing.Partial:
-    return routing.Partial(p.m[j:j + 1], p.l[j:j + 1], p.o[j:j + 1])
+def _rows(p: routing.Partial) -> list[routing.Partial]:
+    """The S one-row partials of a phase-1 read, through one unbind per field: autograd
+    then stacks their gradients once, instead of a zero-filled (S, M, d) gradient per
+    sliced row."""
+    return [routing.Partial(m.unsqueeze(0), l.unsqueeze(0), o.unsqueeze(0))
+            for m, l, o in zip(p.m.unbind(0), p.l.unbind(0), p.o.unbind(0))]
 
 
-def _merge_finalize(a: routing.Partial, b: routing.Partial | None, shape, dtype) -> Tensor:
-    """Phase 2's exact merge (if any) and the normalisation, as one fusable region."""
-    p = a if b is None else routing.merge_partials(a, b)
+def _finalize_row(p: routing.Partial, shape, dtype) -> Tensor:
+    """The read of a chunk's first sublayer: its phase-1 row, normalised."""
     return routing.finalize(p, shape, dtype)[0]
 
 
@@ -46,7 +49,7 @@ class _RoutedState(StreamState):
         # Full routing: every source. Block routing: completed block summaries.
         self.sources: list[Tensor] = [embedding.to(self.dtype)]
         self.partial_sum: Tensor | None = None  # block routing: running sum of the current block
-        self.phase1: routing.Partial | None = None
+        self.phase1_rows: list[routing.Partial] = []
         self.chunk_start = 0  # sublayer index where the current chunk began
         self.sources_at_chunk_start = 1
         # one-pass reads take their site's row from one unbind (one autograd node for all
@@ -70,14 +73,13 @@ class _RoutedState(StreamState):
         if i % size == 0:  # phase 1: every source that exists now, for the whole chunk at once
             end = min(i + size, s.num_sublayers)
             q, g = self._site(i, end)
-            self.phase1 = routing.route_partial(self.sources, q, g, H)
+            self.phase1_rows = _rows(routing.route_partial(self.sources, q, g, H))
             self.chunk_start, self.sources_at_chunk_start = i, len(self.sources)
         new = [self.partial_sum] if in_block else self.sources[self.sources_at_chunk_start:]
-        inner = None
-        if new:  # phase 2: the sources created inside the chunk, merged exactly
-            q, g = self._site(i)
-            inner = routing.route_partial(new, q, g, H)
-        return s.merge_finalize(_row(self.phase1, i - self.chunk_start), inner, self.shape, self.dtype)
+        row = self.phase1_rows[i - self.chunk_start]
+        if new:  # phase 2: the sources created inside the chunk, merged exactly and normalised
+            return routing.route_merge(row, new, self.query_rows[i], self.norm_rows[i], H)
+        return s.finalize_row(row, self.shape, self.dtype)
 
     def write(self, i: int, output: Tensor) -> None:
         S = self.s.block_size
@@ -105,10 +107,10 @@ class RoutedStream(ResidualStream):
         sites = num_sublayers + 1  # each sublayer and the final read
         self.queries = nn.Parameter(torch.zeros(sites, d_model))
         self.key_norms = nn.Parameter(torch.ones(sites, d_model))
-        self.merge_finalize = _merge_finalize
+        self.finalize_row = _finalize_row
 
     def compile_regions(self, **compile_kwargs) -> None:
-        self.merge_finalize = torch.compile(_merge_finalize, **compile_kwargs)
+        self.finalize_row = torch.compile(_finalize_row, **compile_kwargs)
 
     @property
     def num_sources(self) -> int:
