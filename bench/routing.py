@@ -209,13 +209,14 @@ def whole_step(case, heads, chunk):
             for j0 in range(1, n + 1, chunk):
                 j1 = min(n + 1, j0 + chunk)
                 p1 = routing.route_partial(srcs[:j0], Q[j0 - 1:j1 - 1], G[j0 - 1:j1 - 1], heads)
+                rows = [routing.Partial(m.unsqueeze(0), l.unsqueeze(0), o.unsqueeze(0))  # as the stream does
+                        for m, l, o in zip(p1.m.unbind(0), p1.l.unbind(0), p1.o.unbind(0))]
                 for j in range(j0, j1):
-                    s = j - j0
-                    one = routing.Partial(p1.m[s:s + 1], p1.l[s:s + 1], p1.o[s:s + 1])
-                    if j > j0:
-                        p2 = routing.route_partial(srcs[j0:j], Q[j - 1:j], G[j - 1:j], heads)
-                        one = routing.merge_partials(one, p2)
-                    outs.append(routing.finalize(one, srcs[0].shape, srcs[0].dtype)[0])
+                    one = rows[j - j0]
+                    if j > j0:  # phase 2, fused: merged with the phase-1 row and normalised in one pass
+                        outs.append(routing.route_merge(one, srcs[j0:j], Q[j - 1], G[j - 1], heads))
+                    else:
+                        outs.append(routing.finalize(one, srcs[0].shape, srcs[0].dtype)[0])
         loss = sum((o * case.gy).float().sum() for o in outs)
         return torch.autograd.grad(loss, wrt)
 
