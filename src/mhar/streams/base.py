@@ -49,10 +49,10 @@ class ResidualStream(nn.Module):
 
 def uses_two_phase(schedule: str) -> bool:
     """Resolve a schedule: 'auto' is one-pass. Two-phase reads each old source once
-    per chunk, but today it writes and merges fp32 partials (S x M x d x 4 bytes per
-    chunk) and makes more calls; on an H200 the whole routed step measured 1.5-1.8x
-    slower than one-pass with the current kernels (bench/results/routing_h200.md), so
-    it is opt-in until a fused phase-2 kernel lands."""
+    per chunk, but it writes fp32 partials (S x M x d x 4 bytes per chunk) and makes more
+    calls; on an H200 the whole routed step measured 1.5-1.8x slower than one-pass
+    (bench/results/routing_h200.md, before phase 2 was fused into one kernel). It stays
+    opt-in until the fused version is measured faster."""
     return schedule == "two-phase"
 
 
