@@ -23,49 +23,28 @@ Two backends, chosen at run time (:func:`set_backend` or
 
 from __future__ import annotations
 
-import os
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-_BACKENDS = ("auto", "reference", "triton")
-_backend: str | None = None
+from mhar.backends import BackendChoice
+
+_BACKEND = BackendChoice("loss", "MHAR_LOSS_BACKEND", "mhar.model.ce_kernel")
 
 
 def set_backend(name: str | None) -> None:
     """Choose the chunked loss's backend: "auto" (Triton on CUDA, reference elsewhere),
     "reference", or "triton" (everywhere; on the CPU only under ``TRITON_INTERPRET=1``).
     ``None`` returns to ``MHAR_LOSS_BACKEND`` (default auto)."""
-    global _backend
-    if name is not None and name not in _BACKENDS:
-        raise ValueError(f"loss backend must be one of {_BACKENDS}; got {name!r}")
-    _backend = name
+    _BACKEND.set(name)
 
 
 def get_backend() -> str:
-    name = _backend or os.environ.get("MHAR_LOSS_BACKEND", "auto")
-    if name not in _BACKENDS:
-        raise ValueError(f"MHAR_LOSS_BACKEND must be one of {_BACKENDS}; got {name!r}")
-    return name
-
-
-_triton_ok: bool | None = None
+    return _BACKEND.get()
 
 
 def _triton_available() -> bool:
-    global _triton_ok
-    if _triton_ok is None:
-        try:
-            from mhar.model import ce_kernel  # noqa: F401
-            _triton_ok = True
-        except Exception:  # pragma: no cover - triton missing
-            _triton_ok = False
-    return _triton_ok
-
-
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    return _BACKEND.triton_available()
 
 
 def _compute_dtype(hidden: Tensor, weight: Tensor) -> torch.dtype:
@@ -79,16 +58,7 @@ def _compute_dtype(hidden: Tensor, weight: Tensor) -> torch.dtype:
 
 
 def _use_fused(hidden: Tensor, weight: Tensor) -> bool:
-    b = get_backend()
-    if b == "reference" or _compute_dtype(hidden, weight) not in (torch.float32, torch.bfloat16, torch.float16):
-        return False
-    if b == "triton":
-        if not _triton_available():
-            raise RuntimeError("loss backend 'triton' was forced but triton cannot be imported")
-        if not hidden.is_cuda and not _interpreting():
-            raise RuntimeError("loss backend 'triton' on CPU tensors needs TRITON_INTERPRET=1")
-        return True
-    return hidden.is_cuda and _triton_available()
+    return _BACKEND.use_triton(hidden.is_cuda, _compute_dtype(hidden, weight))
 
 
 # ------------------------------------------------ fp32 accumulation of g.T @ h

@@ -33,61 +33,26 @@ from typing import Optional, Sequence
 import torch
 from torch import Tensor
 
+from mhar.backends import BackendChoice
 from mhar.routing import reference as _ref
 from mhar.routing.reference import KEY_NORM_EPS, Partial, check_heads
 
-_BACKENDS = ("auto", "reference", "triton")
-_backend: str | None = None
+_BACKEND = BackendChoice("routing", "MHAR_ROUTING_BACKEND", "mhar.routing.triton_kernels")
 
 
 def set_backend(name: str | None) -> None:
     """Choose the routing backend: "auto" (Triton on CUDA, reference elsewhere),
     "reference" or "triton" (Triton everywhere; on the CPU only under
     ``TRITON_INTERPRET=1``). ``None`` returns to ``MHAR_ROUTING_BACKEND`` (default auto)."""
-    global _backend
-    if name is not None and name not in _BACKENDS:
-        raise ValueError(f"routing backend must be one of {_BACKENDS}; got {name!r}")
-    _backend = name
+    _BACKEND.set(name)
 
 
 def get_backend() -> str:
-    name = _backend or os.environ.get("MHAR_ROUTING_BACKEND", "auto")
-    if name not in _BACKENDS:
-        raise ValueError(f"MHAR_ROUTING_BACKEND must be one of {_BACKENDS}; got {name!r}")
-    return name
-
-
-_triton_ok: bool | None = None
-
-
-def _triton_available() -> bool:
-    global _triton_ok
-    if _triton_ok is None:
-        try:
-            import triton  # noqa: F401
-
-            from mhar.routing import triton_kernels  # noqa: F401
-            _triton_ok = True
-        except Exception:  # pragma: no cover - triton missing
-            _triton_ok = False
-    return _triton_ok
-
-
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    return _BACKEND.get()
 
 
 def _use_triton(t: Tensor) -> bool:
-    b = get_backend()
-    if b == "reference" or t.dtype not in (torch.float32, torch.bfloat16, torch.float16):
-        return False
-    if b == "triton":
-        if not _triton_available():
-            raise RuntimeError("routing backend 'triton' was forced but triton cannot be imported")
-        if not t.is_cuda and not _interpreting():
-            raise RuntimeError("routing backend 'triton' on CPU tensors needs TRITON_INTERPRET=1")
-        return True
-    return t.is_cuda and _triton_available()
+    return _BACKEND.use_triton(t.is_cuda, t.dtype)
 
 
 def _poison() -> bool:

@@ -1,0 +1,60 @@
+"""Choosing between a plain-PyTorch reference and Triton kernels, for one fused op family.
+
+The routing op and the fused loss each own a :class:`BackendChoice`: "auto" (Triton on
+CUDA tensors when triton imports, the reference elsewhere), "reference", or "triton"
+(everywhere; CPU tensors only under ``TRITON_INTERPRET=1``, for tests). A choice set in
+code wins over the environment variable.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+import torch
+
+BACKENDS = ("auto", "reference", "triton")
+KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+class BackendChoice:
+    def __init__(self, what: str, env_var: str, kernel_module: str):
+        self.what, self.env_var, self.kernel_module = what, env_var, kernel_module
+        self.chosen: str | None = None
+        self._importable: bool | None = None
+
+    def set(self, name: str | None) -> None:
+        if name is not None and name not in BACKENDS:
+            raise ValueError(f"{self.what} backend must be one of {BACKENDS}; got {name!r}")
+        self.chosen = name
+
+    def get(self) -> str:
+        name = self.chosen or os.environ.get(self.env_var, "auto")
+        if name not in BACKENDS:
+            raise ValueError(f"{self.env_var} must be one of {BACKENDS}; got {name!r}")
+        return name
+
+    def triton_available(self) -> bool:
+        if self._importable is None:
+            try:
+                importlib.import_module(self.kernel_module)  # imports triton
+                self._importable = True
+            except Exception:  # pragma: no cover - triton missing
+                self._importable = False
+        return self._importable
+
+    def use_triton(self, is_cuda: bool, dtype: torch.dtype) -> bool:
+        b = self.get()
+        if b == "reference" or dtype not in KERNEL_DTYPES:
+            return False
+        if b == "triton":
+            if not self.triton_available():
+                raise RuntimeError(f"{self.what} backend 'triton' was forced but triton cannot be imported")
+            if not is_cuda and not interpreting():
+                raise RuntimeError(f"{self.what} backend 'triton' on CPU tensors needs TRITON_INTERPRET=1")
+            return True
+        return is_cuda and self.triton_available()
