@@ -5,7 +5,8 @@
 # lands in $OUT/suite/ and is packed into $OUT/suite.tar.gz, because the device tool
 # returns at most 8 files.
 # Usage (repository root, device machine): MHAR_COMMIT=<sha> bash bench/h200_suite.sh
-# Time limits per part (seconds): T_TESTS, T_ROUTING, T_STEP (per preset).
+# Time limits per part (seconds): T_TESTS, T_ROUTING, T_STEP (per preset; 0 skips a part).
+# PRESETS and METHODS choose the step benchmark's rows (METHOD@two-phase sets a schedule).
 set -uo pipefail
 export PYTHONPATH="$PWD/src" PYTHONUNBUFFERED=1 MHAR_COMMIT=${MHAR_COMMIT:-unknown}
 OUT=${OUT:-bench/results/suite_local}
@@ -14,12 +15,14 @@ mkdir -p "$R"
 python3 -m pip install -q --no-deps .whl/*.whl > "$R/pip.log" 2>&1  # the peers, when carried
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used --format=csv,noheader > "$R/gpu.txt" 2>&1
 
-timeout "${T_TESTS:-80}" python3 -m pytest tests/routing/test_triton_cuda.py -q -p no:cacheprovider \
+part() { [ "${1:-0}" != 0 ]; }
+part "${T_TESTS:-80}" && timeout "${T_TESTS:-80}" python3 -m pytest tests/routing/test_triton_cuda.py -q -p no:cacheprovider \
   > "$R/routing_gpu_tests.log" 2>&1
-timeout "${T_ROUTING:-200}" python3 bench/routing.py --heads 1,8 --no-eager --no-compiled \
+part "${T_ROUTING:-200}" && timeout "${T_ROUTING:-200}" python3 bench/routing.py --heads 1,8 --no-eager --no-compiled \
   --out "$R/routing_$MHAR_COMMIT.json" > "$R/routing.log" 2>&1
-for p in paper-100m paper-350m paper-1b; do
-  timeout "${T_STEP:-100}" python3 -m mhar bench step --preset "$p" --methods baseline,attnres,mhar,mhar-block \
+for p in ${PRESETS:-paper-100m paper-350m paper-1b}; do
+  part "${T_STEP:-100}" && timeout "${T_STEP:-100}" python3 -m mhar bench step --preset "$p" \
+    --methods "${METHODS:-baseline,attnres,mhar,mhar-block}" \
     --steps 5 --warmup 3 --out "$R" --tag "$p" > "$R/step_$p.log" 2>&1
 done
 

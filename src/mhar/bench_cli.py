@@ -5,7 +5,8 @@ One step = forward + backward + fused AdamW update of one microbatch, bf16 autoc
 fp32 master weights, ``torch.compile`` of the decoder (regional by default: each
 sublayer kind compiles once), the LM head fused with the
 loss in chunks (no full logits). Routed methods use the routing op (fused kernels on
-CUDA) and the chunked two-phase schedule.
+CUDA) with the stream's default schedule; ``METHOD@two-phase`` (or ``@one-pass``) picks
+the schedule per method, so both can be compared in one run.
 
 MFU = model FLOPs per token x tokens/s / peak. Model FLOPs per token (training,
 forward + backward = 3 x forward): 6 x (matmul parameters, LM head included,
@@ -28,6 +29,7 @@ from pathlib import Path
 import torch
 
 from mhar.model import Decoder, apply_overrides, get_preset, method_stream
+from mhar.model.config import SCHEDULES
 from mhar.model.loss import linear_cross_entropy
 
 PEAK_FLOPS = 989e12
@@ -38,8 +40,13 @@ DEFAULT_METHODS = "baseline,hyper,attnres,mhar,mhar-block"
 
 def build(preset: str, method: str, seq_len: int, overrides: list[str], chunk: int, device: str) -> Decoder:
     cfg = get_preset(preset, "baseline")
+    method, _, schedule = method.partition("@")  # e.g. "mhar@two-phase"
     stream = method_stream(method, cfg.num_sublayers, cfg.d_model)
-    stream.chunk = chunk  # used when the schedule is two-phase (override stream.schedule=two-phase)
+    stream.chunk = chunk  # used when the schedule is two-phase
+    if schedule:
+        if schedule not in SCHEDULES:
+            raise ValueError(f"unknown schedule {schedule!r} in {method}@{schedule}; allowed: {', '.join(SCHEDULES)}")
+        stream.schedule = schedule
     cfg.stream = stream
     cfg.max_seq_len = max(cfg.max_seq_len, seq_len)
     cfg = apply_overrides(cfg, overrides)
@@ -174,7 +181,8 @@ def register(sub) -> None:
     bsub = p.add_subparsers(dest="bench_command", metavar="BENCH")
     s = bsub.add_parser("step", help="tokens/s, MFU and peak memory per method in one run")
     s.add_argument("--preset", default="paper-100m", help="comma list: paper-100m, paper-350m, paper-1b, tiny")
-    s.add_argument("--methods", default=DEFAULT_METHODS)
+    s.add_argument("--methods", default=DEFAULT_METHODS,
+                   help="comma list; METHOD@two-phase or METHOD@one-pass sets the routing schedule")
     s.add_argument("--batch", type=int, default=0, help="microbatch (default: the paper's)")
     s.add_argument("--seq-len", type=int, default=0)
     s.add_argument("--steps", type=int, default=10)
