@@ -5,7 +5,8 @@
 # lands in $OUT/suite/ and is packed into $OUT/suite.tar.gz, because the device tool
 # returns at most 8 files.
 # Usage (repository root, device machine): MHAR_COMMIT=<sha> bash bench/h200_suite.sh
-# Time limits per part (seconds): T_TESTS, T_ROUTING, T_STEP (per preset; 0 skips a part).
+# Time limits per part (seconds): T_TESTS, T_ROUTING, T_HOST (bench/host_overhead.py; off by
+# default), T_STEP (per preset); 0 skips a part.
 # PRESETS and METHODS choose the step benchmark's rows (METHOD@two-phase sets a schedule).
 set -uo pipefail
 export PYTHONPATH="$PWD/src" PYTHONUNBUFFERED=1 MHAR_COMMIT=${MHAR_COMMIT:-unknown}
@@ -20,6 +21,7 @@ part "${T_TESTS:-80}" && timeout "${T_TESTS:-80}" python3 -m pytest tests/routin
   > "$R/routing_gpu_tests.log" 2>&1
 part "${T_ROUTING:-200}" && timeout "${T_ROUTING:-200}" python3 bench/routing.py --heads 1,8 --no-eager --no-compiled \
   --out "$R/routing_$MHAR_COMMIT.json" > "$R/routing.log" 2>&1
+part "${T_HOST:-0}" && timeout "${T_HOST:-0}" python3 bench/host_overhead.py --out "$R/host" > "$R/host.log" 2>&1
 for p in ${PRESETS:-paper-100m paper-350m paper-1b}; do
   part "${T_STEP:-100}" && timeout "${T_STEP:-100}" python3 -m mhar bench step --preset "$p" \
     --methods "${METHODS:-baseline,attnres,mhar,mhar-block}" \
@@ -29,4 +31,5 @@ done
 tar czf "$OUT/suite.tar.gz" -C "$OUT" suite
 tail -n 1 "$R/routing_gpu_tests.log"
 grep -hE "^\| [0-9]+/" "$R"/routing_*.md 2>/dev/null | cut -c1-140
+grep -h "^| [0-9]" "$R/host.log" 2>/dev/null
 grep -h "| paper" "$R"/step_*.md 2>/dev/null

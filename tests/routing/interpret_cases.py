@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from mhar import routing  # noqa: E402
 from mhar.routing import op as rop  # noqa: E402
 from mhar.routing import reference as R  # noqa: E402
-from routing_checks import (check_deterministic, check_partial, check_route, check_two_phase,  # noqa: E402
+from routing_checks import (check_deterministic, check_partial, check_route, check_sink_chain, check_two_phase,  # noqa: E402
                             make_inputs, rel)
 
 
@@ -245,3 +245,16 @@ def test_model_two_phase_equals_one_pass(overrides, gen):
     lb.backward()
     for (name, pa), pb in zip(a.named_parameters(), b.parameters()):
         assert rel(pb.grad, pa.grad) <= 1e-4, name
+
+
+@pytest.mark.parametrize("n_sites,lead,d,heads,extra,chunk", [
+    (4, (5,), 32, 1, False, 0), (5, (2, 3), 40, 8, False, 0), (4, (7,), 80, 1, True, 0),
+    (5, (5,), 32, 4, False, 2), (4, (3,), 24, 1, True, 3)])
+def test_gradient_sink(n_sites, lead, d, heads, extra, chunk, gen):
+    # sources' gradients summed in the backward kernel (full and block-like streams,
+    # one-pass and two-phase spans) equal autograd's own sums over the fp64 reference
+    check_sink_chain(n_sites, lead, d, heads, gen=gen, extra=extra, chunk=chunk)
+
+
+def test_gradient_sink_bf16(gen):
+    check_sink_chain(5, (6,), 64, 8, dtype=torch.bfloat16, tol=2e-2, gen=gen, extra=True)

@@ -111,3 +111,60 @@ def check_deterministic(n, lead, d, heads, S=1, device="cpu", dtype=torch.float3
     a, b = run(), run()
     for x, y in zip(a, b):
         assert torch.equal(x, y)
+
+
+
+def _chain(emb, leaves, q, g, heads, extra, chunk, sink):
+    """The miniature stream of :func:`check_sink_chain`; sink None: plain autograd (and
+    the reference read when the inputs are fp64)."""
+    fp64 = emb.dtype == torch.float64
+    add = sink.register if sink is not None else (lambda t: t)
+    span = sink.span if sink is not None else (lambda start, count: None)
+
+    def read(srcs, k, sp):
+        if fp64:
+            return R.route(srcs, q[k], g[k], heads)
+        return routing.route(srcs, q[k], g[k], heads, sink=sp)
+
+    sources = [add(emb * 1)]
+    start, rows = 0, None
+    for k in range(len(leaves)):
+        side = [leaves[k - 1] * 0.5] if extra and k else []
+        if chunk and k % chunk == 0:
+            start = len(sources)
+            rows = routing.route_partial(sources, q[k:k + chunk], g[k:k + chunk], heads, sink=span(0, start))
+        if chunk:
+            row = routing.Partial(*(t[k % chunk:k % chunk + 1] for t in rows))
+            new = sources[start:] + side
+            sp = span(start, len(new) - len(side))
+            y = routing.route_merge(row, new, q[k], g[k], heads, sink=sp) if new else \
+                routing.finalize(row, emb.shape, emb.dtype)[0]
+        else:
+            y = read(sources + side, k, span(0, len(sources)))
+        sources.append(add(y * leaves[k]))
+    return read(sources, len(leaves), span(0, len(sources)))
+
+
+def check_sink_chain(n_sites, lead, d, heads, dtype=torch.float32, device="cpu", tol=1e-5, gen=None,
+                     extra=False, chunk=0):
+    """A stream in miniature with its sources registered in a GradientSink: site k reads
+    every source so far (plus, with ``extra``, an unregistered tensor, as block routing's
+    running partial sum), and its output (read x a leaf) becomes a new source; a final
+    read covers them all. With ``chunk``, reads go through phase 1 (every ``chunk`` sites)
+    and the fused phase 2, with spans over the registered sources. Values and the leaves'
+    gradients equal an fp64 reference through plain autograd, which sums each source's
+    per-site gradients itself."""
+    (emb,), q, g = make_inputs(1, lead, d, dtype, device, S=n_sites + 1, gen=gen)
+    leaves = [torch.randn(*lead, d, generator=gen).to(device, dtype).requires_grad_() for _ in range(n_sites)]
+    sink = routing.GradientSink()
+    out = _chain(emb, leaves, q, g, heads, extra, chunk, sink)
+    e64, q64, g64, *l64 = _f64([emb, q, g, *leaves])
+    ref = _chain(e64, l64, q64, g64, heads, extra, 0, None)
+    assert rel(out, ref) <= tol, ("forward", rel(out, ref))
+    gy = torch.randn(ref.shape, generator=gen, dtype=torch.float64)
+    got = torch.autograd.grad(out, [emb, q, g, *leaves], gy.to(device, dtype))
+    want = torch.autograd.grad(ref, [e64, q64, g64, *l64], gy)
+    assert all(b is None for b in sink.buffers), "the sink must hand over and drop every sum"
+    for name, a, b in zip(["embedding", "queries", "norm_weights"] + ["leaf"] * n_sites, got, want):
+        assert a.shape == b.shape
+        assert rel(a, b) <= tol, (name, rel(a, b))

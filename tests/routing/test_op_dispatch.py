@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 
 import pytest
 import torch
@@ -12,6 +13,9 @@ import torch
 from mhar import routing
 from mhar.routing import op as rop
 from mhar.routing import reference as R
+
+sys.path.insert(0, os.path.dirname(__file__))
+from routing_checks import check_sink_chain  # noqa: E402
 
 
 def _inputs(n=4, lead=(3, 5), d=16):
@@ -122,3 +126,18 @@ def test_config_table_from_a_sweep_file(tmp_path, monkeypatch):
     assert rop._cfg(1280, False)["bwd_warps"] == 4
     assert rop._cfg(1280, False)["fwd_warps"] == rop._DEFAULTS[False]["fwd_warps"]  # merged, not replaced
     assert rop._cfg(512, True)["fwd_warps"] == 8 and rop._cfg(512, False)["fwd_warps"] == rop._DEFAULTS[False]["fwd_warps"]
+
+
+@pytest.mark.parametrize("extra,chunk", [(False, 0), (True, 0), (False, 2)])
+def test_gradient_sink_reference_backend(extra, chunk):
+    # off the kernels, a GradientSink adds the reference's per-site gradients in Python;
+    # the result equals autograd's own sums
+    check_sink_chain(4, (3, 5), 16, 4, gen=torch.Generator().manual_seed(7), extra=extra, chunk=chunk)
+
+
+def test_gradient_sink_spans_are_checked():
+    srcs, q, w = _inputs(n=2)
+    sink = routing.GradientSink()
+    reg = [sink.register(s) for s in srcs]
+    with pytest.raises(ValueError, match="does not fit"):
+        routing.route(reg, q, w, 1, sink=sink.span(1, 2))

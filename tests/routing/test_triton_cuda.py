@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from mhar import routing  # noqa: E402
 from mhar.routing import op as rop  # noqa: E402
-from routing_checks import (check_deterministic, check_partial, check_route, check_two_phase,  # noqa: E402
+from routing_checks import (check_deterministic, check_partial, check_route, check_sink_chain, check_two_phase,  # noqa: E402
                             make_inputs, rel)
 
 DEV = "cuda"
@@ -164,3 +164,11 @@ def test_other_tile_configs(cfg, gen):
         check_partial(24, (300,), 512, 8, 4, device=DEV, gen=gen)
     finally:
         rop.TUNE = None
+
+
+@pytest.mark.parametrize("n_sites,d,heads,extra,chunk", [(12, 512, 8, False, 0), (6, 1280, 1, True, 0),
+                                                         (9, 1024, 16, False, 4)])
+def test_gradient_sink(n_sites, d, heads, extra, chunk, gen):
+    check_sink_chain(n_sites, (300,), d, heads, device=DEV, gen=gen, extra=extra, chunk=chunk)
+    check_sink_chain(n_sites, (256,), d, heads, dtype=torch.bfloat16, device=DEV, tol=2e-2, gen=gen,
+                     extra=extra, chunk=chunk)

@@ -34,6 +34,30 @@ _ROUTING_SHIM = '''"""mhar.routing for remote code: the plain-PyTorch reference 
 
 from . import mhar_routing_reference as reference
 from .mhar_routing_reference import *  # noqa: F401,F403
+from .mhar_routing_reference import KEY_NORM_EPS, finalize, merge_partials
+
+
+class GradientSink:
+    """No fused backward here: sources stay as they are and autograd sums their gradients."""
+
+    def register(self, source):
+        return source
+
+    def span(self, start, count):
+        return None
+
+
+def route(sources, query, norm_weight, heads=1, eps=KEY_NORM_EPS, sink=None):
+    return reference.route(sources, query, norm_weight, heads, eps)
+
+
+def route_partial(sources, queries, norm_weights, heads=1, eps=KEY_NORM_EPS, sink=None):
+    return reference.route_partial(sources, queries, norm_weights, heads, eps)
+
+
+def route_merge(partial, sources, query, norm_weight, heads=1, eps=KEY_NORM_EPS, sink=None):
+    new = reference.route_partial(sources, query.view(1, -1), norm_weight.view(1, -1), heads, eps)
+    return finalize(merge_partials(partial, new), sources[0].shape, sources[0].dtype)[0]
 '''
 
 

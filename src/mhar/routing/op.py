@@ -222,7 +222,8 @@ def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, h
 
 
 def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, grad: Tensor, stat: Tensor,
-                     off: Tensor | None, y: Tensor | None, heads: int, eps: float) -> list[Tensor]:
+                     off: Tensor | None, y: Tensor | None, heads: int, eps: float,
+                     sink: SinkSpan | None = None) -> list[Tensor | None]:
     from mhar.routing.triton_kernels import _bwd_kernel
 
     srcs = _contig(srcs)
@@ -231,11 +232,15 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
     dev = srcs[0].device
     q32, g32 = queries.float(), norm_weights.float()
     w = (q32 * g32).contiguous()
-    # N separate gradients, not slices of one buffer: autograd sums later contributions
-    # into a gradient in place only when it owns its storage (a shared buffer would cost
-    # a transient copy of every gradient at the first sum)
-    grads = [_new(s.shape, s.dtype, dev) for s in srcs]
-    dh, cfg, tile = _geometry([*srcs, *grads], d, heads, n_tok, "bwd")
+    # The sink's sources get their gradient summed in-kernel into the sink's running
+    # sums (n_acc of them; none on the first read of a backward, which creates the sums).
+    # Every other source gets a separate fresh gradient, not a slice of one buffer:
+    # autograd sums later contributions into a gradient in place only when it owns its
+    # storage (a shared buffer would cost a transient copy of every gradient).
+    sums, n_acc = sink.sums(srcs) if sink is not None else ([], 0)
+    grads = [_new(s.shape, s.dtype, dev) for s in srcs[len(sums):]]
+    dests = [*sums, *grads]
+    dh, cfg, tile = _geometry([*srcs, *dests], d, heads, n_tok, "bwd")
     n_tiles = -(-n_tok // tile["BM"])
     n_prog = _n_programs(dev, n_tiles, cfg["bwd_progs_per_sm"])
     # one row per program; the one-query kernel writes its whole row, the S-query one accumulates
@@ -244,17 +249,17 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
         final = y is not None
         assert final == (off is None) and (not final or S == 1)
         stat = stat.contiguous()
-        _bwd_kernel[(n_prog,)](_ptr_table(srcs), srcs[0], _ptr_table(grads), w,
+        _bwd_kernel[(n_prog,)](_ptr_table(srcs), srcs[0], _ptr_table(dests), w,
                                grad.contiguous(), stat, stat if final else off.contiguous(),
                                y.contiguous() if final else grad, dw_parts,
-                               len(srcs), n_tok, S, d, dh, eps, n_tiles, n_prog,
+                               len(srcs), n_acc, n_tok, S, d, dh, eps, n_tiles, n_prog,
                                **tile, SINGLE=(S == 1), FINAL=final, PF=cfg["bwd_pf"], num_warps=cfg["bwd_warps"])
     else:
         dw_parts.zero_()
-        for g in grads:
+        for g in dests[n_acc:]:
             g.zero_()
     dw = dw_parts.sum(0)
-    return [(dw * g32).to(queries.dtype), (dw * q32).to(norm_weights.dtype), *grads]
+    return [(dw * g32).to(queries.dtype), (dw * q32).to(norm_weights.dtype), *[None] * len(sums), *grads]
 
 
 # ---------------------------------------------------------------- backend dispatch
@@ -286,17 +291,19 @@ def _forward_impl(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, hea
 
 
 def _backward_impl(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, grad: Tensor, stat: Tensor,
-                   off: Tensor | None, y: Tensor | None, heads: int, eps: float) -> list[Tensor]:
+                   off: Tensor | None, y: Tensor | None, heads: int, eps: float,
+                   sink: SinkSpan | None = None) -> list[Tensor | None]:
     """grad (S, M, d), stat (S, M, H): m (partial) or lse (final, with y given and off None);
     off (S, M, H): grad_l of a partial read. Returns [grad_queries, grad_norm_weights,
-    *grad_sources]."""
+    *grad_sources], with None for the sources whose gradient went into ``sink``."""
     if _use_triton(srcs[0]):
-        return _triton_backward(srcs, queries, norm_weights, grad, stat, off, y, heads, eps)
+        return _triton_backward(srcs, queries, norm_weights, grad, stat, off, y, heads, eps, sink)
     if off is None:
         S, n_tok, _ = stat.shape
         d = queries.shape[-1]
         off = -(grad.to(stat.dtype) * y.reshape(S, n_tok, d).to(stat.dtype)).view(S, n_tok, heads, d // heads).sum(-1)
-    return [t.contiguous() for t in _ref_backward(srcs, queries, norm_weights, grad, stat, off, heads, eps)]
+    res = [t.contiguous() for t in _ref_backward(srcs, queries, norm_weights, grad, stat, off, heads, eps)]
+    return res if sink is None else [*res[:2], *sink.add(res[2:])]
 
 
 # ---------------------------------------------------------------- the ops
@@ -398,13 +405,91 @@ route_partial_op.register_autograd(_partial_backward, setup_context=_partial_set
 # of sources, more than the kernels at small shapes. Eager code takes this path;
 # torch.compile traces the custom ops (the public functions switch on is_compiling).
 
+class GradientSink:
+    """Running sums of the gradients of a stream's sources, added into by the routing
+    backward itself.
+
+    Every later site reads a source, so in backward a source gets one gradient per site.
+    Returned to autograd, each is a fresh tensor (a write) that autograd then adds to
+    the others (two reads and a write), with a launch per source and site. Registered
+    with a sink instead, a source's gradient is summed inside the backward kernel (a
+    read and a write) and the reads return None for it; the source's registration node
+    hands the finished sum to autograd once every read's backward has run (autograd
+    runs a node only after all of its consumers).
+
+    Usage (one sink per forward)::
+
+        sink = GradientSink()
+        src = sink.register(x)                      # the tensor to read from now on
+        y = route([src, ...], q, g, H, sink=sink.span(0, k))   # the call's first k
+                                                    # sources are sink entries 0..k-1
+    """
+
+    def __init__(self):
+        self.buffers: list[Tensor | None] = []
+
+    def register(self, source: Tensor) -> Tensor:
+        self.buffers.append(None)
+        return _SinkSource.apply(source, self, len(self.buffers) - 1)
+
+    def span(self, start: int, count: int) -> "SinkSpan | None":
+        return SinkSpan(self, start, count) if count else None
+
+
+class SinkSpan:
+    """The first ``count`` sources of one routing call are the sink's entries
+    ``start .. start + count - 1``."""
+
+    def __init__(self, sink: GradientSink, start: int, count: int):
+        self.sink, self.start, self.count = sink, start, count
+
+    def sums(self, srcs: Sequence[Tensor]) -> tuple[list[Tensor], int]:
+        """The running sums to add into (allocated on the first read of a backward, which
+        then writes them: n_acc 0) and how many of them already hold a sum."""
+        bufs = self.sink.buffers
+        idx = range(self.start, self.start + self.count)
+        have = sum(bufs[j] is not None for j in idx)
+        for j, s in zip(idx, srcs):
+            if bufs[j] is None:
+                # part of a span summed before: start the others from zero (no schedule
+                # of ours does this; the streams' final read covers every source)
+                bufs[j] = (torch.zeros if have else torch.empty)(s.shape, dtype=s.dtype, device=s.device)
+        return [bufs[j] for j in idx], self.count if have else 0
+
+    def add(self, grads: Sequence[Tensor]) -> list[Tensor | None]:
+        """Reference path: add the first ``count`` gradients into the sums; None for them."""
+        bufs = self.sink.buffers
+        for j, g in zip(range(self.start, self.start + self.count), grads):
+            bufs[j] = g if bufs[j] is None else bufs[j].add_(g)
+        return [*[None] * self.count, *grads[self.count:]]
+
+
+class _SinkSource(torch.autograd.Function):
+    """Identity whose backward returns the sink's sum for one source (plus any gradient
+    that reached the source other than through routing reads)."""
+
+    @staticmethod
+    def forward(ctx, source, sink, index):
+        ctx.set_materialize_grads(False)  # the reads return None: no zero-filled gradient
+        ctx.sink, ctx.index = sink, index
+        return source.view_as(source)
+
+    @staticmethod
+    def backward(ctx, grad):
+        total = ctx.sink.buffers[ctx.index]
+        ctx.sink.buffers[ctx.index] = None  # a second backward (retain_graph) starts over
+        if grad is not None:
+            total = grad if total is None else total + grad
+        return total, None, None
+
+
 class _RouteFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, query, norm_weight, heads, eps, *sources):
+    def forward(ctx, query, norm_weight, heads, eps, sink, *sources):
         d = query.shape[-1]
         y, lse = _forward_impl(list(sources), query.view(1, d), norm_weight.view(1, d), heads, eps, True)
         ctx.save_for_backward(query, norm_weight, y, lse, *sources)
-        ctx.heads, ctx.eps = heads, eps
+        ctx.heads, ctx.eps, ctx.sink = heads, eps, sink
         return y
 
     @staticmethod
@@ -412,16 +497,16 @@ class _RouteFn(torch.autograd.Function):
         query, norm_weight, y, lse, *sources = ctx.saved_tensors
         d, n_tok = query.shape[-1], lse.shape[0]
         res = _backward_impl(sources, query.view(1, d), norm_weight.view(1, d), grad_y.reshape(1, n_tok, d),
-                             lse.view(1, n_tok, ctx.heads), None, y, ctx.heads, ctx.eps)
-        return (res[0].view(query.shape), res[1].view(norm_weight.shape), None, None, *res[2:])
+                             lse.view(1, n_tok, ctx.heads), None, y, ctx.heads, ctx.eps, ctx.sink)
+        return (res[0].view(query.shape), res[1].view(norm_weight.shape), None, None, None, *res[2:])
 
 
 class _PartialFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, queries, norm_weights, heads, eps, *sources):
+    def forward(ctx, queries, norm_weights, heads, eps, sink, *sources):
         m, l, o = _forward_impl(list(sources), queries, norm_weights, heads, eps, False)
         ctx.save_for_backward(queries, norm_weights, m, *sources)
-        ctx.heads, ctx.eps = heads, eps
+        ctx.heads, ctx.eps, ctx.sink = heads, eps, sink
         ctx.mark_non_differentiable(m)
         return m, l, o
 
@@ -433,8 +518,8 @@ class _PartialFn(torch.autograd.Function):
             grad_l = torch.zeros_like(m)
         if grad_o is None:
             grad_o = m.new_zeros((S, m.shape[1], d))
-        res = _backward_impl(sources, queries, norm_weights, grad_o, m, grad_l, None, ctx.heads, ctx.eps)
-        return (res[0], res[1], None, None, *res[2:])
+        res = _backward_impl(sources, queries, norm_weights, grad_o, m, grad_l, None, ctx.heads, ctx.eps, ctx.sink)
+        return (res[0], res[1], None, None, None, *res[2:])
 
 
 class _MergeFn(torch.autograd.Function):
@@ -445,13 +530,13 @@ class _MergeFn(torch.autograd.Function):
     grad_l = -e^(m - lse) (g . y)."""
 
     @staticmethod
-    def forward(ctx, m0, l0, o0, query, norm_weight, heads, eps, *sources):
+    def forward(ctx, m0, l0, o0, query, norm_weight, heads, eps, sink, *sources):
         d = query.shape[-1]
         n_tok = o0.shape[-2]
         init = Partial(m0.reshape(n_tok, heads), l0.reshape(n_tok, heads), o0.reshape(n_tok, d))
         y, lse = _triton_forward(list(sources), query.view(1, d), norm_weight.view(1, d), heads, eps, True, init)
         ctx.save_for_backward(query, norm_weight, y, lse, m0, *sources)
-        ctx.heads, ctx.eps = heads, eps
+        ctx.heads, ctx.eps, ctx.sink = heads, eps, sink
         return y
 
     @staticmethod
@@ -459,12 +544,13 @@ class _MergeFn(torch.autograd.Function):
         query, norm_weight, y, lse, m0, *sources = ctx.saved_tensors
         heads, d, n_tok = ctx.heads, query.shape[-1], lse.shape[0]
         res = _triton_backward(sources, query.view(1, d), norm_weight.view(1, d), grad_y.reshape(1, n_tok, d),
-                               lse.view(1, n_tok, heads), None, y, heads, ctx.eps)
+                               lse.view(1, n_tok, heads), None, y, heads, ctx.eps, ctx.sink)
         scale = torch.exp(m0.reshape(n_tok, heads) - lse)  # the partial's weight in the read, per head
         g = grad_y.reshape(n_tok, heads, d // heads).float()
         grad_o = (g * scale.unsqueeze(-1)).reshape(1, n_tok, d)
         grad_l = (-(g * y.reshape(n_tok, heads, d // heads).float()).sum(-1) * scale).reshape(1, n_tok, heads)
-        return (None, grad_l, grad_o, res[0].view(query.shape), res[1].view(norm_weight.shape), None, None, *res[2:])
+        return (None, grad_l, grad_o, res[0].view(query.shape), res[1].view(norm_weight.shape), None, None, None,
+                *res[2:])
 
 
 def _compiling() -> bool:
@@ -494,21 +580,35 @@ def _as_list(sources) -> list[Tensor]:
     return list(sources)
 
 
-def route(sources, query: Tensor, norm_weight: Tensor, heads: int = 1, eps: float = KEY_NORM_EPS) -> Tensor:
+def _check_sink(sink: SinkSpan | None, srcs: list[Tensor]) -> None:
+    if sink is None:
+        return
+    if _compiling():
+        raise RuntimeError("a GradientSink works in eager mode only; under torch.compile pass sink=None")
+    if sink.count > len(srcs) or sink.start + sink.count > len(sink.sink.buffers):
+        raise ValueError(f"sink span {sink.start}..{sink.start + sink.count - 1} does not fit {len(srcs)} sources "
+                         f"and {len(sink.sink.buffers)} registered ones")
+
+
+def route(sources, query: Tensor, norm_weight: Tensor, heads: int = 1, eps: float = KEY_NORM_EPS,
+          sink: SinkSpan | None = None) -> Tensor:
     """One routing site: read N sources with H heads (see :mod:`mhar.routing.reference`).
     ``query``, ``norm_weight``: (d,). Each source (..., d). Returns (..., d) in the
-    sources' dtype. Runs the fused kernels on CUDA, the reference elsewhere."""
+    sources' dtype. Runs the fused kernels on CUDA, the reference elsewhere. ``sink``
+    (eager only): the call's first sources are registered with a :class:`GradientSink`,
+    which receives their gradients."""
     srcs = _as_list(sources)
     if query.dim() != 1 or norm_weight.shape != query.shape:
         raise ValueError(f"query and norm_weight must both be (d,); got {tuple(query.shape)} and {tuple(norm_weight.shape)}")
     _validate(srcs, query.shape[0], heads)
+    _check_sink(sink, srcs)
     if _compiling():
         return route_op(srcs, query, norm_weight, heads, eps)[0]
-    return _RouteFn.apply(query, norm_weight, heads, eps, *srcs)
+    return _RouteFn.apply(query, norm_weight, heads, eps, sink, *srcs)
 
 
 def route_merge(partial: Partial, sources, query: Tensor, norm_weight: Tensor, heads: int = 1,
-                eps: float = KEY_NORM_EPS) -> Tensor:
+                eps: float = KEY_NORM_EPS, sink: SinkSpan | None = None) -> Tensor:
     """Phase 2 of the two-phase read for one site: the read of ``sources`` merged exactly
     with ``partial`` (one row, a phase-1 read of other sources by the same query) and
     normalised. Equals ``finalize(merge_partials(partial, route_partial(sources, ...)))``,
@@ -517,16 +617,17 @@ def route_merge(partial: Partial, sources, query: Tensor, norm_weight: Tensor, h
     if query.dim() != 1 or norm_weight.shape != query.shape:
         raise ValueError(f"query and norm_weight must both be (d,); got {tuple(query.shape)} and {tuple(norm_weight.shape)}")
     _validate(srcs, query.shape[0], heads)
+    _check_sink(sink, srcs)
     if partial.o.shape[0] != 1:
         raise ValueError(f"route_merge takes a one-row partial; got {partial.o.shape[0]} rows")
     if _compiling() or not _use_triton(srcs[0]):
-        new = route_partial(srcs, query.view(1, -1), norm_weight.view(1, -1), heads, eps)
+        new = route_partial(srcs, query.view(1, -1), norm_weight.view(1, -1), heads, eps, sink)
         return _ref.finalize(_ref.merge_partials(partial, new), srcs[0].shape, srcs[0].dtype)[0]
-    return _MergeFn.apply(partial.m, partial.l, partial.o, query, norm_weight, heads, eps, *srcs)
+    return _MergeFn.apply(partial.m, partial.l, partial.o, query, norm_weight, heads, eps, sink, *srcs)
 
 
 def route_partial(sources, queries: Tensor, norm_weights: Tensor, heads: int = 1,
-                  eps: float = KEY_NORM_EPS) -> Partial:
+                  eps: float = KEY_NORM_EPS, sink: SinkSpan | None = None) -> Partial:
     """Phase 1 of the two-phase read: S queries (S, d) over the same N sources, each
     source read once per call. Returns a :class:`Partial` (m, l, o) in fp32."""
     srcs = _as_list(sources)
@@ -534,8 +635,9 @@ def route_partial(sources, queries: Tensor, norm_weights: Tensor, heads: int = 1
         raise ValueError(f"queries and norm_weights must both be (S, d); got {tuple(queries.shape)} "
                          f"and {tuple(norm_weights.shape)}")
     _validate(srcs, queries.shape[1], heads)
+    _check_sink(sink, srcs)
     if _compiling():
         m, l, o = route_partial_op(srcs, queries, norm_weights, heads, eps)
     else:
-        m, l, o = _PartialFn.apply(queries, norm_weights, heads, eps, *srcs)
+        m, l, o = _PartialFn.apply(queries, norm_weights, heads, eps, sink, *srcs)
     return Partial(m, l, o)

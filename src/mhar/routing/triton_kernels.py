@@ -12,10 +12,13 @@ them costs a shared-memory round trip per reduction.
 
 Sources are never stacked: the kernels take a device table of the sources' data
 pointers (int64) and cast each entry to a typed pointer in-kernel. The sources'
-gradients are N separate fresh tensors, written through a second table: autograd can
-then sum later contributions into each of them in place (slices of one shared buffer
-would force an out-of-place sum, a transient extra copy of every gradient). Peak
-memory is one copy of the sources and one of their gradients.
+gradients are written through a second table. The first ``n_acc`` of them are running
+sums that the backward adds into (read, add in fp32, write): a stream's sources are
+read by every later site, and summing their gradients here moves one read and one
+write per site, where returning a fresh gradient per site and letting autograd add
+them moves one write plus two reads and a write (see ``op.GradientSink``). The rest are
+fresh tensors, written once. Peak memory is one copy of the sources and one of their
+gradients.
 
 Forward (``_fwd_kernel``): grid ``(S, token tiles)``, the query index fastest, so the
 S programs that read the same token tile run side by side and share it in L2: each
@@ -51,6 +54,14 @@ def _ld(ptr, mask, EVEN: tl.constexpr):
     if EVEN:
         return tl.load(ptr)
     return tl.load(ptr, mask=mask, other=0.0)
+
+
+@triton.jit
+def _ld_if(ptr, mask, on, EVEN: tl.constexpr):
+    """Load where ``on`` (a uniform mask), zeros elsewhere."""
+    if EVEN:
+        return tl.load(ptr, mask=on, other=0.0)
+    return tl.load(ptr, mask=mask & on, other=0.0)
 
 
 @triton.jit
@@ -171,11 +182,12 @@ def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, M0, L0, O0,
 
 @triton.jit
 def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW,
-                n_src, n_tok, n_q, d: tl.constexpr, dh: tl.constexpr, eps, n_tiles, n_prog,
+                n_src, n_acc, n_tok, n_q, d: tl.constexpr, dh: tl.constexpr, eps, n_tiles, n_prog,
                 H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, BM: tl.constexpr,
                 HAS_B: tl.constexpr, EVEN: tl.constexpr, ALIGN: tl.constexpr, SINGLE: tl.constexpr, FINAL: tl.constexpr,
                 PF: tl.constexpr = 1):
-    """gtable: data pointers of the sources' gradients (N separate tensors, written once).
+    """gtable: data pointers of the sources' gradients; the first n_acc are running sums
+    added into, the rest are written once.
     G: (S, n_tok, d) upstream gradient of the (unnormalised or final) output.
     STAT: (S, n_tok, H) the logit offset (m for a partial read, lse for a final read).
     OFF: (S, n_tok, H) added to g.s before multiplying by p (grad_l of a partial read);
@@ -253,6 +265,12 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW,
                 ss += tl.sum(tl.sum(xb * xb, axis=2), axis=1)
             p_next = _src(table, tl.minimum(i + PF + 1, n_src - 1), ref, ALIGN)
             gdst = _src(gtable, i, ref, ALIGN)
+            # a running sum's current value, loaded early so that it arrives while this
+            # source's gradient is computed (predicated off, no traffic, for fresh ones)
+            summing = (tl.zeros([1, 1, 1], tl.int32) + i) < n_acc  # a (1, 1, 1) mask, broadcast
+            prev_a = _ld_if(gdst + offs_a, mask_a, summing, EVEN)
+            if HAS_B:
+                prev_b = _ld_if(gdst + offs_b, mask_b, summing, EVEN)
             rstd = 1.0 / tl.sqrt(ss / d + eps)
             if SINGLE:
                 zr = tl.sum(xa * w0a[None, :, :], axis=2)               # (BM, HP)
@@ -314,8 +332,10 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW,
                 dxa -= c[:, None, None] * xa
                 if HAS_B:
                     dxb -= c[:, None, None] * xb
+            dxa += prev_a.to(tl.float32)  # zeros unless gdst is a running sum
             _st(gdst + offs_a, dxa.to(elem), mask_a, EVEN)
             if HAS_B:
+                dxb += prev_b.to(tl.float32)
                 _st(gdst + offs_b, dxb.to(elem), mask_b, EVEN)
     if SINGLE:
         _st(DW + pid.to(tl.int64) * d + col_a, dwa_acc, cmask_a, EVEN)
