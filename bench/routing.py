@@ -197,24 +197,28 @@ def whole_step(case, heads, chunk):
     gen = torch.Generator(device="cuda").manual_seed(1)
     Q = (torch.randn(n, d, device="cuda", generator=gen) * (2 / math.sqrt(d))).requires_grad_()
     G = (1 + 0.1 * torch.randn(n, d, device="cuda", generator=gen)).requires_grad_()
-    srcs = case.srcs
-    wrt = [*srcs, Q, G]
+    wrt = [*case.srcs, Q, G]
 
     def step():
+        # the sources registered with a GradientSink, as the routed stream does
+        sink = routing.GradientSink()
+        srcs = [sink.register(s) for s in case.srcs]
         outs = []
         if chunk is None:
             for j in range(1, n + 1):
-                outs.append(routing.route(srcs[:j], Q[j - 1], G[j - 1], heads))
+                outs.append(routing.route(srcs[:j], Q[j - 1], G[j - 1], heads, sink=sink.span(0, j)))
         else:
             for j0 in range(1, n + 1, chunk):
                 j1 = min(n + 1, j0 + chunk)
-                p1 = routing.route_partial(srcs[:j0], Q[j0 - 1:j1 - 1], G[j0 - 1:j1 - 1], heads)
+                p1 = routing.route_partial(srcs[:j0], Q[j0 - 1:j1 - 1], G[j0 - 1:j1 - 1], heads,
+                                           sink=sink.span(0, j0))
                 rows = [routing.Partial(m.unsqueeze(0), l.unsqueeze(0), o.unsqueeze(0))  # as the stream does
                         for m, l, o in zip(p1.m.unbind(0), p1.l.unbind(0), p1.o.unbind(0))]
                 for j in range(j0, j1):
                     one = rows[j - j0]
                     if j > j0:  # phase 2, fused: merged with the phase-1 row and normalised in one pass
-                        outs.append(routing.route_merge(one, srcs[j0:j], Q[j - 1], G[j - 1], heads))
+                        outs.append(routing.route_merge(one, srcs[j0:j], Q[j - 1], G[j - 1], heads,
+                                                        sink=sink.span(j0, j - j0)))
                     else:
                         outs.append(routing.finalize(one, srcs[0].shape, srcs[0].dtype)[0])
         loss = sum((o * case.gy).float().sum() for o in outs)
@@ -351,10 +355,14 @@ BWD_CONFIGS = [(1024, 1, 1, 16), (1024, 2, 1, 16), (1024, 4, 1, 8), (1024, 4, 2,
 
 def tune(case, results, key):
     """Sweep tile configs (elements per tile, warps, prefetch depth, backward programs
-    per SM) for the forward and backward kernels alone (launched directly), at H = 1
-    and 8; the fastest for each goes into the library's table (one head, several heads)."""
+    per SM) for the forward and backward kernels alone (launched directly; the backward
+    adding into running sums, as in training), at H = 1 and 8; the fastest for each goes
+    into the library's table (one head, several heads)."""
     d = case.d
     q1, g1 = case.q.detach()[None], case.g.detach()[None]
+    sink = routing.GradientSink()
+    sink.buffers = [torch.zeros_like(s) for s in case.srcs]  # running sums that already exist
+    sums = sink.span(0, case.n)
     rows = []
     choice = {1: {}, 8: {}}
     for kind, configs in (("fwd", FWD_CONFIGS), ("bwd", BWD_CONFIGS)):
@@ -368,9 +376,11 @@ def tune(case, results, key):
                     if kind == "fwd":
                         t = bench(lambda: rop._triton_forward(case.srcs, q1, g1, h, 1e-6, True), rep=40)
                     else:
+                        # the backward as the routed stream runs it (all but a step's first
+                        # call): every source's gradient added into a running sum in-kernel
                         y, lse = rop._triton_forward(case.srcs, q1, g1, h, 1e-6, True)
                         t = bench(lambda: rop._triton_backward(case.srcs, q1, g1, case.gy[None], lse[None], None, y,
-                                                               h, 1e-6), rep=40)
+                                                               h, 1e-6, sums), rep=40)
                 except Exception as e:
                     log(f"  tune {kind} {cfg} H={h}: failed {e!r}")
                     t = float("inf")

@@ -253,7 +253,8 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
                                grad.contiguous(), stat, stat if final else off.contiguous(),
                                y.contiguous() if final else grad, dw_parts,
                                len(srcs), n_acc, n_tok, S, d, dh, eps, n_tiles, n_prog,
-                               **tile, SINGLE=(S == 1), FINAL=final, PF=cfg["bwd_pf"], num_warps=cfg["bwd_warps"])
+                               **tile, SINGLE=(S == 1), FINAL=final, ACCUM=n_acc > 0, PF=cfg["bwd_pf"],
+                               num_warps=cfg["bwd_warps"])
     else:
         dw_parts.zero_()
         for g in dests[n_acc:]:

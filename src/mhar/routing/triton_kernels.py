@@ -185,9 +185,10 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW,
                 n_src, n_acc, n_tok, n_q, d: tl.constexpr, dh: tl.constexpr, eps, n_tiles, n_prog,
                 H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, BM: tl.constexpr,
                 HAS_B: tl.constexpr, EVEN: tl.constexpr, ALIGN: tl.constexpr, SINGLE: tl.constexpr, FINAL: tl.constexpr,
-                PF: tl.constexpr = 1):
-    """gtable: data pointers of the sources' gradients; the first n_acc are running sums
-    added into, the rest are written once.
+                ACCUM: tl.constexpr = False, PF: tl.constexpr = 1):
+    """gtable: data pointers of the sources' gradients; with ACCUM the first n_acc are
+    running sums added into (read late, just before the store: an early read would keep
+    two more tiles live and spill at d = 1280, H = 8), the rest are written once.
     G: (S, n_tok, d) upstream gradient of the (unnormalised or final) output.
     STAT: (S, n_tok, H) the logit offset (m for a partial read, lse for a final read).
     OFF: (S, n_tok, H) added to g.s before multiplying by p (grad_l of a partial read);
@@ -265,12 +266,6 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW,
                 ss += tl.sum(tl.sum(xb * xb, axis=2), axis=1)
             p_next = _src(table, tl.minimum(i + PF + 1, n_src - 1), ref, ALIGN)
             gdst = _src(gtable, i, ref, ALIGN)
-            # a running sum's current value, loaded early so that it arrives while this
-            # source's gradient is computed (predicated off, no traffic, for fresh ones)
-            summing = (tl.zeros([1, 1, 1], tl.int32) + i) < n_acc  # a (1, 1, 1) mask, broadcast
-            prev_a = _ld_if(gdst + offs_a, mask_a, summing, EVEN)
-            if HAS_B:
-                prev_b = _ld_if(gdst + offs_b, mask_b, summing, EVEN)
             rstd = 1.0 / tl.sqrt(ss / d + eps)
             if SINGLE:
                 zr = tl.sum(xa * w0a[None, :, :], axis=2)               # (BM, HP)
@@ -332,10 +327,13 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW,
                 dxa -= c[:, None, None] * xa
                 if HAS_B:
                     dxb -= c[:, None, None] * xb
-            dxa += prev_a.to(tl.float32)  # zeros unless gdst is a running sum
+            if ACCUM:  # add a running sum's current value (zeros, no traffic, past n_acc)
+                summing = (tl.zeros([1, 1, 1], tl.int32) + i) < n_acc  # a (1, 1, 1) mask, broadcast
+                dxa += _ld_if(gdst + offs_a, mask_a, summing, EVEN).to(tl.float32)
+                if HAS_B:
+                    dxb += _ld_if(gdst + offs_b, mask_b, summing, EVEN).to(tl.float32)
             _st(gdst + offs_a, dxa.to(elem), mask_a, EVEN)
             if HAS_B:
-                dxb += prev_b.to(tl.float32)
                 _st(gdst + offs_b, dxb.to(elem), mask_b, EVEN)
     if SINGLE:
         _st(DW + pid.to(tl.int64) * d + col_a, dwa_acc, cmask_a, EVEN)
