@@ -187,8 +187,8 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW,
                 HAS_B: tl.constexpr, EVEN: tl.constexpr, ALIGN: tl.constexpr, SINGLE: tl.constexpr, FINAL: tl.constexpr,
                 ACCUM: tl.constexpr = False, PF: tl.constexpr = 1):
     """gtable: data pointers of the sources' gradients; with ACCUM the first n_acc are
-    running sums added into (read late, just before the store: an early read would keep
-    two more tiles live and spill at d = 1280, H = 8), the rest are written once.
+    running sums added into, the rest are written once (ACCUM is a constexpr so that
+    calls without sums keep the registers the sum's tile would take).
     G: (S, n_tok, d) upstream gradient of the (unnormalised or final) output.
     STAT: (S, n_tok, H) the logit offset (m for a partial read, lse for a final read).
     OFF: (S, n_tok, H) added to g.s before multiplying by p (grad_l of a partial read);
@@ -266,6 +266,14 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW,
                 ss += tl.sum(tl.sum(xb * xb, axis=2), axis=1)
             p_next = _src(table, tl.minimum(i + PF + 1, n_src - 1), ref, ALIGN)
             gdst = _src(gtable, i, ref, ALIGN)
+            if ACCUM:
+                # a running sum's current value (zeros, no traffic, past n_acc), loaded early
+                # so that it arrives while this source's gradient is computed: measured
+                # faster in the whole step than loading it just before the store
+                summing = (tl.zeros([1, 1, 1], tl.int32) + i) < n_acc  # a (1, 1, 1) mask, broadcast
+                prev_a = _ld_if(gdst + offs_a, mask_a, summing, EVEN)
+                if HAS_B:
+                    prev_b = _ld_if(gdst + offs_b, mask_b, summing, EVEN)
             rstd = 1.0 / tl.sqrt(ss / d + eps)
             if SINGLE:
                 zr = tl.sum(xa * w0a[None, :, :], axis=2)               # (BM, HP)
@@ -327,11 +335,10 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW,
                 dxa -= c[:, None, None] * xa
                 if HAS_B:
                     dxb -= c[:, None, None] * xb
-            if ACCUM:  # add a running sum's current value (zeros, no traffic, past n_acc)
-                summing = (tl.zeros([1, 1, 1], tl.int32) + i) < n_acc  # a (1, 1, 1) mask, broadcast
-                dxa += _ld_if(gdst + offs_a, mask_a, summing, EVEN).to(tl.float32)
+            if ACCUM:
+                dxa += prev_a.to(tl.float32)
                 if HAS_B:
-                    dxb += _ld_if(gdst + offs_b, mask_b, summing, EVEN).to(tl.float32)
+                    dxb += prev_b.to(tl.float32)
             _st(gdst + offs_a, dxa.to(elem), mask_a, EVEN)
             if HAS_B:
                 _st(gdst + offs_b, dxb.to(elem), mask_b, EVEN)
