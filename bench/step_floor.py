@@ -48,6 +48,20 @@ def accumulation_bytes(n_sites: int) -> int:
     return 3 * (pairs - n_sources)
 
 
+def one_pass_reads(n_sites: int, block: int) -> tuple[int, int, int]:
+    """One-pass reads as built (full routing: block 0): (registered source reads over all
+    sites, reads of block routing's unregistered running partial sum, registered sources)."""
+    n_sub = n_sites - 1
+    if not block:
+        return sum(range(1, n_sites + 1)), 0, n_sites
+    registered = extras = 0
+    for i in range(n_sub):
+        registered += 1 + i // block  # the embedding and the completed blocks
+        extras += 1 if i % block else 0  # the running partial sum of the current block
+    n_sources = 1 + math.ceil(n_sub / block)
+    return registered + n_sources, extras, n_sources  # + the final read over every source
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--copy-gbs", type=float, default=4270.0, help="measured device-to-device copy, GB/s")
@@ -68,19 +82,27 @@ def main() -> None:
         if f.exists():
             measured = {r["method"]: r for r in json.loads(f.read_text())["results"] if "step_ms" in r}
         base_ms = measured.get("baseline", {}).get("step_ms")
-        for name, schedule, block in [("full one-pass", "one-pass", 0), ("full two-phase S=8", "two-phase", 0),
-                                      ("block (8 blocks)", "two-phase", math.ceil(cfg.num_sublayers / 8))]:
-            fwd, bwd = source_reads(n_sites, schedule, 8, block)
-            routing_ms = (fwd + bwd) * src_bytes / (args.copy_gbs * 1e9) * 1e3
+
+        def row(preset, name, total):
+            routing_ms = total * src_bytes / (args.copy_gbs * 1e9) * 1e3
             ratio = base_ms / (base_ms + routing_ms) if base_ms else float("nan")
-            rows.append((preset, name, f"{compute_ms:.1f}", f"{(fwd + bwd) * src_bytes / 1e9:.1f}",
-                         f"{routing_ms:.1f}", f"{base_ms:.1f}" if base_ms else "-", f"{ratio:.3f}"))
-            if schedule == "one-pass":  # what the built model moves: the same plus autograd's gradient sums
+            return (preset, name, f"{compute_ms:.1f}", f"{total * src_bytes / 1e9:.1f}", f"{routing_ms:.1f}",
+                    f"{base_ms:.1f}" if base_ms else "-", f"{ratio:.3f}")
+        for name, schedule, block in [("full one-pass", "one-pass", 0), ("full two-phase S=8", "two-phase", 0),
+                                      ("block (8 blocks) two-phase", "two-phase", math.ceil(cfg.num_sublayers / 8))]:
+            fwd, bwd = source_reads(n_sites, schedule, 8, block)
+            rows.append(row(preset, name, fwd + bwd))
+            if schedule == "one-pass":  # before the GradientSink: the same plus autograd's gradient sums
                 total = fwd + bwd + accumulation_bytes(n_sites)
-                routing_ms = total * src_bytes / (args.copy_gbs * 1e9) * 1e3
-                ratio = base_ms / (base_ms + routing_ms) if base_ms else float("nan")
-                rows.append((preset, name + " + autograd sums", f"{compute_ms:.1f}", f"{total * src_bytes / 1e9:.1f}",
-                             f"{routing_ms:.1f}", f"{base_ms:.1f}" if base_ms else "-", f"{ratio:.3f}"))
+                rows.append(row(preset, name + " + autograd sums", total))
+        # as built now: one-pass, each registered source's gradient summed in the backward
+        # kernel (one more read per contribution after the first)
+        for name, block in [("full one-pass + in-kernel sums", 0),
+                            ("block one-pass + in-kernel sums", math.ceil(cfg.num_sublayers / 8))]:
+            registered, extras, n_sources = one_pass_reads(n_sites, block)
+            reads = registered + extras
+            total = (reads + n_sites) + (2 * reads + 2 * n_sites) + (registered - n_sources)
+            rows.append(row(preset, name, total))
     print("| preset | routing | matmul floor ms (baseline) | routing GB/step | routing floor ms | measured baseline ms |"
           " best ratio at floor |")
     print("|---|---|---|---|---|---|---|")

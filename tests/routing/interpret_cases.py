@@ -258,3 +258,55 @@ def test_gradient_sink(n_sites, lead, d, heads, extra, chunk, gen):
 
 def test_gradient_sink_bf16(gen):
     check_sink_chain(5, (6,), 64, 8, dtype=torch.bfloat16, tol=2e-2, gen=gen, extra=True)
+
+
+class _NoSink:
+    """A sink that does nothing: sources stay plain and autograd sums their gradients."""
+
+    def register(self, source):
+        return source
+
+    def span(self, start, count):
+        return None
+
+
+@pytest.mark.parametrize("method,overrides", [("mhar", {}), ("mhar", dict(block_size=3)),
+                                              ("mhar", dict(schedule="two-phase", chunk=3)),
+                                              ("delta", dict(block_size=2))])
+def test_model_gradient_sink(method, overrides, gen, monkeypatch):
+    # a model's gradients with its sources' gradients summed in the backward kernel equal
+    # those with autograd summing them (the sink switched off)
+    from mhar.model import Decoder, ModelConfig
+    from mhar.model.config import method_stream
+    from mhar.streams import base
+
+    stream = method_stream(method, 8, 32, heads=4, **overrides)
+    cfg = ModelConfig(vocab_size=64, d_model=32, n_layers=4, n_heads=4, n_kv_heads=2, d_ff=64, max_seq_len=16,
+                      stream=stream)
+    torch.manual_seed(0)
+    model = Decoder(cfg)
+    with torch.no_grad():  # reads away from uniform means, gates open
+        for name, p in model.residual.named_parameters():
+            if name in ("queries", "gates", "null_source"):
+                p.normal_(0, 0.5, generator=gen)
+    ids = torch.randint(0, 64, (2, 9), generator=gen)
+
+    def grads():
+        model.zero_grad(set_to_none=True)
+        model.loss(ids[:, :-1], ids[:, 1:]).backward()
+        return {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    registered = []
+
+    class CountingSink(routing.GradientSink):
+        def register(self, source):
+            registered.append(source)
+            return super().register(source)
+
+    monkeypatch.setattr(base.routing, "GradientSink", CountingSink)
+    with_sink = grads()
+    assert len(registered) == model.residual.num_sources if method == "mhar" else registered
+    monkeypatch.setattr(base.routing, "GradientSink", _NoSink)
+    without = grads()
+    for name, g in without.items():
+        assert rel(with_sink[name], g) <= 1e-5, name

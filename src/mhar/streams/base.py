@@ -16,6 +16,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from mhar import routing
+
 
 class StreamState:
     def read(self, i: int) -> Tensor:
@@ -47,12 +49,33 @@ class ResidualStream(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
 
+class SourceList(list):
+    """A routed stream's sources for one forward. When training eagerly each is
+    registered with a :class:`mhar.routing.GradientSink`, so the routing backward sums
+    its per-site gradients in-kernel; ``span`` names a call's registered sources. Under
+    no_grad or torch.compile the sources stay plain tensors (``span`` is None)."""
+
+    def __init__(self):
+        super().__init__()
+        eager_training = torch.is_grad_enabled() and not torch.compiler.is_compiling()
+        self.sink = routing.GradientSink() if eager_training else None
+
+    def add(self, source: Tensor) -> None:
+        self.append(self.sink.register(source) if self.sink is not None else source)
+
+    def span(self, start: int = 0, count: int | None = None):
+        """The sink entries of a call whose first ``count`` sources (default: the rest)
+        are ``self[start:start + count]``."""
+        if self.sink is None:
+            return None
+        return self.sink.span(start, len(self) - start if count is None else count)
+
+
 def uses_two_phase(schedule: str) -> bool:
     """Resolve a schedule: 'auto' is one-pass. Two-phase reads each old source once
-    per chunk, but it writes fp32 partials (S x M x d x 4 bytes per chunk) and makes more
-    calls; on an H200 the whole routed step measured 1.5-1.8x slower than one-pass
-    (bench/results/routing_h200.md, before phase 2 was fused into one kernel). It stays
-    opt-in until the fused version is measured faster."""
+    per chunk, but it writes fp32 partials (S x M x d x 4 bytes per chunk) and its S-query
+    backward is slower per byte; on an H200 the whole routed step measured slower than
+    one-pass, also with phase 2 fused (bench/results/step_h200.md). So it is opt-in."""
     return schedule == "two-phase"
 
 

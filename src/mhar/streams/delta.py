@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from mhar import routing
-from mhar.streams.base import ResidualStream, StreamState, uses_two_phase
+from mhar.streams.base import ResidualStream, SourceList, StreamState, uses_two_phase
 
 
 class _DeltaState(StreamState):
@@ -27,19 +27,21 @@ class _DeltaState(StreamState):
         self.s = stream
         self.h = embedding
         self.block_start = embedding
-        self.sources = [stream.null_source.to(embedding.dtype).expand_as(embedding)]
+        self.sources = SourceList()
+        self.sources.add(stream.null_source.to(embedding.dtype).expand_as(embedding))
         self.block_reads: Tensor | None = None  # two-phase: the whole block's reads
         self.two_phase = uses_two_phase(stream.schedule)
 
     def _read(self, i: int) -> Tensor:
         s = self.s
         if not self.two_phase:
-            return routing.route(self.sources, s.queries[i], s.key_norms[i], s.heads)
+            return routing.route(self.sources, s.queries[i], s.key_norms[i], s.heads, sink=self.sources.span())
         S = s.block_size
         j = i % S
         if j == 0:
             end = min(i + S, s.num_sublayers)
-            p = routing.route_partial(self.sources, s.queries[i:end], s.key_norms[i:end], s.heads)
+            p = routing.route_partial(self.sources, s.queries[i:end], s.key_norms[i:end], s.heads,
+                                      sink=self.sources.span())
             self.block_reads = routing.finalize(p, self.h.shape, self.sources[0].dtype)
         return self.block_reads[j]
 
@@ -51,12 +53,12 @@ class _DeltaState(StreamState):
         self.h = self.h + output
         S = self.s.block_size
         if i % S == S - 1 or i == self.s.num_sublayers - 1:
-            self.sources.append(self.h - self.block_start)
+            self.sources.add(self.h - self.block_start)
             self.block_start = self.h
 
     def final(self) -> Tensor:
         s, n = self.s, self.s.num_sublayers
-        routed = routing.route(self.sources, s.queries[n], s.key_norms[n], s.heads)
+        routed = routing.route(self.sources, s.queries[n], s.key_norms[n], s.heads, sink=self.sources.span())
         return self.h + s.gates[n].to(self.h.dtype) * routed.to(self.h.dtype)
 
 

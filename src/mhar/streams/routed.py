@@ -25,7 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from mhar import routing
-from mhar.streams.base import ResidualStream, StreamState, autocast_dtype, uses_two_phase
+from mhar.streams.base import ResidualStream, SourceList, StreamState, autocast_dtype, uses_two_phase
 
 
 def _rows(p: routing.Partial) -> list[routing.Partial]:
@@ -46,13 +46,9 @@ class _RoutedState(StreamState):
         self.s = stream
         self.shape, self.dtype = embedding.shape, autocast_dtype(embedding)
         self.two_phase = uses_two_phase(stream.schedule)
-        # Sources' gradients are summed inside the routing backward (eager training; a
-        # compiled graph sees plain custom ops and lets autograd sum them)
-        compiling = torch.compiler.is_compiling()
-        self.sink = routing.GradientSink() if torch.is_grad_enabled() and not compiling else None
         # Full routing: every source. Block routing: completed block summaries.
-        self.sources: list[Tensor] = []
-        self._add_source(embedding.to(self.dtype))
+        self.sources = SourceList()
+        self.sources.add(embedding.to(self.dtype))
         self.partial_sum: Tensor | None = None  # block routing: running sum of the current block
         self.phase1_rows: list[routing.Partial] = []
         self.chunk_start = 0  # sublayer index where the current chunk began
@@ -63,13 +59,6 @@ class _RoutedState(StreamState):
         self.norm_rows = stream.key_norms.unbind(0)
 
     # -- helpers -------------------------------------------------------------
-    def _add_source(self, t: Tensor) -> None:
-        self.sources.append(self.sink.register(t) if self.sink is not None else t)
-
-    def _span(self, start: int, count: int):
-        """The sink entries of a call whose first ``count`` sources are sources[start:]."""
-        return self.sink.span(start, count) if self.sink is not None else None
-
     def _site(self, i: int, j: int | None = None) -> tuple[Tensor, Tensor]:
         j = i + 1 if j is None else j
         return self.s.queries[i:j], self.s.key_norms[i:j]
@@ -80,36 +69,35 @@ class _RoutedState(StreamState):
         in_block = s.block_size and i % s.block_size  # a later sublayer of a block
         if not self.two_phase:
             srcs = self.sources + ([self.partial_sum] if in_block else [])
-            return routing.route(srcs, self.query_rows[i], self.norm_rows[i], H, sink=self._span(0, len(self.sources)))
+            return routing.route(srcs, self.query_rows[i], self.norm_rows[i], H, sink=self.sources.span())
         size = s.block_size or s.chunk  # a block is its own scheduling chunk
         if i % size == 0:  # phase 1: every source that exists now, for the whole chunk at once
             end = min(i + size, s.num_sublayers)
             q, g = self._site(i, end)
-            self.phase1_rows = _rows(routing.route_partial(self.sources, q, g, H,
-                                                           sink=self._span(0, len(self.sources))))
+            self.phase1_rows = _rows(routing.route_partial(self.sources, q, g, H, sink=self.sources.span()))
             self.chunk_start, self.sources_at_chunk_start = i, len(self.sources)
         first_new = self.sources_at_chunk_start
         new = [self.partial_sum] if in_block else self.sources[first_new:]
         row = self.phase1_rows[i - self.chunk_start]
         if new:  # phase 2: the sources created inside the chunk, merged exactly and normalised
-            sink = None if in_block else self._span(first_new, len(new))
+            sink = None if in_block else self.sources.span(first_new)
             return routing.route_merge(row, new, self.query_rows[i], self.norm_rows[i], H, sink=sink)
         return s.finalize_row(row, self.shape, self.dtype)
 
     def write(self, i: int, output: Tensor) -> None:
         S = self.s.block_size
         if not S:
-            self._add_source(output)
+            self.sources.add(output)
             return
         self.partial_sum = output if i % S == 0 else self.partial_sum + output
         if i % S == S - 1 or i == self.s.num_sublayers - 1:  # block complete (or the last, partial one)
-            self._add_source(self.partial_sum)
+            self.sources.add(self.partial_sum)
             self.partial_sum = None
 
     def final(self) -> Tensor:
         i = self.s.num_sublayers
         return routing.route(self.sources, self.query_rows[i], self.norm_rows[i], self.s.heads,
-                             sink=self._span(0, len(self.sources)))
+                             sink=self.sources.span())
 
 
 class RoutedStream(ResidualStream):
