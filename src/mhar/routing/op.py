@@ -71,28 +71,24 @@ def _new(shape, dtype, device) -> Tensor:
 _PTR_CACHE: OrderedDict = OrderedDict()
 
 
-def _ptr_table(tensors: Sequence[Tensor]) -> Tensor:
-    """int64 table of data pointers on the tensors' device. Cached by pointer values
-    (the table's content is exactly its key, so reuse is always valid)."""
+def _ptr_table(tensors: Sequence[Tensor]) -> tuple[Tensor, int]:
+    """int64 table of data pointers on the tensors' device, and their alignment: 16 when
+    every tensor starts on a 16-byte boundary (the kernels may then use 16-byte vector
+    loads), else 1. Cached by pointer values (the table's content is exactly its key, so
+    reuse is always valid)."""
     dev = tensors[0].device
     key = (dev, tuple(t.data_ptr() for t in tensors))
-    tab = _PTR_CACHE.get(key)
-    if tab is None:
+    hit = _PTR_CACHE.get(key)
+    if hit is None:
         tab = torch.tensor(key[1], dtype=torch.int64)
         if dev.type == "cuda":
             tab = tab.pin_memory().to(dev, non_blocking=True)
-        _PTR_CACHE[key] = tab
+        hit = _PTR_CACHE[key] = (tab, 16 if all(p % 16 == 0 for p in key[1]) else 1)
         if len(_PTR_CACHE) > 512:
             _PTR_CACHE.popitem(last=False)
     else:
         _PTR_CACHE.move_to_end(key)
-    return tab
-
-
-def _alignment(tensors: Sequence[Tensor]) -> int:
-    """16 when every tensor starts on a 16-byte boundary (the kernels may then use 16-byte
-    vector loads of the sources), else 1."""
-    return 16 if all(t.data_ptr() % 16 == 0 for t in tensors) else 1
+    return hit
 
 
 def _pow2(n: int) -> int:
@@ -159,8 +155,9 @@ def padded_width(d: int, heads: int) -> int:
     return _pow2(heads) * (da + db)
 
 
-def _geometry(srcs: Sequence[Tensor], d: int, heads: int, n_tok: int, kind: str):
-    """Head width, tile config, and the kernels' tile constexprs."""
+def _geometry(d: int, heads: int, n_tok: int, kind: str, align: int):
+    """Head width, tile config, and the kernels' tile constexprs (align: of every pointer
+    the kernel reads or writes through a table)."""
     dh = d // heads
     HP = _pow2(heads)
     DA, DB = _split_width(dh)
@@ -169,7 +166,7 @@ def _geometry(srcs: Sequence[Tensor], d: int, heads: int, n_tok: int, kind: str)
     BM = max(1, min(_pow2_floor(max(1, cfg[kind + "_elems"] // width)), _pow2(max(n_tok, 1))))
     # every lane valid (no padded heads, columns or tokens): the kernels drop their masks
     even = n_tok % BM == 0 and HP == heads and DA + DB == dh
-    tile = dict(H=heads, HP=HP, DA=DA, DB=DB, HAS_B=DB > 0, EVEN=even, ALIGN=_alignment(srcs), BM=BM)
+    tile = dict(H=heads, HP=HP, DA=DA, DB=DB, HAS_B=DB > 0, EVEN=even, ALIGN=align, BM=BM)
     return dh, cfg, tile
 
 
@@ -200,8 +197,8 @@ def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, h
     n_tok = srcs[0].numel() // d
     dev = srcs[0].device
     w = (queries.float() * norm_weights.float()).contiguous()
-    dh, cfg, tile = _geometry(srcs, d, heads, n_tok, "fwd")
-    table = _ptr_table(srcs)
+    table, align = _ptr_table(srcs)
+    dh, cfg, tile = _geometry(d, heads, n_tok, "fwd", align)
     n_tiles = -(-n_tok // tile["BM"])
     if final:
         y = _new(srcs[0].shape, srcs[0].dtype, dev)
@@ -240,7 +237,9 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
     sums, n_acc = sink.sums(srcs) if sink is not None else ([], 0)
     grads = [_new(s.shape, s.dtype, dev) for s in srcs[len(sums):]]
     dests = [*sums, *grads]
-    dh, cfg, tile = _geometry([*srcs, *dests], d, heads, n_tok, "bwd")
+    src_table, src_align = _ptr_table(srcs)
+    dest_table, dest_align = _ptr_table(dests)
+    dh, cfg, tile = _geometry(d, heads, n_tok, "bwd", min(src_align, dest_align))
     n_tiles = -(-n_tok // tile["BM"])
     n_prog = _n_programs(dev, n_tiles, cfg["bwd_progs_per_sm"])
     # one row per program; the one-query kernel writes its whole row, the S-query one accumulates
@@ -249,7 +248,7 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
         final = y is not None
         assert final == (off is None) and (not final or S == 1)
         stat = stat.contiguous()
-        _bwd_kernel[(n_prog,)](_ptr_table(srcs), srcs[0], _ptr_table(dests), w,
+        _bwd_kernel[(n_prog,)](src_table, srcs[0], dest_table, w,
                                grad.contiguous(), stat, stat if final else off.contiguous(),
                                y.contiguous() if final else grad, dw_parts,
                                len(srcs), n_acc, n_tok, S, d, dh, eps, n_tiles, n_prog,
