@@ -316,14 +316,18 @@ def main():
             del refy
         if not args.no_step:
             for h in (1, 8):
-                for chunk in (None, args.chunk):
+                # two-phase with either S-query backward kernel (see op._QUERIES)
+                for chunk, queries_kernel in ((None, False), (args.chunk, False), (args.chunk, True)):
+                    rop.TUNE = {"bwd_queries": True} if queries_kernel else None
                     try:
                         t = whole_step(case, h, chunk)
                         name = "one-pass" if chunk is None else f"two-phase S={chunk}"
+                        name += ", queries-tile backward" if queries_kernel else ""
                         results["whole_step"].setdefault(f"{d}/{n}/H{h}", []).append({"schedule": name, "fwdbwd_ms": t})
                         log(f"  whole step H={h} {name}: {t:.2f} ms")
                     except Exception as e:
                         log(f"  whole step failed: {e!r}")
+                    rop.TUNE = None
                     torch.cuda.empty_cache()
             save()
         del case

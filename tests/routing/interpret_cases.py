@@ -310,3 +310,27 @@ def test_model_gradient_sink(method, overrides, gen, monkeypatch):
     without = grads()
     for name, g in without.items():
         assert rel(with_sink[name], g) <= 1e-5, name
+
+
+@pytest.fixture
+def queries_kernel():
+    # the S-query backward through _bwd_queries_kernel (the queries as a tile axis)
+    rop.TUNE = dict(bwd_queries=True)
+    yield
+    rop.TUNE = None
+
+
+@pytest.mark.parametrize("n,lead,d,heads,S", [(1, (3,), 1, 1, 2), (3, (5,), 123, 1, 3), (4, (2, 3), 32, 8, 4),
+                                              (6, (7,), 80, 4, 5), (73, (2,), 16, 4, 2)])
+def test_partial_queries_kernel(n, lead, d, heads, S, gen, queries_kernel):
+    check_partial(n, lead, d, heads, S, gen=gen)
+
+
+def test_partial_queries_kernel_bf16(gen, queries_kernel):
+    check_partial(4, (6,), 64, 8, 3, dtype=torch.bfloat16, tol=1e-2, gen=gen)
+
+
+def test_queries_kernel_deterministic_and_summing(gen, queries_kernel):
+    check_deterministic(4, (5,), 24, 2, S=3, gen=gen)
+    check_sink_chain(5, (5,), 32, 4, gen=gen, chunk=2, extra=False)
+    check_two_phase(3, 2, (5,), 40, 8, 3, gen=gen, fused=True)

@@ -128,6 +128,17 @@ def test_config_table_from_a_sweep_file(tmp_path, monkeypatch):
     assert rop._cfg(512, True)["fwd_warps"] == 8 and rop._cfg(512, False)["fwd_warps"] == rop._DEFAULTS[False]["fwd_warps"]
 
 
+def test_config_file_star_key_sets_every_default(tmp_path, monkeypatch):
+    import json
+
+    from mhar.routing import op as rop
+    monkeypatch.setattr(rop, "_DEFAULTS", {k: dict(v) for k, v in rop._DEFAULTS.items()})
+    path = tmp_path / "queries.json"
+    path.write_text(json.dumps({"*": {"bwd_queries": True}}))
+    rop.load_config_table(str(path))
+    assert rop._cfg(1024, False)["bwd_queries"] and rop._cfg(1280, True)["bwd_queries"]
+
+
 @pytest.mark.parametrize("extra,chunk", [(False, 0), (True, 0), (False, 2)])
 def test_gradient_sink_reference_backend(extra, chunk):
     # off the kernels, a GradientSink adds the reference's per-site gradients in Python;

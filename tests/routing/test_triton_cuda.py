@@ -172,3 +172,15 @@ def test_gradient_sink(n_sites, d, heads, extra, chunk, gen):
     check_sink_chain(n_sites, (300,), d, heads, device=DEV, gen=gen, extra=extra, chunk=chunk)
     check_sink_chain(n_sites, (256,), d, heads, dtype=torch.bfloat16, device=DEV, tol=2e-2, gen=gen,
                      extra=extra, chunk=chunk)
+
+
+@pytest.mark.parametrize("n,d,heads,S", [(25, 512, 8, 8), (49, 1024, 1, 8), (17, 1280, 8, 6), (9, 1280, 1, 3)])
+def test_partial_queries_kernel(n, d, heads, S, gen):
+    # the S-query backward with the queries as a tile axis (op._QUERIES; off by default)
+    rop.TUNE = dict(bwd_queries=True)
+    try:
+        check_partial(n, (300,), d, heads, S, device=DEV, gen=gen)
+        check_partial(n, (256,), d, heads, S, dtype=torch.bfloat16, device=DEV, tol=1e-2, gen=gen)
+        check_sink_chain(9, (200,), d, heads, device=DEV, gen=gen, chunk=S)
+    finally:
+        rop.TUNE = None

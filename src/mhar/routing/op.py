@@ -102,11 +102,19 @@ def _pow2(n: int) -> int:
 # everything (the sweep uses that). The values are bench/routing.py --tune's picks on an
 # H200 at 9f66467 (bench/results/routing_h200.md): one or two warps per token row, so
 # that every reduction stays inside a warp, and no deeper prefetch.
+#
+# The S-query backward (phase 1 of two-phase) has two kernels: ``_bwd_kernel``'s loop over
+# queries (the measured one, the default) and ``_bwd_queries_kernel``, which holds every
+# query in registers ("bwd_queries": True, with its own warps and programs per SM). The
+# second is checked against the reference but not yet timed on a GPU.
+# (8 warps: 163-254 registers at the paper widths with S = 8 in an offline sm_90 compile,
+# so one program per SM.)
+_QUERIES = {"bwd_queries": False, "bwdq_warps": 8, "bwdq_progs_per_sm": 1}
 _DEFAULTS = {
     False: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1,
-            "bwd_elems": 1024, "bwd_warps": 2, "bwd_pf": 1, "bwd_progs_per_sm": 16},
+            "bwd_elems": 1024, "bwd_warps": 2, "bwd_pf": 1, "bwd_progs_per_sm": 16, **_QUERIES},
     True: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1,
-           "bwd_elems": 1024, "bwd_warps": 2, "bwd_pf": 1, "bwd_progs_per_sm": 16},
+           "bwd_elems": 1024, "bwd_warps": 2, "bwd_pf": 1, "bwd_progs_per_sm": 16, **_QUERIES},
 }
 # The sweep's picks at the paper widths where they differ from the defaults.
 CONFIG_TABLE: dict[tuple[int, bool], dict] = {
@@ -119,10 +127,15 @@ TUNE: dict | None = None
 
 def load_config_table(path: str) -> None:
     """Add tile configs from a JSON file written by ``bench/routing.py --tune --write-config``
-    (keys "WIDTH,MULTI_HEAD", e.g. "1280,0"). Also read at import from
+    (keys "WIDTH,MULTI_HEAD", e.g. "1280,0"; the key "*" changes the defaults of every
+    width, e.g. ``{"*": {"bwd_queries": true}}``). Also read at import from
     ``MHAR_ROUTING_CONFIG``, so a sweep on your GPU applies without editing code."""
     with open(path) as f:
         for key, cfg in json.load(f).items():
+            if key == "*":
+                for defaults in _DEFAULTS.values():
+                    defaults.update(cfg)
+                continue
             width, multi = key.split(",")
             entry = (int(width), bool(int(multi)))
             CONFIG_TABLE[entry] = {**CONFIG_TABLE.get(entry, {}), **cfg}
@@ -240,21 +253,34 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
     src_table, src_align = _ptr_table(srcs)
     dest_table, dest_align = _ptr_table(dests)
     dh, cfg, tile = _geometry(d, heads, n_tok, "bwd", min(src_align, dest_align))
-    n_tiles = -(-n_tok // tile["BM"])
-    n_prog = _n_programs(dev, n_tiles, cfg["bwd_progs_per_sm"])
-    # one row per program; the one-query kernel writes its whole row, the S-query one accumulates
-    dw_parts = (torch.empty if S == 1 else torch.zeros)((n_prog, S, d), dtype=torch.float32, device=dev)
-    if n_tiles:
-        final = y is not None
-        assert final == (off is None) and (not final or S == 1)
-        stat = stat.contiguous()
-        _bwd_kernel[(n_prog,)](src_table, srcs[0], dest_table, w,
-                               grad.contiguous(), stat, stat if final else off.contiguous(),
-                               y.contiguous() if final else grad, dw_parts,
-                               len(srcs), n_acc, n_tok, S, d, dh, eps, n_tiles, n_prog,
-                               **tile, SINGLE=(S == 1), FINAL=final, ACCUM=n_acc > 0, PF=cfg["bwd_pf"],
-                               num_warps=cfg["bwd_warps"])
+    stat = stat.contiguous()
+    if S > 1 and cfg["bwd_queries"]:  # one token per step, the queries as a tile axis
+        from mhar.routing.triton_kernels import _bwd_queries_kernel
+
+        n_prog = _n_programs(dev, n_tok, cfg["bwdq_progs_per_sm"])
+        dw_parts = torch.empty((n_prog, S, d), dtype=torch.float32, device=dev)  # every program writes its row
+        if n_tok:
+            even = tile["HP"] == heads and tile["DA"] + tile["DB"] == dh  # every column lane valid
+            _bwd_queries_kernel[(n_prog,)](src_table, srcs[0], dest_table, w, grad.contiguous(), stat,
+                                           off.contiguous(), dw_parts, len(srcs), n_acc, n_tok, S, d, dh, eps, n_prog,
+                                           H=heads, HP=tile["HP"], DA=tile["DA"], DB=tile["DB"], SP=_pow2(S),
+                                           HAS_B=tile["HAS_B"], EVEN=even, ALIGN=tile["ALIGN"], ACCUM=n_acc > 0,
+                                           num_warps=cfg["bwdq_warps"])
     else:
+        n_tiles = -(-n_tok // tile["BM"])
+        n_prog = _n_programs(dev, n_tiles, cfg["bwd_progs_per_sm"])
+        # one row per program; the one-query kernel writes its whole row, the S-query one accumulates
+        dw_parts = (torch.empty if S == 1 else torch.zeros)((n_prog, S, d), dtype=torch.float32, device=dev)
+        if n_tiles:
+            final = y is not None
+            assert final == (off is None) and (not final or S == 1)
+            _bwd_kernel[(n_prog,)](src_table, srcs[0], dest_table, w,
+                                   grad.contiguous(), stat, stat if final else off.contiguous(),
+                                   y.contiguous() if final else grad, dw_parts,
+                                   len(srcs), n_acc, n_tok, S, d, dh, eps, n_tiles, n_prog,
+                                   **tile, SINGLE=(S == 1), FINAL=final, ACCUM=n_acc > 0, PF=cfg["bwd_pf"],
+                                   num_warps=cfg["bwd_warps"])
+    if not n_tok:
         dw_parts.zero_()
         for g in dests[n_acc:]:
             g.zero_()

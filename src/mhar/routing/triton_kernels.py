@@ -346,3 +346,91 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW,
         _st(DW + pid.to(tl.int64) * d + col_a, dwa_acc, cmask_a, EVEN)
         if HAS_B:
             _st(DW + pid.to(tl.int64) * d + col_b, dwb_acc, cmask_b, EVEN)
+
+
+@triton.jit
+def _bwd_queries_kernel(table, ref, gtable, W, G, STAT, OFF, DW,
+                        n_src, n_acc, n_tok, n_q, d: tl.constexpr, dh: tl.constexpr, eps, n_prog,
+                        H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, SP: tl.constexpr,
+                        HAS_B: tl.constexpr, EVEN: tl.constexpr, ALIGN: tl.constexpr, ACCUM: tl.constexpr):
+    """The S-query backward (phase 1 of the two-phase read) with the queries as a tile
+    axis: one token per step, every query at once. W (S, d), G (S, n_tok, d), STAT and OFF
+    (S, n_tok, H) as in ``_bwd_kernel``. Each program keeps the queries' weights (loaded
+    once), the token's upstream gradients (loaded once per token, not once per source and
+    query) and its ``d(q*g)`` rows (written once, to DW[pid]) in registers; ``_bwd_kernel``'s
+    S-query path instead reloads the first two and read-modify-writes the third for every
+    (source, query) pair. SP: S rounded up to a power of two; EVEN here means every
+    column lane is valid (the query axis is always masked)."""
+    pid = tl.program_id(0)
+    elem = ref.dtype.element_ty
+    rq = tl.arange(0, SP)
+    rh = tl.arange(0, HP)
+    ra = tl.arange(0, DA)
+    qmask = rq < n_q
+    col_a = rh[:, None] * dh + ra[None, :]                                # (HP, DA)
+    cmask_a = (rh[:, None] < H) & (ra[None, :] < dh)
+    qcol_a = rq[:, None, None] * d + col_a[None, :, :]                    # (SP, HP, DA)
+    qmask_a = qmask[:, None, None] & cmask_a[None, :, :]
+    w_a = tl.load(W + qcol_a, mask=qmask_a, other=0.0).to(tl.float32)
+    dw_a = tl.zeros([SP, HP, DA], tl.float32)
+    if HAS_B:
+        rb = tl.arange(0, DB)
+        col_b = rh[:, None] * dh + DA + rb[None, :]
+        cmask_b = (rh[:, None] < H) & ((DA + rb[None, :]) < dh)
+        qcol_b = rq[:, None, None] * d + col_b[None, :, :]
+        qmask_b = qmask[:, None, None] & cmask_b[None, :, :]
+        w_b = tl.load(W + qcol_b, mask=qmask_b, other=0.0).to(tl.float32)
+        dw_b = tl.zeros([SP, HP, DB], tl.float32)
+    hmask = qmask[:, None] & (rh[None, :] < H)                            # (SP, HP)
+    p_first = _src(table, 0, ref, ALIGN)
+    p_second = _src(table, tl.minimum(1, n_src - 1), ref, ALIGN)
+    for tok in range(pid, n_tok, n_prog):
+        t64 = tl.cast(tok, tl.int64)
+        row = t64 * d
+        # query q's row of this token in the (S, n_tok, .) inputs
+        g_rows = (rq.to(tl.int64)[:, None, None] * n_tok + t64) * d
+        h_rows = (rq.to(tl.int64)[:, None] * n_tok + t64) * H + rh[None, :]
+        g_a = tl.load(G + g_rows + col_a[None, :, :], mask=qmask_a, other=0.0).to(tl.float32)
+        st = tl.load(STAT + h_rows, mask=hmask, other=0.0).to(tl.float32)
+        of = tl.load(OFF + h_rows, mask=hmask, other=0.0).to(tl.float32)
+        xa_n = _ld(p_first + row + col_a, cmask_a, EVEN)
+        if HAS_B:
+            g_b = tl.load(G + g_rows + col_b[None, :, :], mask=qmask_b, other=0.0).to(tl.float32)
+            xb_n = _ld(p_first + row + col_b, cmask_b, EVEN)
+        p_next = p_second
+        for i in range(n_src):
+            xa = xa_n.to(tl.float32)
+            xa_n = _ld(p_next + row + col_a, cmask_a, EVEN)  # the next source, in flight meanwhile
+            ss = tl.sum(tl.sum(xa * xa, axis=1), axis=0)
+            zr = tl.sum(xa[None, :, :] * w_a, axis=2)                     # (SP, HP)
+            gx = tl.sum(xa[None, :, :] * g_a, axis=2)
+            if HAS_B:
+                xb = xb_n.to(tl.float32)
+                xb_n = _ld(p_next + row + col_b, cmask_b, EVEN)
+                ss += tl.sum(tl.sum(xb * xb, axis=1), axis=0)
+                zr += tl.sum(xb[None, :, :] * w_b, axis=2)
+                gx += tl.sum(xb[None, :, :] * g_b, axis=2)
+            p_next = _src(table, tl.minimum(i + 2, n_src - 1), ref, ALIGN)
+            gdst = _src(gtable, i, ref, ALIGN)
+            rstd = 1.0 / tl.sqrt(ss / d + eps)
+            a = tl.where(hmask, tl.exp(zr * rstd - st), 0.0)
+            dz = a * (gx + of)
+            rdz = dz * rstd
+            c = tl.sum(tl.sum(dz * zr, axis=1), axis=0) * rstd * rstd * rstd / d
+            dxa = tl.sum(rdz[:, :, None] * w_a + a[:, :, None] * g_a, axis=0) - c * xa
+            dw_a += rdz[:, :, None] * xa[None, :, :]
+            if HAS_B:
+                dxb = tl.sum(rdz[:, :, None] * w_b + a[:, :, None] * g_b, axis=0) - c * xb
+                dw_b += rdz[:, :, None] * xb[None, :, :]
+            if ACCUM:  # add a running sum's current value (zeros, no traffic, past n_acc)
+                summing = (tl.zeros([1, 1], tl.int32) + i) < n_acc
+                dxa += _ld_if(gdst + row + col_a, cmask_a, summing, EVEN).to(tl.float32)
+                if HAS_B:
+                    dxb += _ld_if(gdst + row + col_b, cmask_b, summing, EVEN).to(tl.float32)
+            _st(gdst + row + col_a, dxa.to(elem), cmask_a, EVEN)
+            if HAS_B:
+                _st(gdst + row + col_b, dxb.to(elem), cmask_b, EVEN)
+    dw_row = DW + pid.to(tl.int64) * n_q * d
+    tl.store(dw_row + qcol_a, dw_a, mask=qmask_a)
+    if HAS_B:
+        tl.store(dw_row + qcol_b, dw_b, mask=qmask_b)
