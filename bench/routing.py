@@ -316,13 +316,14 @@ def main():
             del refy
         if not args.no_step:
             for h in (1, 8):
-                # two-phase with either S-query backward kernel (see op._QUERIES)
-                for chunk, queries_kernel in ((None, False), (args.chunk, False), (args.chunk, True)):
-                    rop.TUNE = {"bwd_queries": True} if queries_kernel else None
+                # two-phase with the measured phase-1 kernels and with the queries-tile ones
+                # (backward only, then both; see op._QUERIES)
+                for chunk, tiles in ((None, ()), (args.chunk, ()), (args.chunk, ("bwd",)), (args.chunk, ("fwd", "bwd"))):
+                    rop.TUNE = {f"{k}_queries": True for k in tiles} or None
                     try:
                         t = whole_step(case, h, chunk)
                         name = "one-pass" if chunk is None else f"two-phase S={chunk}"
-                        name += ", queries-tile backward" if queries_kernel else ""
+                        name += f", queries-tile {'+'.join(tiles)}" if tiles else ""
                         results["whole_step"].setdefault(f"{d}/{n}/H{h}", []).append({"schedule": name, "fwdbwd_ms": t})
                         log(f"  whole step H={h} {name}: {t:.2f} ms")
                     except Exception as e:

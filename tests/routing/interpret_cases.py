@@ -312,10 +312,10 @@ def test_model_gradient_sink(method, overrides, gen, monkeypatch):
         assert rel(with_sink[name], g) <= 1e-5, name
 
 
-@pytest.fixture
-def queries_kernel():
-    # the S-query backward through _bwd_queries_kernel (the queries as a tile axis)
-    rop.TUNE = dict(bwd_queries=True)
+@pytest.fixture(params=["bwd", "fwd", "both"])
+def queries_kernel(request):
+    # phase 1 through _fwd_queries_kernel and/or _bwd_queries_kernel (the queries as a tile axis)
+    rop.TUNE = dict(fwd_queries=request.param in ("fwd", "both"), bwd_queries=request.param in ("bwd", "both"))
     yield
     rop.TUNE = None
 

@@ -176,8 +176,8 @@ def test_gradient_sink(n_sites, d, heads, extra, chunk, gen):
 
 @pytest.mark.parametrize("n,d,heads,S", [(25, 512, 8, 8), (49, 1024, 1, 8), (17, 1280, 8, 6), (9, 1280, 1, 3)])
 def test_partial_queries_kernel(n, d, heads, S, gen):
-    # the S-query backward with the queries as a tile axis (op._QUERIES; off by default)
-    rop.TUNE = dict(bwd_queries=True)
+    # phase 1 forward and backward with the queries as a tile axis (op._QUERIES; off by default)
+    rop.TUNE = dict(fwd_queries=True, bwd_queries=True)
     try:
         check_partial(n, (300,), d, heads, S, device=DEV, gen=gen)
         check_partial(n, (256,), d, heads, S, dtype=torch.bfloat16, device=DEV, tol=1e-2, gen=gen)

@@ -103,13 +103,15 @@ def _pow2(n: int) -> int:
 # H200 at 9f66467 (bench/results/routing_h200.md): one or two warps per token row, so
 # that every reduction stays inside a warp, and no deeper prefetch.
 #
-# The S-query backward (phase 1 of two-phase) has two kernels: ``_bwd_kernel``'s loop over
-# queries (the measured one, the default) and ``_bwd_queries_kernel``, which holds every
-# query in registers ("bwd_queries": True, with its own warps and programs per SM). The
-# second is checked against the reference but not yet timed on a GPU.
-# (8 warps: 163-254 registers at the paper widths with S = 8 in an offline sm_90 compile,
-# so one program per SM.)
-_QUERIES = {"bwd_queries": False, "bwdq_warps": 8, "bwdq_progs_per_sm": 1}
+# Phase 1 of two-phase (S queries) has two kernels each way: the measured ones (the
+# default; ``_fwd_kernel`` with one program per query, ``_bwd_kernel``'s loop over queries)
+# and ``_fwd_queries_kernel`` / ``_bwd_queries_kernel``, which hold every query in
+# registers ("fwd_queries" / "bwd_queries": True, with their own warps and programs per
+# SM). The second pair is checked against the reference but not yet timed on a GPU.
+# (8 warps: 163-254 registers at the paper widths with S = 8 in an offline sm_90 compile
+# of the backward, so one program per SM.)
+_QUERIES = {"fwd_queries": False, "fwdq_warps": 8, "fwdq_progs_per_sm": 1,
+            "bwd_queries": False, "bwdq_warps": 8, "bwdq_progs_per_sm": 1}
 _DEFAULTS = {
     False: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1,
             "bwd_elems": 1024, "bwd_warps": 2, "bwd_pf": 1, "bwd_progs_per_sm": 16, **_QUERIES},
@@ -225,7 +227,16 @@ def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, h
     m = _new((S, n_tok, heads), torch.float32, dev)
     l = _new((S, n_tok, heads), torch.float32, dev)
     o = _new((S, n_tok, d), torch.float32, dev)
-    if n_tiles:
+    if n_tiles and S > 1 and cfg["fwd_queries"]:  # one token per step, the queries as a tile axis
+        from mhar.routing.triton_kernels import _fwd_queries_kernel
+
+        n_prog = _n_programs(dev, n_tok, cfg["fwdq_progs_per_sm"])
+        even = tile["HP"] == heads and tile["DA"] + tile["DB"] == dh  # every column lane valid
+        _fwd_queries_kernel[(n_prog,)](table, srcs[0], w, m, l, o, len(srcs), n_tok, S, d, dh, eps, n_prog,
+                                       H=heads, HP=tile["HP"], DA=tile["DA"], DB=tile["DB"], SP=_pow2(S),
+                                       HAS_B=tile["HAS_B"], EVEN=even, ALIGN=tile["ALIGN"],
+                                       num_warps=cfg["fwdq_warps"])
+    elif n_tiles:
         _fwd_kernel[(S, n_tiles)](table, srcs[0], w, m, l, o, m, l, o, len(srcs), n_tok, d, dh, eps,
                                   **tile, FINAL=False, PF=cfg["fwd_pf"], num_warps=cfg["fwd_warps"])
     return m, l, o

@@ -434,3 +434,71 @@ def _bwd_queries_kernel(table, ref, gtable, W, G, STAT, OFF, DW,
     tl.store(dw_row + qcol_a, dw_a, mask=qmask_a)
     if HAS_B:
         tl.store(dw_row + qcol_b, dw_b, mask=qmask_b)
+
+
+@triton.jit
+def _fwd_queries_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, n_src, n_tok, n_q, d: tl.constexpr, dh: tl.constexpr,
+                        eps, n_prog, H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr,
+                        SP: tl.constexpr, HAS_B: tl.constexpr, EVEN: tl.constexpr, ALIGN: tl.constexpr):
+    """Phase 1 with the queries as a tile axis: one token per step, every query at once,
+    each source's row read once (``_fwd_kernel``'s phase-1 grid reads it once per query,
+    from L2 after the first). Writes m, l (S, n_tok, H) and o (S, n_tok, d) fp32, as
+    ``_fwd_kernel`` does. EVEN: every column lane valid (the query axis is always masked)."""
+    pid = tl.program_id(0)
+    rq = tl.arange(0, SP)
+    rh = tl.arange(0, HP)
+    ra = tl.arange(0, DA)
+    qmask = rq < n_q
+    col_a = rh[:, None] * dh + ra[None, :]
+    cmask_a = (rh[:, None] < H) & (ra[None, :] < dh)
+    qcol_a = rq[:, None, None] * d + col_a[None, :, :]
+    qmask_a = qmask[:, None, None] & cmask_a[None, :, :]
+    w_a = tl.load(W + qcol_a, mask=qmask_a, other=0.0).to(tl.float32)
+    if HAS_B:
+        rb = tl.arange(0, DB)
+        col_b = rh[:, None] * dh + DA + rb[None, :]
+        cmask_b = (rh[:, None] < H) & ((DA + rb[None, :]) < dh)
+        qcol_b = rq[:, None, None] * d + col_b[None, :, :]
+        qmask_b = qmask[:, None, None] & cmask_b[None, :, :]
+        w_b = tl.load(W + qcol_b, mask=qmask_b, other=0.0).to(tl.float32)
+    hmask = qmask[:, None] & (rh[None, :] < H)
+    p_first = _src(table, 0, ref, ALIGN)
+    p_second = _src(table, tl.minimum(1, n_src - 1), ref, ALIGN)
+    for tok in range(pid, n_tok, n_prog):
+        t64 = tl.cast(tok, tl.int64)
+        row = t64 * d
+        m_i = tl.full([SP, HP], float("-inf"), tl.float32)
+        l_i = tl.zeros([SP, HP], tl.float32)
+        acc_a = tl.zeros([SP, HP, DA], tl.float32)
+        xa_n = _ld(p_first + row + col_a, cmask_a, EVEN)
+        if HAS_B:
+            acc_b = tl.zeros([SP, HP, DB], tl.float32)
+            xb_n = _ld(p_first + row + col_b, cmask_b, EVEN)
+        p_next = p_second
+        for i in range(n_src):
+            xa = xa_n.to(tl.float32)
+            xa_n = _ld(p_next + row + col_a, cmask_a, EVEN)  # the next source, in flight meanwhile
+            ss = tl.sum(tl.sum(xa * xa, axis=1), axis=0)
+            zr = tl.sum(xa[None, :, :] * w_a, axis=2)                     # (SP, HP)
+            if HAS_B:
+                xb = xb_n.to(tl.float32)
+                xb_n = _ld(p_next + row + col_b, cmask_b, EVEN)
+                ss += tl.sum(tl.sum(xb * xb, axis=1), axis=0)
+                zr += tl.sum(xb[None, :, :] * w_b, axis=2)
+            p_next = _src(table, tl.minimum(i + 2, n_src - 1), ref, ALIGN)
+            z = zr / tl.sqrt(ss / d + eps)
+            m_new = tl.maximum(m_i, z)
+            alpha = tl.exp(m_i - m_new)
+            p = tl.exp(z - m_new)
+            l_i = l_i * alpha + p
+            acc_a = acc_a * alpha[:, :, None] + p[:, :, None] * xa[None, :, :]
+            if HAS_B:
+                acc_b = acc_b * alpha[:, :, None] + p[:, :, None] * xb[None, :, :]
+            m_i = m_new
+        h_rows = (rq.to(tl.int64)[:, None] * n_tok + t64) * H + rh[None, :]
+        o_rows = (rq.to(tl.int64)[:, None, None] * n_tok + t64) * d
+        tl.store(OUT_M + h_rows, m_i, mask=hmask)
+        tl.store(OUT_L + h_rows, l_i, mask=hmask)
+        tl.store(OUT_O + o_rows + col_a[None, :, :], acc_a, mask=qmask_a)
+        if HAS_B:
+            tl.store(OUT_O + o_rows + col_b[None, :, :], acc_b, mask=qmask_b)
