@@ -349,6 +349,22 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW,
 
 
 @triton.jit
+def _query_part(W, rq, qmask, d: tl.constexpr, dh: tl.constexpr, H: tl.constexpr, HP: tl.constexpr,
+                START: tl.constexpr, WIDTH: tl.constexpr):
+    """One column part (columns START .. START + WIDTH of every head) for the kernels with
+    the queries as the leading tile axis: the part's (HP, WIDTH) row offsets and mask, its
+    (SP, HP, WIDTH) offsets and mask in an (S, d) array, and the queries' weights W there."""
+    rh = tl.arange(0, HP)
+    rc = tl.arange(0, WIDTH)
+    col = rh[:, None] * dh + START + rc[None, :]
+    cmask = (rh[:, None] < H) & ((START + rc[None, :]) < dh)
+    qcol = rq[:, None, None] * d + col[None, :, :]
+    qmask3 = qmask[:, None, None] & cmask[None, :, :]
+    w = tl.load(W + qcol, mask=qmask3, other=0.0).to(tl.float32)
+    return col, cmask, qcol, qmask3, w
+
+
+@triton.jit
 def _bwd_queries_kernel(table, ref, gtable, W, G, STAT, OFF, DW,
                         n_src, n_acc, n_tok, n_q, d: tl.constexpr, dh: tl.constexpr, eps, n_prog,
                         H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, SP: tl.constexpr,
@@ -365,21 +381,11 @@ def _bwd_queries_kernel(table, ref, gtable, W, G, STAT, OFF, DW,
     elem = ref.dtype.element_ty
     rq = tl.arange(0, SP)
     rh = tl.arange(0, HP)
-    ra = tl.arange(0, DA)
     qmask = rq < n_q
-    col_a = rh[:, None] * dh + ra[None, :]                                # (HP, DA)
-    cmask_a = (rh[:, None] < H) & (ra[None, :] < dh)
-    qcol_a = rq[:, None, None] * d + col_a[None, :, :]                    # (SP, HP, DA)
-    qmask_a = qmask[:, None, None] & cmask_a[None, :, :]
-    w_a = tl.load(W + qcol_a, mask=qmask_a, other=0.0).to(tl.float32)
+    col_a, cmask_a, qcol_a, qmask_a, w_a = _query_part(W, rq, qmask, d, dh, H, HP, 0, DA)
     dw_a = tl.zeros([SP, HP, DA], tl.float32)
     if HAS_B:
-        rb = tl.arange(0, DB)
-        col_b = rh[:, None] * dh + DA + rb[None, :]
-        cmask_b = (rh[:, None] < H) & ((DA + rb[None, :]) < dh)
-        qcol_b = rq[:, None, None] * d + col_b[None, :, :]
-        qmask_b = qmask[:, None, None] & cmask_b[None, :, :]
-        w_b = tl.load(W + qcol_b, mask=qmask_b, other=0.0).to(tl.float32)
+        col_b, cmask_b, qcol_b, qmask_b, w_b = _query_part(W, rq, qmask, d, dh, H, HP, DA, DB)
         dw_b = tl.zeros([SP, HP, DB], tl.float32)
     hmask = qmask[:, None] & (rh[None, :] < H)                            # (SP, HP)
     p_first = _src(table, 0, ref, ALIGN)
@@ -447,20 +453,10 @@ def _fwd_queries_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, n_src, n_tok, n_q, d
     pid = tl.program_id(0)
     rq = tl.arange(0, SP)
     rh = tl.arange(0, HP)
-    ra = tl.arange(0, DA)
     qmask = rq < n_q
-    col_a = rh[:, None] * dh + ra[None, :]
-    cmask_a = (rh[:, None] < H) & (ra[None, :] < dh)
-    qcol_a = rq[:, None, None] * d + col_a[None, :, :]
-    qmask_a = qmask[:, None, None] & cmask_a[None, :, :]
-    w_a = tl.load(W + qcol_a, mask=qmask_a, other=0.0).to(tl.float32)
+    col_a, cmask_a, qcol_a, qmask_a, w_a = _query_part(W, rq, qmask, d, dh, H, HP, 0, DA)
     if HAS_B:
-        rb = tl.arange(0, DB)
-        col_b = rh[:, None] * dh + DA + rb[None, :]
-        cmask_b = (rh[:, None] < H) & ((DA + rb[None, :]) < dh)
-        qcol_b = rq[:, None, None] * d + col_b[None, :, :]
-        qmask_b = qmask[:, None, None] & cmask_b[None, :, :]
-        w_b = tl.load(W + qcol_b, mask=qmask_b, other=0.0).to(tl.float32)
+        col_b, cmask_b, qcol_b, qmask_b, w_b = _query_part(W, rq, qmask, d, dh, H, HP, DA, DB)
     hmask = qmask[:, None] & (rh[None, :] < H)
     p_first = _src(table, 0, ref, ALIGN)
     p_second = _src(table, tl.minimum(1, n_src - 1), ref, ALIGN)
