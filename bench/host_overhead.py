@@ -12,8 +12,9 @@ without synchronising:
 * the top Python functions by own time (cProfile), written to ``<out>/host_<case>.txt``.
 
 Variants: ``plain`` (leaf sources, autograd returns one gradient per source) and
-``sink`` (sources registered with a GradientSink, as the routed stream does in
-training: gradients summed in the backward kernel).
+``sink`` (sources registered with a GradientSink, gradients summed in the backward
+kernel). The ``sink`` call registers its N sources on every call, which a stream does
+once per source per step, so its host time is an upper bound for a stream's call.
 
     PYTHONPATH=src python bench/host_overhead.py --shapes 512/25,1024/49 --heads 8 --out $OUT
 """
