@@ -108,8 +108,8 @@ def _pow2(n: int) -> int:
 # and ``_fwd_queries_kernel`` / ``_bwd_queries_kernel``, which hold every query in
 # registers ("fwd_queries" / "bwd_queries": True, with their own warps and programs per
 # SM). The second pair is checked against the reference but not yet timed on a GPU.
-# (8 warps: 163-254 registers at the paper widths with S = 8 in an offline sm_90 compile
-# of the backward, so one program per SM.)
+# (8 warps: 163-255 registers at the paper widths with S = 8 in an offline sm_90 compile
+# of the backward, bench/compile_sm90.py, so one program per SM.)
 _QUERIES = {"fwd_queries": False, "fwdq_warps": 8, "fwdq_progs_per_sm": 1,
             "bwd_queries": False, "bwdq_warps": 8, "bwdq_progs_per_sm": 1}
 _DEFAULTS = {

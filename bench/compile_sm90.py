@@ -1,0 +1,88 @@
+"""Registers and stack of the routing kernels, compiled offline for sm_90 (no GPU needed).
+
+Compiles each kernel with triton's own compiler for an H100/H200 target, as the launcher
+would specialise it at the paper widths (bf16 sources, 16-byte aligned tables, every lane
+valid), and reads the cubin's resource usage with the cuobjdump that ships with triton.
+The numbers quoted in docs/kernels.md and bench/results/ for register pressure come from
+this script (run with triton 3.6, the GPU machine's version).
+
+    PYTHONPATH=src python bench/compile_sm90.py                    # every kernel below
+    PYTHONPATH=src python bench/compile_sm90.py --kernels queries --warps 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import tempfile
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from mhar.routing import triton_kernels as tk
+from mhar.routing.op import _pow2, _split_width
+
+SHAPES = [(512, 8), (1024, 1), (1024, 8), (1280, 1), (1280, 8)]
+POINTERS = {"table": "*i64", "gtable": "*i64", "ref": "*bf16", "W": "*fp32", "G": "*fp32", "STAT": "*fp32",
+            "OFF": "*fp32", "Y": "*bf16", "DW": "*fp32", "OUT_M": "*fp32", "OUT_L": "*fp32", "OUT_O": "*fp32",
+            "M0": "*fp32", "L0": "*fp32", "O0": "*fp32"}
+SCALARS = {"eps": "fp32"}  # every other runtime argument is an i32
+
+
+def resources(fn, constexprs: dict, warps: int, pointers: dict | None = None) -> dict:
+    """pointers: argument types that differ from POINTERS for this kernel."""
+    names = list(fn.arg_names)
+    types = {**POINTERS, **(pointers or {})}
+    sig = {k: "constexpr" if k in constexprs else types.get(k, SCALARS.get(k, "i32")) for k in names}
+    attrs = {(names.index(k),): [["tt.divisibility", 16]] for k in names if k in types}
+    src = ASTSource(fn=fn, signature=sig, constexprs={(names.index(k),): v for k, v in constexprs.items()},
+                    attrs=attrs)
+    kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(kernel.asm["cubin"])
+        f.flush()
+        tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+        out = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True, check=True).stdout
+    return {"regs": int(re.search(r"REG:(\d+)", out).group(1)), "stack": int(re.search(r"STACK:(\d+)", out).group(1)),
+            "layout_conversions": kernel.asm["ttgir"].count("convert_layout")}
+
+
+def tile(d: int, heads: int) -> dict:
+    dh = d // heads
+    da, db = _split_width(dh)
+    return dict(d=d, dh=dh, H=heads, HP=_pow2(heads), DA=da, DB=db, HAS_B=db > 0, EVEN=True, ALIGN=16)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kernels", default="single,queries", help="single: the one-query backward (with and "
+                    "without running sums); queries: the queries-tile phase-1 kernels")
+    ap.add_argument("--warps", default="", help="comma list (default: 1 for single, 8 for queries)")
+    ap.add_argument("--queries", type=int, default=8, help="S for the queries-tile kernels")
+    args = ap.parse_args()
+    print("| kernel | d | H | warps | registers | stack bytes | layout conversions |")
+    print("|---|---|---|---|---|---|---|")
+    for kind in args.kernels.split(","):
+        warps = [int(w) for w in args.warps.split(",")] if args.warps else [1 if kind == "single" else 8]
+        for d, heads in SHAPES:
+            for w in warps:
+                if kind == "single":
+                    for accum in (False, True):
+                        c = dict(tile(d, heads), BM=1, PF=1, SINGLE=True, FINAL=True, ACCUM=accum)
+                        r = resources(tk._bwd_kernel, c, w, {"G": "*bf16"})  # a final read's grad_y
+                        print(f"| _bwd_kernel{' (sums)' if accum else ''} | {d} | {heads} | {w} | {r['regs']} | "
+                              f"{r['stack']} | {r['layout_conversions']} |", flush=True)
+                else:
+                    c = dict(tile(d, heads), SP=_pow2(args.queries))
+                    for fn in (tk._fwd_queries_kernel, tk._bwd_queries_kernel):
+                        cc = dict(c, ACCUM=True) if fn is tk._bwd_queries_kernel else c
+                        r = resources(fn, cc, w)
+                        print(f"| {fn.fn.__name__} | {d} | {heads} | {w} | {r['regs']} | {r['stack']} | "
+                              f"{r['layout_conversions']} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
