@@ -305,7 +305,9 @@ def test_model_gradient_sink(method, overrides, gen, monkeypatch):
 
     monkeypatch.setattr(base.routing, "GradientSink", CountingSink)
     with_sink = grads()
-    assert len(registered) == model.residual.num_sources if method == "mhar" else registered
+    assert registered, "the stream did not use the sink"
+    if method == "mhar":  # every source of the routed stream is registered once
+        assert len(registered) == model.residual.num_sources
     monkeypatch.setattr(base.routing, "GradientSink", _NoSink)
     without = grads()
     for name, g in without.items():
