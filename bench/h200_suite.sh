@@ -6,7 +6,7 @@
 # returns at most 8 files.
 # Usage (repository root, device machine): MHAR_COMMIT=<sha> bash bench/h200_suite.sh
 # Time limits per part (seconds): T_TESTS, T_ROUTING, T_HOST (bench/host_overhead.py; off by
-# default), T_STEP (per preset); 0 skips a part.
+# default), T_STEP (per preset); 0 skips a part. ROUTING_ARGS adds options to bench/routing.py.
 # PRESETS and METHODS choose the step benchmark's rows (METHOD@two-phase sets a schedule);
 # PRESETS_Q with T_STEPQ re-runs METHODS_Q with the queries-tile phase-1 kernels on.
 set -uo pipefail
@@ -18,9 +18,9 @@ python3 -m pip install -q --no-deps .whl/*.whl > "$R/pip.log" 2>&1  # the peers,
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used --format=csv,noheader > "$R/gpu.txt" 2>&1
 
 part() { [ "${1:-0}" != 0 ]; }
-part "${T_TESTS:-80}" && timeout "${T_TESTS:-80}" python3 -m pytest tests/routing/test_triton_cuda.py -q -p no:cacheprovider \
+part "${T_TESTS:-80}" && timeout "${T_TESTS:-80}" python3 -m pytest tests/routing/test_triton_cuda.py -q -p no:cacheprovider ${TEST_ARGS:-} \
   > "$R/routing_gpu_tests.log" 2>&1
-part "${T_ROUTING:-200}" && timeout "${T_ROUTING:-200}" python3 bench/routing.py --heads 1,8 --no-eager --no-compiled \
+part "${T_ROUTING:-200}" && timeout "${T_ROUTING:-200}" python3 bench/routing.py --heads 1,8 --no-eager --no-compiled ${ROUTING_ARGS:-} \
   --out "$R/routing_$MHAR_COMMIT.json" > "$R/routing.log" 2>&1
 part "${T_HOST:-0}" && timeout "${T_HOST:-0}" python3 bench/host_overhead.py --out "$R/host" > "$R/host.log" 2>&1
 for p in ${PRESETS:-paper-100m paper-350m paper-1b}; do

@@ -224,8 +224,27 @@ def whole_step(case, heads, chunk):
         loss = sum((o * case.gy).float().sum() for o in outs)
         return torch.autograd.grad(loss, wrt)
 
-    t = bench(step, warmup=3, rep=200)
-    return t
+    t = bench(step, warmup=100, rep=1000)  # ms of running each, as triton.testing.do_bench takes them
+    return t, kernel_breakdown(step)
+
+
+def kernel_breakdown(fn, iters=2):
+    """Device time per call of fn, in all and per kernel name (top 6), from the profiler."""
+    from torch.profiler import ProfilerActivity, profile as prof
+    fn()
+    torch.cuda.synchronize()
+    with prof(activities=[ProfilerActivity.CUDA]) as p:
+        for _ in range(iters):
+            fn()
+        torch.cuda.synchronize()
+    per = {}
+    for e in p.key_averages():
+        us = getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0.0)
+        if us:
+            per[e.key[:60]] = (us / iters / 1000.0, e.count // iters)
+    top = sorted(per.items(), key=lambda kv: -kv[1][0])[:6]
+    return {"kernel_ms": sum(v[0] for v in per.values()),
+            "top": [{"name": k, "ms": round(v[0], 3), "calls": v[1]} for k, v in top]}
 
 
 def main():
@@ -321,11 +340,14 @@ def main():
                 for chunk, tiles in ((None, ()), (args.chunk, ()), (args.chunk, ("bwd",)), (args.chunk, ("fwd", "bwd"))):
                     rop.TUNE = {f"{k}_queries": True for k in tiles} or None
                     try:
-                        t = whole_step(case, h, chunk)
+                        t, kern = whole_step(case, h, chunk)
                         name = "one-pass" if chunk is None else f"two-phase S={chunk}"
                         name += f", queries-tile {'+'.join(tiles)}" if tiles else ""
-                        results["whole_step"].setdefault(f"{d}/{n}/H{h}", []).append({"schedule": name, "fwdbwd_ms": t})
-                        log(f"  whole step H={h} {name}: {t:.2f} ms")
+                        results["whole_step"].setdefault(f"{d}/{n}/H{h}", []).append(
+                            {"schedule": name, "fwdbwd_ms": t, **kern})
+                        log(f"  whole step H={h} {name}: {t:.2f} ms wall, {kern['kernel_ms']:.2f} ms kernels")
+                        for k in kern["top"]:
+                            log(f"    {k['ms']:8.3f} ms {k['calls']:4d}x {k['name']}")
                     except Exception as e:
                         log(f"  whole step failed: {e!r}")
                     rop.TUNE = None
@@ -453,10 +475,14 @@ def write_md(results, path):
         for key, t in results["tune"].items():
             lines.append(f"- {key}: {t['choice']}")
     if results["whole_step"]:
-        lines += ["", "## Whole step (all 2L+1 sites, fwd+bwd)", "", "| d/N/H | schedule | ms |", "|---|---|---|"]
+        lines += ["", "## Whole step (all 2L+1 sites, fwd+bwd)", "",
+                  "Wall: CUDA-event median; kernels: profiler device time; top kernels: ms (calls) per step.", "",
+                  "| d/N/H | schedule | wall ms | kernel ms | top kernels |", "|---|---|---|---|---|"]
         for key, rows in results["whole_step"].items():
             for r in rows:
-                lines.append(f"| {key} | {r['schedule']} | {r['fwdbwd_ms']:.2f} |")
+                top = "; ".join(f"{k['name'][:40]} {k['ms']:.1f} ({k['calls']})" for k in r.get("top", [])[:3])
+                lines.append(f"| {key} | {r['schedule']} | {r['fwdbwd_ms']:.2f} | {r.get('kernel_ms', float('nan')):.2f} "
+                             f"| {top} |")
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
 
