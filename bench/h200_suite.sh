@@ -8,7 +8,7 @@
 # Time limits per part (seconds): T_TESTS, T_ROUTING, T_HOST (bench/host_overhead.py; off by
 # default), T_STEP (per preset); 0 skips a part. ROUTING_ARGS adds options to bench/routing.py.
 # PRESETS and METHODS choose the step benchmark's rows (METHOD@two-phase sets a schedule);
-# PRESETS_Q with T_STEPQ re-runs METHODS_Q with the queries-tile phase-1 kernels on.
+# PRESETS_Q with T_STEPQ re-runs METHODS_Q with the phase-1 kernel config Q_CONFIG (JSON).
 set -uo pipefail
 export PYTHONPATH="$PWD/src" PYTHONUNBUFFERED=1 MHAR_COMMIT=${MHAR_COMMIT:-unknown}
 OUT=${OUT:-bench/results/suite_local}
@@ -29,12 +29,13 @@ for p in ${PRESETS:-paper-100m paper-350m paper-1b}; do
     --steps 5 --warmup 3 --out "$R" --tag "$p" > "$R/step_$p.log" 2>&1
 done
 
-# the two-phase methods again with the queries-tile phase-1 kernels on (op._QUERIES)
-echo '{"*": {"fwd_queries": true, "bwd_queries": true}}' > "$R/queries_tile.json"
+# the two-phase methods again with other phase-1 kernels (op._QUERIES; Q_CONFIG, default
+# the split-column backward), tagged Q_TAG
+echo "${Q_CONFIG:-{\"*\": {\"bwd_split\": true\}\}}" > "$R/phase1.json"
 for p in ${PRESETS_Q:-}; do
-  part "${T_STEPQ:-0}" && MHAR_ROUTING_CONFIG="$R/queries_tile.json" timeout "${T_STEPQ:-0}" python3 -m mhar bench step \
+  part "${T_STEPQ:-0}" && MHAR_ROUTING_CONFIG="$R/phase1.json" timeout "${T_STEPQ:-0}" python3 -m mhar bench step \
     --preset "$p" --methods "${METHODS_Q:-baseline,mhar@two-phase,mhar-block@two-phase}" \
-    --steps 5 --warmup 3 --out "$R" --tag "$p-queries-tile" > "$R/step_$p-queries-tile.log" 2>&1
+    --steps 5 --warmup 3 --out "$R" --tag "$p-${Q_TAG:-split}" > "$R/step_$p-${Q_TAG:-split}.log" 2>&1
 done
 
 tar czf "$OUT/suite.tar.gz" -C "$OUT" suite

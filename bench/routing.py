@@ -335,14 +335,12 @@ def main():
             del refy
         if not args.no_step:
             for h in (1, 8):
-                # two-phase with the measured phase-1 kernels and with the queries-tile ones
-                # (backward only, then both; see op._QUERIES)
-                for chunk, tiles in ((None, ()), (args.chunk, ()), (args.chunk, ("bwd",)), (args.chunk, ("fwd", "bwd"))):
-                    rop.TUNE = {f"{k}_queries": True for k in tiles} or None
+                # one-pass, then two-phase with each phase-1 backward (see op._QUERIES)
+                for chunk, label, tune in ((None, "", None), *((args.chunk, lab, t) for lab, t in PHASE1)):
+                    rop.TUNE = tune
                     try:
                         t, kern = whole_step(case, h, chunk)
-                        name = "one-pass" if chunk is None else f"two-phase S={chunk}"
-                        name += f", queries-tile {'+'.join(tiles)}" if tiles else ""
+                        name = "one-pass" if chunk is None else f"two-phase S={chunk}{label}"
                         results["whole_step"].setdefault(f"{d}/{n}/H{h}", []).append(
                             {"schedule": name, "fwdbwd_ms": t, **kern})
                         log(f"  whole step H={h} {name}: {t:.2f} ms wall, {kern['kernel_ms']:.2f} ms kernels")
@@ -373,7 +371,14 @@ def profile(case, heads):
     log(p.key_averages().table(sort_by="cuda_time_total", row_limit=8, max_name_column_width=40))
 
 
-VARIANTS = [("mhar-triton pf1", {"fwd_pf": 1, "bwd_pf": 1})]
+# per-call variants (--variants): 1280-wide rows with one power-of-two part per head
+VARIANTS = [("pad-head w2", {"pad_head": True, "fwd_warps": 2, "bwd_warps": 2, "bwd_progs_per_sm": 8}),
+            ("pad-head w4", {"pad_head": True, "fwd_warps": 4, "bwd_warps": 4, "bwd_progs_per_sm": 4}),
+            ("split w4", {"fwd_warps": 4, "bwd_warps": 4, "bwd_progs_per_sm": 4})]
+# the whole step's two-phase rows: the phase-1 backward each uses
+PHASE1 = [("", None), (", split bwd", {"bwd_split": True}),
+          (", split bwd cols128 t2", {"bwd_split": True, "bwds_cols": 128, "bwds_tokens": 2, "bwds_warps": 2}),
+          (", queries-tile bwd", {"bwd_queries": True})]
 # (elements per tile, warps, prefetch depth[, backward programs per SM])
 FWD_CONFIGS = [(1024, 1, 1), (1024, 2, 1), (1024, 4, 1), (2048, 4, 1), (1024, 2, 2)]
 BWD_CONFIGS = [(1024, 1, 1, 16), (1024, 2, 1, 16), (1024, 4, 1, 8), (1024, 4, 2, 8), (2048, 4, 1, 8),

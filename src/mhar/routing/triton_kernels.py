@@ -498,3 +498,154 @@ def _fwd_queries_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, n_src, n_tok, n_q, d
         tl.store(OUT_O + o_rows + col_a[None, :, :], acc_a, mask=qmask_a)
         if HAS_B:
             tl.store(OUT_O + o_rows + col_b[None, :, :], acc_b, mask=qmask_b)
+
+
+# ---------------------------------------------------------------- phase-1 backward, split columns
+# The S-query backward needs, for every (source, token), S dot products over each head's
+# columns (the logits w_s . x and the upstream gradients g_s . x) before it can form the
+# source's gradient. Holding a whole row's S upstream gradients in one program (the
+# queries-tile kernel) turns every dot product into a CTA-wide reduction and a barrier
+# per source and token, which the timed runs showed to be latency-bound. Here the row
+# is cut into chunks of CW columns, each inside one head, and two kernels run:
+#
+# 1. ``_bwd_split_dots_kernel``: grid (chunks, programs over token tiles). Per source and
+#    token, the chunk's sum of squares and its S partial dot products with w_s and g_s,
+#    written to PART (n_src, n_tok, C, 1 + 2S) fp32.
+# 2. ``_bwd_split_coef_kernel``: grid (sources, token tiles). Sums each (source, token)'s
+#    partials into the full-width norm and per-head dot products, recomputes the softmax
+#    weights, and writes the few coefficients the gradient needs (2 S H + 1 floats).
+# 3. ``_bwd_split_apply_kernel``: grid as kernel 1. Writes its chunk of each source's
+#    gradient (adding into a running sum where asked) and accumulates its chunk of d(q*g).
+#
+# Every reduction over columns stays inside a warp (a chunk is at most one warp's lanes
+# wide), each token's S upstream gradients are loaded once per token tile, and a
+# source's bytes are read twice (kernels 1 and 3) for all S queries.
+
+
+@triton.jit
+def _split_tile(G, rq, qmask, c, tile, n_tok, d: tl.constexpr, CW: tl.constexpr, T: tl.constexpr,
+                CWP: tl.constexpr):
+    """A token tile's offsets and masks in one chunk, and its S upstream-gradient rows."""
+    rc = tl.arange(0, CWP)
+    col = c * CW + rc
+    cmask = rc < CW
+    tok = tile * T + tl.arange(0, T)
+    tmask = tok < n_tok
+    t64 = tok.to(tl.int64)
+    xoff = t64[:, None] * d + col[None, :]                                          # (T, CWP)
+    xmask = tmask[:, None] & cmask[None, :]
+    goff = rq.to(tl.int64)[:, None, None] * n_tok * d + xoff[None, :, :]            # (SP, T, CWP)
+    g = tl.load(G + goff, mask=qmask[:, None, None] & xmask[None, :, :], other=0.0)
+    return t64, tmask, xoff, xmask, g
+
+
+@triton.jit
+def _split_weights(W, rq, qmask, c, d: tl.constexpr, CW: tl.constexpr, CWP: tl.constexpr):
+    rc = tl.arange(0, CWP)
+    col = c * CW + rc
+    cmask = rc < CW
+    return col, cmask, tl.load(W + rq[:, None] * d + col[None, :], mask=qmask[:, None] & cmask[None, :], other=0.0)
+
+
+@triton.jit
+def _bwd_split_dots_kernel(table, ref, W, G, PART, n_src, n_tok, n_q, n_prog,
+                           d: tl.constexpr, CW: tl.constexpr, C: tl.constexpr, SP: tl.constexpr,
+                           T: tl.constexpr, CWP: tl.constexpr, ALIGN: tl.constexpr):
+    """Kernel 1 of the split-column S-query backward (see above). W (S, d) = q * g;
+    G (S, n_tok, d) upstream gradient of o; PART (n_src, n_tok, C, 1 + 2S)."""
+    c = tl.program_id(0)
+    pid = tl.program_id(1)
+    rq = tl.arange(0, SP)
+    qmask = rq < n_q
+    col, cmask, w = _split_weights(W, rq, qmask, c, d, CW, CWP)
+    nv = 1 + 2 * n_q
+    for tile in range(pid, tl.cdiv(n_tok, T), n_prog):
+        t64, tmask, xoff, xmask, g = _split_tile(G, rq, qmask, c, tile, n_tok, d, CW, T, CWP)
+        pmask = qmask[:, None] & tmask[None, :]
+        for i in range(n_src):
+            x = tl.load(_src(table, i, ref, ALIGN) + xoff, mask=xmask, other=0.0).to(tl.float32)
+            base = ((i * n_tok + t64) * C + c) * nv                                # (T,)
+            qoff = base[None, :] + 1 + rq[:, None]                                  # (SP, T)
+            tl.store(PART + base, tl.sum(x * x, 1), mask=tmask)
+            tl.store(PART + qoff, tl.sum(x[None, :, :] * w[:, None, :], 2), mask=pmask)
+            tl.store(PART + qoff + n_q, tl.sum(x[None, :, :] * g, 2), mask=pmask)
+
+
+@triton.jit
+def _bwd_split_coef_kernel(PART, STAT, OFF, COEF, NORM, n_tok, n_q, eps, d: tl.constexpr, H: tl.constexpr,
+                           CPH: tl.constexpr, SP: tl.constexpr, HP: tl.constexpr, CPHP: tl.constexpr,
+                           T: tl.constexpr):
+    """Kernel 2: per source (program axis 0) and token, the chunks' partials summed into
+    the full-width sum of squares and per-head dot products; then the norm, the softmax
+    weights p and dz = dL/dz. Writes COEF (n_src, n_tok, 2, S, H) = (p, dz * r), the
+    coefficients of a head's upstream gradient and of w in the source's gradient, and
+    NORM (n_src, n_tok) = -r^2 / d * sum over queries and heads of dz * z, that of the
+    source itself (the full-width norm's backward). STAT, OFF (S, n_tok, H): the partial
+    read's max m and its grad_l. Chunk k of a row is in head k // CPH."""
+    i = tl.program_id(0)
+    tok = tl.program_id(1) * T + tl.arange(0, T)
+    tmask = tok < n_tok
+    t64 = tok.to(tl.int64)
+    rq = tl.arange(0, SP)
+    rh = tl.arange(0, HP)
+    rj = tl.arange(0, CPHP)
+    qmask = rq < n_q
+    nv = 1 + 2 * n_q
+    row = (i * n_tok + t64) * (H * CPH * nv)                                          # (T,)
+    chunk = (rh[:, None] * CPH + rj[None, :]) * nv                                     # (HP, CPHP)
+    cmask = (rh[:, None] < H) & (rj[None, :] < CPH)
+    m3 = tmask[:, None, None] & cmask[None, :, :]
+    ss = tl.sum(tl.sum(tl.load(PART + row[:, None, None] + chunk[None, :, :], mask=m3, other=0.0), 2), 1)
+    qoff = row[None, :, None, None] + chunk[None, None, :, :] + 1 + rq[:, None, None, None]  # (SP, T, HP, CPHP)
+    m4 = qmask[:, None, None, None] & m3[None, :, :, :]
+    xw = tl.sum(tl.load(PART + qoff, mask=m4, other=0.0), 3)                          # (SP, T, HP)
+    xg = tl.sum(tl.load(PART + qoff + n_q, mask=m4, other=0.0), 3)
+    hoff = (rq.to(tl.int64)[:, None, None] * n_tok + t64[None, :, None]) * H + rh[None, None, :]
+    hmask = qmask[:, None, None] & tmask[None, :, None] & (rh < H)[None, None, :]
+    m = tl.load(STAT + hoff, mask=hmask, other=0.0)
+    gl = tl.load(OFF + hoff, mask=hmask, other=0.0)
+    r = tl.rsqrt(ss / d + eps)                                                         # (T,)
+    z = xw * r[None, :, None]                                                          # logits
+    p = tl.where(hmask, tl.exp(z - m), 0.0)
+    dz = p * (xg + gl)
+    coff = (i * n_tok + t64)[None, :, None] * (2 * n_q * H) + rq[:, None, None] * H + rh[None, None, :]
+    tl.store(COEF + coff, p, mask=hmask)
+    tl.store(COEF + coff + n_q * H, dz * r[None, :, None], mask=hmask)
+    tl.store(NORM + i * n_tok + t64, -tl.sum(tl.sum(dz * z, 2), 0) * r * r / d, mask=tmask)
+
+
+@triton.jit
+def _bwd_split_apply_kernel(table, ref, gtable, W, G, COEF, NORM, DW, n_src, n_acc, n_tok, n_q, n_prog,
+                            d: tl.constexpr, H: tl.constexpr, CW: tl.constexpr, CPH: tl.constexpr,
+                            SP: tl.constexpr, T: tl.constexpr, CWP: tl.constexpr, ALIGN: tl.constexpr,
+                            ACCUM: tl.constexpr):
+    """Kernel 3: a chunk of each source's gradient, sum over queries of p * g + (dz r) * w,
+    plus NORM * x (added into a running sum for the first ``n_acc`` sources when ACCUM;
+    through ``gtable``), and the chunk's d(q*g) = sum of (dz r) * x, one row of DW
+    (n_prog, S, d) per program."""
+    c = tl.program_id(0)
+    pid = tl.program_id(1)
+    elem = ref.dtype.element_ty
+    rq = tl.arange(0, SP)
+    qmask = rq < n_q
+    col, cmask, w = _split_weights(W, rq, qmask, c, d, CW, CWP)
+    head = c // CPH
+    dw = tl.zeros([SP, T, CWP], tl.float32)
+    for tile in range(pid, tl.cdiv(n_tok, T), n_prog):
+        t64, tmask, xoff, xmask, g = _split_tile(G, rq, qmask, c, tile, n_tok, d, CW, T, CWP)
+        pmask = qmask[:, None] & tmask[None, :]
+        for i in range(n_src):
+            x = tl.load(_src(table, i, ref, ALIGN) + xoff, mask=xmask, other=0.0).to(tl.float32)
+            coff = (i * n_tok + t64)[None, :] * (2 * n_q * H) + rq[:, None] * H + head      # (SP, T)
+            a = tl.load(COEF + coff, mask=pmask, other=0.0)
+            b = tl.load(COEF + coff + n_q * H, mask=pmask, other=0.0)
+            norm = tl.load(NORM + i * n_tok + t64, mask=tmask, other=0.0)
+            gx = tl.sum(a[:, :, None] * g + b[:, :, None] * w[:, None, :], 0) + norm[:, None] * x
+            dest = _src(gtable, i, ref, ALIGN) + xoff
+            if ACCUM:  # a running sum's current value (zeros, no traffic, past n_acc)
+                summing = (tl.zeros([1, 1], tl.int32) + i) < n_acc
+                gx += tl.load(dest, mask=xmask & summing, other=0.0).to(tl.float32)
+            tl.store(dest, gx.to(elem), mask=xmask)
+            dw += b[:, :, None] * x[None, :, :]
+    tl.store(DW + (pid * n_q + rq[:, None]).to(tl.int64) * d + col[None, :], tl.sum(dw, 1),
+             mask=qmask[:, None] & cmask[None, :])
