@@ -30,6 +30,7 @@ POINTERS = {"table": "*i64", "gtable": "*i64", "ref": "*bf16", "W": "*fp32", "G"
             "OFF": "*fp32", "Y": "*bf16", "DW": "*fp32", "OUT_M": "*fp32", "OUT_L": "*fp32", "OUT_O": "*fp32",
             "M0": "*fp32", "L0": "*fp32", "O0": "*fp32"}
 SCALARS = {"eps": "fp32"}  # every other runtime argument is an i32
+STAGES: dict = {}  # --stages: num_stages (software-pipelining depth) when given
 
 
 def resources(fn, constexprs: dict, warps: int, pointers: dict | None = None) -> dict:
@@ -40,7 +41,7 @@ def resources(fn, constexprs: dict, warps: int, pointers: dict | None = None) ->
     attrs = {(names.index(k),): [["tt.divisibility", 16]] for k in names if k in types}
     src = ASTSource(fn=fn, signature=sig, constexprs={(names.index(k),): v for k, v in constexprs.items()},
                     attrs=attrs)
-    kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
+    kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps, **STAGES})
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(kernel.asm["cubin"])
         f.flush()
@@ -60,17 +61,22 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--kernels", default="single,queries", help="single: the one-query kernels (backward with and "
                     "without running sums); queries: the queries-tile phase-1 kernels; split: the split-column "
-                    "phase-1 backward")
+                    "phase-1 backward; tc: the tensor-core phase-1 backward")
     ap.add_argument("--warps", default="", help="comma list (default: 1 for single, 8 for queries)")
     ap.add_argument("--queries", type=int, default=8, help="S for the queries-tile kernels")
     ap.add_argument("--split-cols", type=int, default=128, help="column cap of the split kernels ('bwds_cols')")
     ap.add_argument("--split-tokens", type=int, default=4, help="tokens per tile of the split kernels")
+    ap.add_argument("--stages", type=int, default=0, help="num_stages (default: triton's)")
+    ap.add_argument("--tc-cols", type=int, default=128, help="column cap of the tensor-core backward")
+    ap.add_argument("--tc-block", type=int, default=32, help="sources per block of the tensor-core backward")
     ap.add_argument("--pad-head", action="store_true", help="one power-of-two part per head (config 'pad_head')")
     args = ap.parse_args()
+    if args.stages:
+        STAGES["num_stages"] = args.stages
     print("| kernel | d | H | warps | registers | stack bytes | layout conversions |")
     print("|---|---|---|---|---|---|---|")
     for kind in args.kernels.split(","):
-        warps = [int(w) for w in args.warps.split(",")] if args.warps else [{"single": 1, "split": 4}.get(kind, 8)]
+        warps = [int(w) for w in args.warps.split(",")] if args.warps else [{"single": 1, "split": 4, "tc": 4}.get(kind, 8)]
         for d, heads in SHAPES:
             for w in warps:
                 if kind == "single":
@@ -94,6 +100,14 @@ def main() -> None:
                     for name, r in (("_bwd_split_dots_kernel", r1), ("_bwd_split_apply_kernel", r2)):
                         print(f"| {name} (CW {cw}, T {args.split_tokens}) | {d} | {heads} | {w} | {r['regs']} | "
                               f"{r['stack']} | {r['layout_conversions']} |", flush=True)
+                elif kind == "tc":
+                    cw = _split_columns(d // heads, args.tc_cols)
+                    c = dict(d=d, H=heads, CW=cw, CPH=d // heads // cw, C=d // cw, SP=max(16, _pow2(args.queries)),
+                             JB=args.tc_block, CWP=max(16, _pow2(cw)), PREC="tf32", ZPREC="tf32x3",
+                             ACCUM=True)
+                    r = resources(tk._bwd_tc_kernel, c, w, {"G": "*fp32", "SCRATCH": "*fp32"})
+                    print(f"| _bwd_tc_kernel (CW {cw}, JB {args.tc_block}) | {d} | {heads} | {w} | {r['regs']} | "
+                          f"{r['stack']} | {r['layout_conversions']} |", flush=True)
                 else:
                     c = dict(tile(d, heads, args.pad_head), SP=_pow2(args.queries))
                     for fn in (tk._fwd_queries_kernel, tk._bwd_queries_kernel):

@@ -256,6 +256,7 @@ def main():
     ap.add_argument("--no-compiled", action="store_true")
     ap.add_argument("--no-eager", action="store_true")
     ap.add_argument("--no-step", action="store_true")
+    ap.add_argument("--step-only", action="store_true", help="only the whole step (no per-call rows)")
     ap.add_argument("--no-peers", action="store_true", help="skip fla and liger")
     ap.add_argument("--chunk", type=int, default=8)
     ap.add_argument("--tune", action="store_true", help="sweep kernel tile sizes first")
@@ -308,7 +309,7 @@ def main():
         if args.profile:
             for h in (1, 8):
                 profile(case, h)
-        for h in heads_list:
+        for h in ([] if args.step_only else heads_list):
             key = f"{d}/{n}/H{h}"
             with torch.no_grad():
                 refy = R.route(case.srcs, case.q, case.g, h)
@@ -324,7 +325,7 @@ def main():
                 measure("compiled-reference", case, lambda: compiled_ref(h), results["per_call"], key, check=refy)
             del refy
             save()
-        if 1 in heads_list and not args.no_peers:
+        if 1 in heads_list and not args.no_peers and not args.step_only:
             # the peers last: liger at 1280/73 takes minutes, and a run cut by its time
             # limit should still have every head count of ours
             key = f"{d}/{n}/H1"
@@ -376,13 +377,10 @@ VARIANTS = [("pad-head w2", {"pad_head": True, "fwd_warps": 2, "bwd_warps": 2, "
             ("pad-head w4", {"pad_head": True, "fwd_warps": 4, "bwd_warps": 4, "bwd_progs_per_sm": 4}),
             ("split w4", {"fwd_warps": 4, "bwd_warps": 4, "bwd_progs_per_sm": 4})]
 # the whole step's two-phase rows: the phase-1 backward each uses
-PHASE1 = [("", None), (", split bwd", {"bwd_split": True}),
-          (", split bwd cols128 t2", {"bwd_split": True, "bwds_cols": 128, "bwds_tokens": 2, "bwds_warps": 2}),
+PHASE1 = [("", None), (", tc bwd", {"bwd_tc": True}),
+          (", tc bwd cols128 w8", {"bwd_tc": True, "bwdt_cols": 128, "bwdt_warps": 8, "bwdt_progs_per_sm": 1}),
+          (", tc bwd stages3", {"bwd_tc": True, "bwdt_stages": 3}),
           (", queries-tile bwd", {"bwd_queries": True})]
-# (elements per tile, warps, prefetch depth[, backward programs per SM])
-FWD_CONFIGS = [(1024, 1, 1), (1024, 2, 1), (1024, 4, 1), (2048, 4, 1), (1024, 2, 2)]
-BWD_CONFIGS = [(1024, 1, 1, 16), (1024, 2, 1, 16), (1024, 4, 1, 8), (1024, 4, 2, 8), (2048, 4, 1, 8),
-               (1024, 2, 2, 16)]
 
 
 def tune(case, results, key):

@@ -117,7 +117,9 @@ def _pow2(n: int) -> int:
 # columns: 96 and 136 registers in an offline sm_90 compile, bench/compile_sm90.py).
 _QUERIES = {"fwd_queries": False, "fwdq_warps": 8, "fwdq_progs_per_sm": 1,
             "bwd_queries": False, "bwdq_warps": 8, "bwdq_progs_per_sm": 1,
-            "bwd_split": False, "bwds_cols": 64, "bwds_tokens": 4, "bwds_warps": 4, "bwds_progs_per_sm": 4}
+            "bwd_split": False, "bwds_cols": 64, "bwds_tokens": 4, "bwds_warps": 4, "bwds_progs_per_sm": 4,
+            "bwd_tc": False, "bwdt_block": 32, "bwdt_cols": 64, "bwdt_warps": 4, "bwdt_progs_per_sm": 2,
+            "bwdt_stages": 1}
 _DEFAULTS = {
     False: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1,
             "bwd_elems": 1024, "bwd_warps": 2, "bwd_pf": 1, "bwd_progs_per_sm": 16, **_QUERIES},
@@ -275,6 +277,9 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
     dest_table, dest_align = _ptr_table(dests)
     dh, cfg, tile = _geometry(d, heads, n_tok, "bwd", min(src_align, dest_align))
     stat = stat.contiguous()
+    if S > 1 and cfg["bwd_tc"]:
+        dw = _tc_backward(src_table, srcs[0], dest_table, w, grad, stat, off, n_acc, n_tok, S, d, heads, eps, cfg)
+        return [(dw * g32).to(queries.dtype), (dw * q32).to(norm_weights.dtype), *[None] * len(sums), *grads]
     if S > 1 and cfg["bwd_split"]:
         dw = _split_backward(src_table, srcs[0], dest_table, w, grad, stat, off, n_acc, n_tok, S, d, heads, eps, cfg,
                              min(src_align, dest_align))
@@ -351,6 +356,32 @@ def _split_backward(src_table, ref, dest_table, w, grad, stat, off, n_acc, n_tok
     _bwd_split_apply_kernel[(C, n_prog)](src_table, ref, dest_table, w, grad, coef, norm, dw_parts,
                                          n_src, n_acc, n_tok, S, n_prog, H=heads, CPH=dh // cw, ACCUM=n_acc > 0,
                                          **tile)
+    return dw_parts.sum(0)
+
+
+def _tc_backward(src_table, ref, dest_table, w, grad, stat, off, n_acc, n_tok, S, d, heads, eps, cfg) -> Tensor:
+    """The S-query backward through ``_bwd_tc_kernel`` (tensor-core products per token and
+    block of sources); writes the sources' gradients through dest_table and returns
+    d(q*g) (S, d) fp32."""
+    from mhar.routing.triton_kernels import _bwd_tc_kernel
+
+    n_src = src_table.numel()
+    dev = w.device
+    dh = d // heads
+    cw = _split_columns(dh, cfg["bwdt_cols"])
+    jb = max(16, min(cfg["bwdt_block"], _pow2(n_src)))
+    n_items = n_tok * -(-n_src // jb)
+    n_prog = max(1, min(n_items, _n_programs(dev, n_items, cfg["bwdt_progs_per_sm"])))
+    dw_parts = torch.zeros((n_prog, S, d), dtype=torch.float32, device=dev)
+    if n_tok:
+        exact = ref.dtype in (torch.float32, torch.float64)
+        sp = max(16, _pow2(S))
+        scratch = torch.empty((n_prog, heads, 2, sp, jb), dtype=torch.float32, device=dev)
+        _bwd_tc_kernel[(n_prog,)](src_table, ref, dest_table, w, grad.contiguous(), stat, off.contiguous(), dw_parts,
+                                  scratch, n_src, n_acc, n_tok, S, n_prog, eps, d=d, H=heads, CW=cw, CPH=dh // cw,
+                                  C=d // cw, SP=sp, JB=jb, CWP=max(16, _pow2(cw)),
+                                  PREC="ieee" if exact else "tf32", ZPREC="ieee" if exact else "tf32x3",
+                                  ACCUM=n_acc > 0, num_warps=cfg["bwdt_warps"], num_stages=cfg["bwdt_stages"])
     return dw_parts.sum(0)
 
 

@@ -649,3 +649,106 @@ def _bwd_split_apply_kernel(table, ref, gtable, W, G, COEF, NORM, DW, n_src, n_a
             dw += b[:, :, None] * x[None, :, :]
     tl.store(DW + (pid * n_q + rq[:, None]).to(tl.int64) * d + col[None, :], tl.sum(dw, 1),
              mask=qmask[:, None] & cmask[None, :])
+
+
+# ---------------------------------------------------------------- phase-1 backward on tensor cores
+# Per token the S-query backward is a handful of small matrix products over the sources:
+# with X the token's rows of a block of sources (JB x d) and Gq its S upstream-gradient
+# rows (S x d), the per-head dot products are Wq X^T and Gq X^T (S x JB), and the
+# sources' gradient is P^T Gq + (dz r)^T Wq + diag(norm) X (JB x d). ``_bwd_tc_kernel``
+# runs them with ``tl.dot`` on column chunks of one head: one program per (token, block
+# of JB sources) work item, two passes over the chunks (dot products, then gradients);
+# the sources of a block are gathered through the pointer table. Sources are independent
+# in this backward (the softmax max m is saved), so blocks need no merging.
+
+
+@triton.jit
+def _tc_chunk(rows, G, W, g_rows, rq, qmask, smask, c, d: tl.constexpr, CW: tl.constexpr, CWP: tl.constexpr):
+    """Chunk c of a block's rows (JB, CWP) in fp32, the token's upstream gradients and
+    the queries' weights there (SP, CWP), and the chunk's columns."""
+    rc = tl.arange(0, CWP)
+    col = c * CW + rc
+    cmask = rc < CW
+    xmask = smask[:, None] & cmask[None, :]
+    x = tl.load(rows[:, None] + col[None, :], mask=xmask, other=0.0).to(tl.float32)
+    qcm = qmask[:, None] & cmask[None, :]
+    g = tl.load(G + g_rows[:, None] + col[None, :], mask=qcm, other=0.0)
+    w = tl.load(W + rq[:, None] * d + col[None, :], mask=qcm, other=0.0)
+    return x, g, w, col, xmask, qcm
+
+
+@triton.jit
+def _bwd_tc_kernel(table, ref, gtable, W, G, STAT, OFF, DW, SCRATCH, n_src, n_acc, n_tok, n_q, n_prog, eps,
+                   d: tl.constexpr, H: tl.constexpr, CW: tl.constexpr, CPH: tl.constexpr, C: tl.constexpr,
+                   SP: tl.constexpr, JB: tl.constexpr, CWP: tl.constexpr,
+                   PREC: tl.constexpr, ZPREC: tl.constexpr, ACCUM: tl.constexpr):
+    """W (S, d) = q * g; G (S, n_tok, d) upstream gradient of o; STAT, OFF (S, n_tok, H)
+    the partial read's max m and grad_l; gradients through ``gtable`` (the first n_acc
+    added into, when ACCUM); DW (n_prog, S, d) zero-initialised, each program adds its
+    d(q*g) into its own row; SCRATCH (n_prog, H, 2, SP, JB) a program's per-head
+    coefficients between the passes. Chunk c (CW columns) lies in head c // CPH. SP >= 16
+    and JB >= 16 (tl.dot's smallest tile). PREC / ZPREC: tl.dot input precision of the
+    gradient products / of the logits' (tf32 / tf32x3 for 16-bit sources, ieee for fp32).
+
+    Per work item: pass 0 sums the rows' squares (the full-width norm), pass 1 goes head
+    by head (its chunks' dot products, then the softmax weights p and dz; the norm's
+    backward term summed over heads), pass 2 chunk by chunk writes the gradient and adds
+    d(q*g). Pass 1 leaves each head's (p, dz r) in SCRATCH for pass 2, so no tile of all
+    heads' coefficients is held in registers."""
+    pid = tl.program_id(0)
+    elem = ref.dtype.element_ty
+    rq = tl.arange(0, SP)
+    qmask = rq < n_q
+    rj = tl.arange(0, JB)
+    pq = rq[:, None] * JB + rj[None, :]                                                       # (SP, JB)
+    own = SCRATCH + pid.to(tl.int64) * (H * 2 * SP * JB)
+    n_blocks = tl.cdiv(n_src, JB)
+    for item in range(pid, n_tok * n_blocks, n_prog):
+        tok = item // n_blocks
+        src = (item % n_blocks) * JB + rj
+        smask = src < n_src
+        t64 = tl.cast(tok, tl.int64)
+        rows = tl.load(table + src, mask=smask, other=0).to(tl.pointer_type(elem)) + t64 * d     # (JB,)
+        g_rows = (rq.to(tl.int64) * n_tok + t64) * d
+        ss = tl.zeros([JB], tl.float32)
+        for c in range(C):  # pass 0: the rows' sums of squares
+            rc = tl.arange(0, CWP)
+            x = tl.load(rows[:, None] + (c * CW + rc)[None, :], mask=smask[:, None] & (rc < CW)[None, :],
+                        other=0.0).to(tl.float32)
+            ss += tl.sum(x * x, 1)
+        r = tl.rsqrt(ss / d + eps)                                                             # (JB,)
+        norm = tl.zeros([JB], tl.float32)
+        for h in range(H):  # pass 1: per head, dot products, softmax weights, dz
+            xw = tl.zeros([SP, JB], tl.float32)
+            xg = tl.zeros([SP, JB], tl.float32)
+            for k in range(CPH):
+                x, g, w, col, xmask, qcm = _tc_chunk(rows, G, W, g_rows, rq, qmask, smask, h * CPH + k, d, CW, CWP)
+                xt = tl.trans(x)
+                xw += tl.dot(w, xt, input_precision=ZPREC)
+                xg += tl.dot(g, xt, input_precision=PREC)
+            hoff = (rq.to(tl.int64) * n_tok + t64) * H + h
+            m = tl.load(STAT + hoff, mask=qmask, other=0.0)
+            gl = tl.load(OFF + hoff, mask=qmask, other=0.0)
+            z = xw * r[None, :]                                                                # logits
+            p = tl.where(qmask[:, None] & smask[None, :], tl.exp(z - m[:, None]), 0.0)
+            dz = p * (xg + gl[:, None])
+            norm -= tl.sum(dz * z, 0)
+            tl.store(own + h * (2 * SP * JB) + pq, p)
+            tl.store(own + h * (2 * SP * JB) + SP * JB + pq, dz * r[None, :])
+        norm = norm * r * r / d                                   # the full-width norm's term
+        tl.debug_barrier()  # pass 1's scratch writes, visible to every thread of the program
+        dests = tl.load(gtable + src, mask=smask, other=0).to(tl.pointer_type(elem)) + t64 * d
+        for c in range(C):  # pass 2: the block's gradient and d(q*g), chunk by chunk
+            x, g, w, col, xmask, qcm = _tc_chunk(rows, G, W, g_rows, rq, qmask, smask, c, d, CW, CWP)
+            coef = own + (c // CPH) * (2 * SP * JB) + pq
+            a_c = tl.load(coef)                                                                # (SP, JB)
+            b_c = tl.load(coef + SP * JB)
+            gx = (tl.dot(tl.trans(a_c), g, input_precision=PREC) + tl.dot(tl.trans(b_c), w, input_precision=PREC)
+                  + norm[:, None] * x)
+            dptr = dests[:, None] + col[None, :]
+            if ACCUM:  # a running sum's current value (zeros, no traffic, past n_acc)
+                gx += tl.load(dptr, mask=xmask & (src < n_acc)[:, None], other=0.0).to(tl.float32)
+            tl.store(dptr, gx.to(elem), mask=xmask)
+            dw_ptr = DW + (pid * n_q + rq[:, None]).to(tl.int64) * d + col[None, :]
+            tl.store(dw_ptr, tl.load(dw_ptr, mask=qcm, other=0.0) + tl.dot(b_c, x, input_precision=PREC), mask=qcm)
+        tl.debug_barrier()  # pass 2's scratch reads done before the next item's pass 1 writes
