@@ -23,7 +23,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from mhar.routing import triton_kernels as tk
-from mhar.routing.op import _pow2, _split_columns, _split_width
+from mhar.routing.op import _pow2, _split_width
 
 SHAPES = [(512, 8), (1024, 1), (1024, 8), (1280, 1), (1280, 8)]
 POINTERS = {"table": "*i64", "gtable": "*i64", "ref": "*bf16", "W": "*fp32", "G": "*fp32", "STAT": "*fp32",
@@ -51,65 +51,40 @@ def resources(fn, constexprs: dict, warps: int, pointers: dict | None = None) ->
             "layout_conversions": kernel.asm["ttgir"].count("convert_layout")}
 
 
-def tile(d: int, heads: int, pad_head: bool = False) -> dict:
+def tile(d: int, heads: int) -> dict:
     dh = d // heads
-    da, db = (_pow2(dh), 0) if pad_head else _split_width(dh)  # op._geometry's "pad_head"
+    da, db = _split_width(dh)
     return dict(d=d, dh=dh, H=heads, HP=_pow2(heads), DA=da, DB=db, HAS_B=db > 0, EVEN=True, ALIGN=16)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--kernels", default="single,queries", help="single: the one-query kernels (backward with and "
-                    "without running sums); queries: the queries-tile phase-1 kernels; split: the split-column "
-                    "phase-1 backward; tc: the tensor-core phase-1 backward")
+                    "without running sums); queries: the queries-tile phase-1 kernels")
     ap.add_argument("--warps", default="", help="comma list (default: 1 for single, 8 for queries)")
     ap.add_argument("--queries", type=int, default=8, help="S for the queries-tile kernels")
-    ap.add_argument("--split-cols", type=int, default=128, help="column cap of the split kernels ('bwds_cols')")
-    ap.add_argument("--split-tokens", type=int, default=4, help="tokens per tile of the split kernels")
     ap.add_argument("--stages", type=int, default=0, help="num_stages (default: triton's)")
-    ap.add_argument("--tc-cols", type=int, default=128, help="column cap of the tensor-core backward")
-    ap.add_argument("--tc-block", type=int, default=32, help="sources per block of the tensor-core backward")
-    ap.add_argument("--pad-head", action="store_true", help="one power-of-two part per head (config 'pad_head')")
     args = ap.parse_args()
     if args.stages:
         STAGES["num_stages"] = args.stages
     print("| kernel | d | H | warps | registers | stack bytes | layout conversions |")
     print("|---|---|---|---|---|---|---|")
     for kind in args.kernels.split(","):
-        warps = [int(w) for w in args.warps.split(",")] if args.warps else [{"single": 1, "split": 4, "tc": 4}.get(kind, 8)]
+        warps = [int(w) for w in args.warps.split(",")] if args.warps else [1 if kind == "single" else 8]
         for d, heads in SHAPES:
             for w in warps:
                 if kind == "single":
-                    c = dict(tile(d, heads, args.pad_head), BM=1, PF=1, FINAL=True)
+                    c = dict(tile(d, heads), BM=1, PF=1, FINAL=True)
                     r = resources(tk._fwd_kernel, c, w)
                     print(f"| _fwd_kernel | {d} | {heads} | {w} | {r['regs']} | {r['stack']} | "
                           f"{r['layout_conversions']} |", flush=True)
                     for accum in (False, True):
-                        c = dict(tile(d, heads, args.pad_head), BM=1, PF=1, SINGLE=True, FINAL=True, ACCUM=accum)
+                        c = dict(tile(d, heads), BM=1, PF=1, SINGLE=True, FINAL=True, ACCUM=accum)
                         r = resources(tk._bwd_kernel, c, w, {"G": "*bf16"})  # a final read's grad_y
                         print(f"| _bwd_kernel{' (sums)' if accum else ''} | {d} | {heads} | {w} | {r['regs']} | "
                               f"{r['stack']} | {r['layout_conversions']} |", flush=True)
-                elif kind == "split":
-                    cw = _split_columns(d // heads, args.split_cols)
-                    c = dict(d=d, CW=cw, C=d // cw, SP=_pow2(args.queries), T=args.split_tokens,
-                             CWP=max(16, _pow2(cw)), ALIGN=16)
-                    r1 = resources(tk._bwd_split_dots_kernel, c, w, {"G": "*fp32", "PART": "*fp32"})
-                    c2 = dict(c, H=heads, CPH=d // heads // cw, ACCUM=True)
-                    del c2["C"]
-                    r2 = resources(tk._bwd_split_apply_kernel, c2, w, {"G": "*fp32", "COEF": "*fp32", "NORM": "*fp32"})
-                    for name, r in (("_bwd_split_dots_kernel", r1), ("_bwd_split_apply_kernel", r2)):
-                        print(f"| {name} (CW {cw}, T {args.split_tokens}) | {d} | {heads} | {w} | {r['regs']} | "
-                              f"{r['stack']} | {r['layout_conversions']} |", flush=True)
-                elif kind == "tc":
-                    cw = _split_columns(d // heads, args.tc_cols)
-                    c = dict(d=d, H=heads, CW=cw, CPH=d // heads // cw, C=d // cw, SP=max(16, _pow2(args.queries)),
-                             JB=args.tc_block, CWP=max(16, _pow2(cw)), PREC="tf32", ZPREC="tf32x3",
-                             ACCUM=True)
-                    r = resources(tk._bwd_tc_kernel, c, w, {"G": "*fp32", "SCRATCH": "*fp32"})
-                    print(f"| _bwd_tc_kernel (CW {cw}, JB {args.tc_block}) | {d} | {heads} | {w} | {r['regs']} | "
-                          f"{r['stack']} | {r['layout_conversions']} |", flush=True)
                 else:
-                    c = dict(tile(d, heads, args.pad_head), SP=_pow2(args.queries))
+                    c = dict(tile(d, heads), SP=_pow2(args.queries))
                     for fn in (tk._fwd_queries_kernel, tk._bwd_queries_kernel):
                         cc = dict(c, ACCUM=True) if fn is tk._bwd_queries_kernel else c
                         r = resources(fn, cc, w)

@@ -372,15 +372,12 @@ def profile(case, heads):
     log(p.key_averages().table(sort_by="cuda_time_total", row_limit=8, max_name_column_width=40))
 
 
-# per-call variants (--variants): 1280-wide rows with one power-of-two part per head
-VARIANTS = [("pad-head w2", {"pad_head": True, "fwd_warps": 2, "bwd_warps": 2, "bwd_progs_per_sm": 8}),
-            ("pad-head w4", {"pad_head": True, "fwd_warps": 4, "bwd_warps": 4, "bwd_progs_per_sm": 4}),
-            ("split w4", {"fwd_warps": 4, "bwd_warps": 4, "bwd_progs_per_sm": 4})]
-# the whole step's two-phase rows: the phase-1 backward each uses
-PHASE1 = [("", None), (", tc bwd", {"bwd_tc": True}),
-          (", tc bwd cols128 w8", {"bwd_tc": True, "bwdt_cols": 128, "bwdt_warps": 8, "bwdt_progs_per_sm": 1}),
-          (", tc bwd stages3", {"bwd_tc": True, "bwdt_stages": 3}),
-          (", queries-tile bwd", {"bwd_queries": True})]
+VARIANTS = [("mhar-triton pf1", {"fwd_pf": 1, "bwd_pf": 1})]
+# the whole step's two-phase rows: the phase-1 kernels each uses (op._QUERIES). Session-4
+# candidates (split-column and tensor-core backwards) were slower and are gone; their runs
+# are in bench/results/routing_h200.md.
+PHASE1 = [("", None), (", queries-tile bwd", {"bwd_queries": True}),
+          (", queries-tile fwd+bwd", {"fwd_queries": True, "bwd_queries": True})]
 
 
 def tune(case, results, key):

@@ -314,12 +314,10 @@ def test_model_gradient_sink(method, overrides, gen, monkeypatch):
         assert rel(with_sink[name], g) <= 1e-5, name
 
 
-@pytest.fixture(params=["bwd", "fwd", "both", "split", "tc"])
+@pytest.fixture(params=["bwd", "fwd", "both"])
 def queries_kernel(request):
-    # phase 1 through _fwd_queries_kernel and/or _bwd_queries_kernel (the queries as a tile
-    # axis), or the backward through the split-column kernels or the tensor-core one
-    rop.TUNE = dict(fwd_queries=request.param in ("fwd", "both"), bwd_queries=request.param in ("bwd", "both"),
-                    bwd_split=request.param == "split", bwd_tc=request.param == "tc")
+    # phase 1 through _fwd_queries_kernel and/or _bwd_queries_kernel (the queries as a tile axis)
+    rop.TUNE = dict(fwd_queries=request.param in ("fwd", "both"), bwd_queries=request.param in ("bwd", "both"))
     yield
     rop.TUNE = None
 

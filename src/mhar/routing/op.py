@@ -110,16 +110,8 @@ def _pow2(n: int) -> int:
 # SM). The second pair is checked against the reference but not yet timed on a GPU.
 # (8 warps: 163-255 registers at the paper widths with S = 8 in an offline sm_90 compile
 # of the backward, bench/compile_sm90.py, so one program per SM.)
-#
-# "bwd_split" runs the S-query backward as three split-column kernels instead
-# (``_bwd_split_dots_kernel``, ``_coef_``, ``_apply_``): chunks of at most
-# "bwds_cols" columns inside one head, "bwds_tokens" tokens per tile (4 warps, 64
-# columns: 96 and 136 registers in an offline sm_90 compile, bench/compile_sm90.py).
 _QUERIES = {"fwd_queries": False, "fwdq_warps": 8, "fwdq_progs_per_sm": 1,
-            "bwd_queries": False, "bwdq_warps": 8, "bwdq_progs_per_sm": 1,
-            "bwd_split": False, "bwds_cols": 64, "bwds_tokens": 4, "bwds_warps": 4, "bwds_progs_per_sm": 4,
-            "bwd_tc": False, "bwdt_block": 32, "bwdt_cols": 64, "bwdt_warps": 4, "bwdt_progs_per_sm": 2,
-            "bwdt_stages": 1}
+            "bwd_queries": False, "bwdq_warps": 8, "bwdq_progs_per_sm": 1}
 _DEFAULTS = {
     False: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1,
             "bwd_elems": 1024, "bwd_warps": 2, "bwd_pf": 1, "bwd_progs_per_sm": 16, **_QUERIES},
@@ -186,10 +178,6 @@ def _geometry(d: int, heads: int, n_tok: int, kind: str, align: int):
     DA, DB = _split_width(dh)
     width = padded_width(d, heads)
     cfg = _cfg(width, heads > 1)
-    if cfg.get("pad_head") and DB:
-        # one part per head, padded to a power of two (masked lanes move no bytes): more
-        # registers, but every reduction lands in one layout (no shared-memory conversion)
-        DA, DB = _pow2(dh), 0
     BM = max(1, min(_pow2_floor(max(1, cfg[kind + "_elems"] // width)), _pow2(max(n_tok, 1))))
     # every lane valid (no padded heads, columns or tokens): the kernels drop their masks
     even = n_tok % BM == 0 and HP == heads and DA + DB == dh
@@ -277,16 +265,6 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
     dest_table, dest_align = _ptr_table(dests)
     dh, cfg, tile = _geometry(d, heads, n_tok, "bwd", min(src_align, dest_align))
     stat = stat.contiguous()
-    if S > 1 and cfg["bwd_tc"]:
-        dw = _tc_backward(src_table, srcs[0], dest_table, w, grad, stat, off, n_acc, n_tok, S, d, heads, eps, cfg)
-        return [(dw * g32).to(queries.dtype), (dw * q32).to(norm_weights.dtype), *[None] * len(sums), *grads]
-    if S > 1 and cfg["bwd_split"]:
-        dw = _split_backward(src_table, srcs[0], dest_table, w, grad, stat, off, n_acc, n_tok, S, d, heads, eps, cfg,
-                             min(src_align, dest_align))
-        if not n_tok:
-            for g in dests[n_acc:]:
-                g.zero_()
-        return [(dw * g32).to(queries.dtype), (dw * q32).to(norm_weights.dtype), *[None] * len(sums), *grads]
     if S > 1 and cfg["bwd_queries"]:  # one token per step, the queries as a tile axis
         from mhar.routing.triton_kernels import _bwd_queries_kernel
 
@@ -319,70 +297,6 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
             g.zero_()
     dw = dw_parts.sum(0)
     return [(dw * g32).to(queries.dtype), (dw * q32).to(norm_weights.dtype), *[None] * len(sums), *grads]
-
-
-def _split_columns(dh: int, cap: int) -> int:
-    """Chunk width of the split-column backward: the largest divisor of the head width
-    that is at most ``cap`` (so a chunk never straddles two heads)."""
-    return max(c for c in range(1, min(dh, cap) + 1) if dh % c == 0)
-
-
-def _split_backward(src_table, ref, dest_table, w, grad, stat, off, n_acc, n_tok, S, d, heads, eps, cfg,
-                    align) -> Tensor:
-    """The S-query backward through the two split-column kernels (triton_kernels.py);
-    writes the sources' gradients through dest_table and returns d(q*g) (S, d) fp32."""
-    from mhar.routing.triton_kernels import _bwd_split_apply_kernel, _bwd_split_coef_kernel, _bwd_split_dots_kernel
-
-    n_src = src_table.numel()
-    dev = w.device
-    dh = d // heads
-    cw = _split_columns(dh, cfg["bwds_cols"])
-    C, T = d // cw, cfg["bwds_tokens"]
-    n_tiles = -(-n_tok // T)
-    n_prog = max(1, min(n_tiles, -(-_n_programs(dev, n_tiles * C, cfg["bwds_progs_per_sm"]) // C)))
-    dw_parts = torch.zeros((n_prog, S, d), dtype=torch.float32, device=dev)
-    if not n_tok:
-        return dw_parts.sum(0)
-    grad = grad.contiguous()
-    part = torch.empty((n_src, n_tok, C, 1 + 2 * S), dtype=torch.float32, device=dev)
-    coef = torch.empty((n_src, n_tok, 2, S, heads), dtype=torch.float32, device=dev)
-    norm = torch.empty((n_src, n_tok), dtype=torch.float32, device=dev)
-    tile = dict(d=d, CW=cw, SP=_pow2(S), T=T, CWP=max(16, _pow2(cw)), ALIGN=align, num_warps=cfg["bwds_warps"])
-    _bwd_split_dots_kernel[(C, n_prog)](src_table, ref, w, grad, part, n_src, n_tok, S, n_prog, C=C, **tile)
-    ct = 16  # tokens per program of the coefficient kernel
-    _bwd_split_coef_kernel[(n_src, -(-n_tok // ct))](part, stat, off.contiguous(), coef, norm, n_tok, S, eps, d=d,
-                                                     H=heads, CPH=dh // cw, SP=_pow2(S), HP=_pow2(heads),
-                                                     CPHP=_pow2(dh // cw), T=ct, num_warps=4)
-    _bwd_split_apply_kernel[(C, n_prog)](src_table, ref, dest_table, w, grad, coef, norm, dw_parts,
-                                         n_src, n_acc, n_tok, S, n_prog, H=heads, CPH=dh // cw, ACCUM=n_acc > 0,
-                                         **tile)
-    return dw_parts.sum(0)
-
-
-def _tc_backward(src_table, ref, dest_table, w, grad, stat, off, n_acc, n_tok, S, d, heads, eps, cfg) -> Tensor:
-    """The S-query backward through ``_bwd_tc_kernel`` (tensor-core products per token and
-    block of sources); writes the sources' gradients through dest_table and returns
-    d(q*g) (S, d) fp32."""
-    from mhar.routing.triton_kernels import _bwd_tc_kernel
-
-    n_src = src_table.numel()
-    dev = w.device
-    dh = d // heads
-    cw = _split_columns(dh, cfg["bwdt_cols"])
-    jb = max(16, min(cfg["bwdt_block"], _pow2(n_src)))
-    n_items = n_tok * -(-n_src // jb)
-    n_prog = max(1, min(n_items, _n_programs(dev, n_items, cfg["bwdt_progs_per_sm"])))
-    dw_parts = torch.zeros((n_prog, S, d), dtype=torch.float32, device=dev)
-    if n_tok:
-        exact = ref.dtype in (torch.float32, torch.float64)
-        sp = max(16, _pow2(S))
-        scratch = torch.empty((n_prog, heads, 2, sp, jb), dtype=torch.float32, device=dev)
-        _bwd_tc_kernel[(n_prog,)](src_table, ref, dest_table, w, grad.contiguous(), stat, off.contiguous(), dw_parts,
-                                  scratch, n_src, n_acc, n_tok, S, n_prog, eps, d=d, H=heads, CW=cw, CPH=dh // cw,
-                                  C=d // cw, SP=sp, JB=jb, CWP=max(16, _pow2(cw)),
-                                  PREC="ieee" if exact else "tf32", ZPREC="ieee" if exact else "tf32x3",
-                                  ACCUM=n_acc > 0, num_warps=cfg["bwdt_warps"], num_stages=cfg["bwdt_stages"])
-    return dw_parts.sum(0)
 
 
 # ---------------------------------------------------------------- backend dispatch
