@@ -16,6 +16,7 @@ AdamW), with the CUDA allocator read at each phase boundary:
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 from collections import Counter
 
@@ -83,6 +84,7 @@ def probe(preset: str, method: str, warmup: int) -> dict:
     torch.cuda.synchronize()
     r["peak_optimizer_gb"] = torch.cuda.max_memory_allocated() / GB
     del model, opt, loss
+    gc.collect()  # compiled modules sit in reference cycles: free this model before the next
     torch.cuda.empty_cache()
     return r
 

@@ -10,6 +10,7 @@ each method finishes, and prints a one-line summary per method last.
 from __future__ import annotations
 
 import argparse
+import gc
 from pathlib import Path
 
 import torch
@@ -33,6 +34,7 @@ def main() -> None:
     batch, seq = PAPER_MICROBATCH[args.preset]
     summary = []
     for method in args.methods.split(","):
+        gc.collect()  # the previous model (compiled modules sit in reference cycles)
         torch.cuda.empty_cache()
         model = build(args.preset, method, seq, [], args.chunk, "cuda")
         timed = time_step(model, batch, seq, steps=4, warmup=3, compile_mode=args.compile,

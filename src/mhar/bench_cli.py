@@ -18,6 +18,7 @@ the overhead being measured. Peak: 989 TFLOP/s (H100/H200 SXM dense bf16).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
@@ -128,6 +129,10 @@ def run_bench_step(args: argparse.Namespace) -> int:
         batch, seq_len = PAPER_MICROBATCH.get(preset, (4, 128))
         batch, seq_len = args.batch or batch, args.seq_len or seq_len
         for method in methods:
+            # The previous method's model is freed only by the cycle collector (compiled
+            # modules refer back to themselves): without this, its weights (1.5 GB at
+            # 350M) were still allocated and counted in this method's peak memory.
+            gc.collect()
             if device == "cuda":
                 torch.cuda.empty_cache()
             model = build(preset, method, seq_len, args.overrides, args.chunk, device)
