@@ -28,7 +28,7 @@ from mhar.routing.op import _pow2, _split_width
 SHAPES = [(512, 8), (1024, 1), (1024, 8), (1280, 1), (1280, 8)]
 POINTERS = {"table": "*i64", "gtable": "*i64", "ref": "*bf16", "W": "*fp32", "G": "*fp32", "STAT": "*fp32",
             "OFF": "*fp32", "Y": "*bf16", "DW": "*fp32", "OUT_M": "*fp32", "OUT_L": "*fp32", "OUT_O": "*fp32",
-            "M0": "*fp32", "L0": "*fp32", "O0": "*fp32"}
+            "M0": "*fp32", "L0": "*fp32", "O0": "*fp32", "CA": "*fp32", "CB": "*fp32", "CC": "*fp32"}
 SCALARS = {"eps": "fp32"}  # every other runtime argument is an i32
 STAGES: dict = {}  # --stages: num_stages (software-pipelining depth) when given
 
@@ -60,7 +60,8 @@ def tile(d: int, heads: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--kernels", default="single,queries", help="single: the one-query kernels (backward with and "
-                    "without running sums); queries: the queries-tile phase-1 kernels")
+                    "without running sums); queries: the queries-tile phase-1 kernels; twopass: the two-pass phase-1 "
+                    "backward")
     ap.add_argument("--warps", default="", help="comma list (default: 1 for single, 8 for queries)")
     ap.add_argument("--queries", type=int, default=8, help="S for the queries-tile kernels")
     ap.add_argument("--stages", type=int, default=0, help="num_stages (default: triton's)")
@@ -70,7 +71,7 @@ def main() -> None:
     print("| kernel | d | H | warps | registers | stack bytes | layout conversions |")
     print("|---|---|---|---|---|---|---|")
     for kind in args.kernels.split(","):
-        warps = [int(w) for w in args.warps.split(",")] if args.warps else [1 if kind == "single" else 8]
+        warps = [int(w) for w in args.warps.split(",")] if args.warps else [1 if kind in ("single", "twopass") else 8]
         for d, heads in SHAPES:
             for w in warps:
                 if kind == "single":
@@ -79,10 +80,18 @@ def main() -> None:
                     print(f"| _fwd_kernel | {d} | {heads} | {w} | {r['regs']} | {r['stack']} | "
                           f"{r['layout_conversions']} |", flush=True)
                     for accum in (False, True):
-                        c = dict(tile(d, heads), BM=1, PF=1, SINGLE=True, FINAL=True, ACCUM=accum)
+                        c = dict(tile(d, heads), BM=1, PF=1, SINGLE=True, FINAL=True, ACCUM=accum, COEF=False)
                         r = resources(tk._bwd_kernel, c, w, {"G": "*bf16"})  # a final read's grad_y
                         print(f"| _bwd_kernel{' (sums)' if accum else ''} | {d} | {heads} | {w} | {r['regs']} | "
                               f"{r['stack']} | {r['layout_conversions']} |", flush=True)
+                elif kind == "twopass":
+                    c = dict(tile(d, heads), BM=1, PF=1, SINGLE=True, FINAL=False, ACCUM=False, COEF=True)
+                    r1 = resources(tk._bwd_kernel, c, w)
+                    c = dict(tile(d, heads), BM=1, ACCUM=True)
+                    r2 = resources(tk._bwd_gather_kernel, c, w)
+                    for name, r in (("_bwd_kernel (COEF)", r1), ("_bwd_gather_kernel", r2)):
+                        print(f"| {name} | {d} | {heads} | {w} | {r['regs']} | {r['stack']} | "
+                              f"{r['layout_conversions']} |", flush=True)
                 else:
                     c = dict(tile(d, heads), SP=_pow2(args.queries))
                     for fn in (tk._fwd_queries_kernel, tk._bwd_queries_kernel):

@@ -6,7 +6,8 @@
 # returns at most 8 files.
 # Usage (repository root, device machine): MHAR_COMMIT=<sha> bash bench/h200_suite.sh
 # Time limits per part (seconds): T_TESTS, T_ROUTING, T_HOST (bench/host_overhead.py; off by
-# default), T_STEP (per preset); 0 skips a part. ROUTING_ARGS adds options to bench/routing.py.
+# default), T_STEP (per preset); 0 skips a part. TEST_K selects CUDA tests (pytest -k);
+# ROUTING_ARGS adds options to bench/routing.py (e.g. "--no-peers --step-only").
 # PRESETS and METHODS choose the step benchmark's rows (METHOD@two-phase sets a schedule);
 # PRESETS_Q with T_STEPQ re-runs METHODS_Q with the phase-1 kernel config Q_CONFIG (JSON).
 set -uo pipefail
@@ -18,7 +19,7 @@ python3 -m pip install -q --no-deps .whl/*.whl > "$R/pip.log" 2>&1  # the peers,
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used --format=csv,noheader > "$R/gpu.txt" 2>&1
 
 part() { [ "${1:-0}" != 0 ]; }
-part "${T_TESTS:-80}" && timeout "${T_TESTS:-80}" python3 -m pytest tests/routing/test_triton_cuda.py -q -p no:cacheprovider ${TEST_ARGS:-} \
+part "${T_TESTS:-80}" && timeout "${T_TESTS:-80}" python3 -m pytest tests/routing/test_triton_cuda.py -q -p no:cacheprovider ${TEST_K:+-k "$TEST_K"} \
   > "$R/routing_gpu_tests.log" 2>&1
 part "${T_ROUTING:-200}" && timeout "${T_ROUTING:-200}" python3 bench/routing.py --heads 1,8 --no-eager --no-compiled ${ROUTING_ARGS:-} \
   --out "$R/routing_$MHAR_COMMIT.json" > "$R/routing.log" 2>&1
@@ -30,12 +31,12 @@ for p in ${PRESETS:-paper-100m paper-350m paper-1b}; do
 done
 
 # the two-phase methods again with other phase-1 kernels (op._QUERIES; Q_CONFIG, default
-# the split-column backward), tagged Q_TAG
-echo "${Q_CONFIG:-{\"*\": {\"bwd_split\": true\}\}}" > "$R/phase1.json"
+# the two-pass backward), tagged Q_TAG
+echo "${Q_CONFIG:-{\"*\": {\"bwd_twopass\": true\}\}}" > "$R/phase1.json"
 for p in ${PRESETS_Q:-}; do
   part "${T_STEPQ:-0}" && MHAR_ROUTING_CONFIG="$R/phase1.json" timeout "${T_STEPQ:-0}" python3 -m mhar bench step \
     --preset "$p" --methods "${METHODS_Q:-baseline,mhar@two-phase,mhar-block@two-phase}" \
-    --steps 5 --warmup 3 --out "$R" --tag "$p-${Q_TAG:-split}" > "$R/step_$p-${Q_TAG:-split}.log" 2>&1
+    --steps 5 --warmup 3 --out "$R" --tag "$p-${Q_TAG:-twopass}" > "$R/step_$p-${Q_TAG:-twopass}.log" 2>&1
 done
 
 tar czf "$OUT/suite.tar.gz" -C "$OUT" suite

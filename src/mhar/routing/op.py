@@ -110,8 +110,15 @@ def _pow2(n: int) -> int:
 # SM). The second pair is checked against the reference but not yet timed on a GPU.
 # (8 warps: 163-255 registers at the paper widths with S = 8 in an offline sm_90 compile
 # of the backward, bench/compile_sm90.py, so one program per SM.)
+#
+# "bwd_twopass" runs the S-query backward as two passes that each parallelise over the
+# axis that owns their output: ``_bwd_kernel`` with COEF, one program per query (its d(q*g)
+# and per source the few coefficients of the source's gradient), then
+# ``_bwd_gather_kernel``, one program per source (its gradient from the S queries'
+# upstream gradients and coefficients). In each, the programs of one token tile share
+# the rows they all read (sources, or upstream gradients) in L2, as the forward's do.
 _QUERIES = {"fwd_queries": False, "fwdq_warps": 8, "fwdq_progs_per_sm": 1,
-            "bwd_queries": False, "bwdq_warps": 8, "bwdq_progs_per_sm": 1}
+            "bwd_queries": False, "bwdq_warps": 8, "bwdq_progs_per_sm": 1, "bwd_twopass": False}
 _DEFAULTS = {
     False: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1,
             "bwd_elems": 1024, "bwd_warps": 2, "bwd_pf": 1, "bwd_progs_per_sm": 16, **_QUERIES},
@@ -277,6 +284,26 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
                                            H=heads, HP=tile["HP"], DA=tile["DA"], DB=tile["DB"], SP=_pow2(S),
                                            HAS_B=tile["HAS_B"], EVEN=even, ALIGN=tile["ALIGN"], ACCUM=n_acc > 0,
                                            num_warps=cfg["bwdq_warps"])
+    elif S > 1 and cfg["bwd_twopass"]:  # per-query coefficients, then per-source gradients
+        from mhar.routing.triton_kernels import _bwd_gather_kernel
+
+        n_tiles = -(-n_tok // tile["BM"])
+        n_prog = max(1, _n_programs(dev, n_tiles, cfg["bwd_progs_per_sm"]) // S)
+        dw_parts = torch.empty((n_prog, S, d), dtype=torch.float32, device=dev)  # every (program, query) row
+        if n_tiles:
+            grad = grad.contiguous()
+            coef_a = torch.empty((len(srcs), S, n_tok, heads), dtype=torch.float32, device=dev)
+            coef_b = torch.empty_like(coef_a)
+            coef_c = torch.empty((len(srcs), S, n_tok), dtype=torch.float32, device=dev)
+            _bwd_kernel[(S, n_prog)](src_table, srcs[0], src_table, w, grad, stat, off.contiguous(), grad, dw_parts,
+                                     coef_a, coef_b, coef_c, len(srcs), 0, n_tok, S, d, dh, eps, n_tiles, n_prog,
+                                     **tile, SINGLE=True, FINAL=False, PF=cfg["bwd_pf"], COEF=True,
+                                     num_warps=cfg["bwd_warps"])
+            _bwd_gather_kernel[(len(srcs), n_tiles)](src_table, srcs[0], dest_table, w, grad, coef_a, coef_b, coef_c,
+                                                     len(srcs), n_acc, n_tok, S, d, dh, H=heads, HP=tile["HP"],
+                                                     DA=tile["DA"], DB=tile["DB"], BM=tile["BM"],
+                                                     HAS_B=tile["HAS_B"], EVEN=tile["EVEN"], ALIGN=tile["ALIGN"],
+                                                     ACCUM=n_acc > 0, num_warps=cfg["bwd_warps"])
     else:
         n_tiles = -(-n_tok // tile["BM"])
         n_prog = _n_programs(dev, n_tiles, cfg["bwd_progs_per_sm"])
@@ -287,7 +314,7 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
             assert final == (off is None) and (not final or S == 1)
             _bwd_kernel[(n_prog,)](src_table, srcs[0], dest_table, w,
                                    grad.contiguous(), stat, stat if final else off.contiguous(),
-                                   y.contiguous() if final else grad, dw_parts,
+                                   y.contiguous() if final else grad, dw_parts, dw_parts, dw_parts, dw_parts,
                                    len(srcs), n_acc, n_tok, S, d, dh, eps, n_tiles, n_prog,
                                    **tile, SINGLE=(S == 1), FINAL=final, ACCUM=n_acc > 0, PF=cfg["bwd_pf"],
                                    num_warps=cfg["bwd_warps"])

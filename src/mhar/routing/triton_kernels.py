@@ -181,11 +181,11 @@ def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, M0, L0, O0,
 
 
 @triton.jit
-def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW,
+def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW, CA, CB, CC,
                 n_src, n_acc, n_tok, n_q, d: tl.constexpr, dh: tl.constexpr, eps, n_tiles, n_prog,
                 H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, BM: tl.constexpr,
                 HAS_B: tl.constexpr, EVEN: tl.constexpr, ALIGN: tl.constexpr, SINGLE: tl.constexpr, FINAL: tl.constexpr,
-                ACCUM: tl.constexpr = False, PF: tl.constexpr = 1):
+                ACCUM: tl.constexpr = False, PF: tl.constexpr = 1, COEF: tl.constexpr = False):
     """gtable: data pointers of the sources' gradients; with ACCUM the first n_acc are
     running sums added into, the rest are written once (ACCUM is a constexpr so that
     calls without sums keep the registers the sum's tile would take).
@@ -196,8 +196,24 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW,
 
     Per source, with x the source tile, r its rstd, zr = x.w per head, a = exp(r zr - STAT),
     dz = a (g.x + OFF):  grad_x = r dz w - (r^3 sum_h dz zr / d) x + a g,  dw += r dz x.
-    (The norm's backward folded in: only three reductions per source and query.)"""
+    (The norm's backward folded in: only three reductions per source and query.)
+
+    COEF (with SINGLE; grid (S, programs), the query axis first): program (q, pid) runs
+    query q of an S-query read and, instead of writing gradients, stores per source i
+    the coefficients of its gradient, a and r dz per head into CA and CB (n_src, S, n_tok,
+    H) and c into CC (n_src, S, n_tok); ``_bwd_gather_kernel`` then forms the gradients.
+    The S programs of a token tile run side by side and share its source rows in L2."""
     pid = tl.program_id(0)
+    dw_row = DW + pid.to(tl.int64) * d
+    if COEF:  # one query per program: every per-query pointer moves to query q
+        q = tl.program_id(0)
+        pid = tl.program_id(1)
+        W += q * d
+        q64 = tl.cast(q, tl.int64)
+        G += q64 * n_tok * d
+        STAT += q64 * n_tok * H
+        OFF += q64 * n_tok * H
+        dw_row = DW + (tl.cast(pid, tl.int64) * n_q + q64) * d
     rh = tl.arange(0, HP)
     ra = tl.arange(0, DA)
     col_a = rh[:, None] * dh + ra[None, :]
@@ -287,10 +303,17 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW,
                 rdz = dz * rstd[:, None]
                 c = tl.sum(dz * zr, axis=1) * rstd * rstd * rstd / d  # (BM,)
                 dwa_acc += tl.sum(rdz[:, :, None] * xa, axis=0)
-                dxa = rdz[:, :, None] * w0a[None, :, :] - c[:, None, None] * xa + a[:, :, None] * goa
                 if HAS_B:
                     dwb_acc += tl.sum(rdz[:, :, None] * xb, axis=0)
-                    dxb = rdz[:, :, None] * w0b[None, :, :] - c[:, None, None] * xb + a[:, :, None] * gob
+                if COEF:
+                    pair = tl.cast(i * n_q + q, tl.int64) * n_tok
+                    _st(CA + pair * H + hoffs, a, hmask, EVEN)
+                    _st(CB + pair * H + hoffs, rdz, hmask, EVEN)
+                    tl.store(CC + pair + rm, c, mask=mmask)
+                else:
+                    dxa = rdz[:, :, None] * w0a[None, :, :] - c[:, None, None] * xa + a[:, :, None] * goa
+                    if HAS_B:
+                        dxb = rdz[:, :, None] * w0b[None, :, :] - c[:, None, None] * xb + a[:, :, None] * gob
             else:
                 dxa = tl.zeros([BM, HP, DA], tl.float32)
                 if HAS_B:
@@ -339,14 +362,73 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW,
                 dxa += prev_a.to(tl.float32)
                 if HAS_B:
                     dxb += prev_b.to(tl.float32)
-            _st(gdst + offs_a, dxa.to(elem), mask_a, EVEN)
-            if HAS_B:
-                _st(gdst + offs_b, dxb.to(elem), mask_b, EVEN)
+            if not COEF:
+                _st(gdst + offs_a, dxa.to(elem), mask_a, EVEN)
+                if HAS_B:
+                    _st(gdst + offs_b, dxb.to(elem), mask_b, EVEN)
     if SINGLE:
-        _st(DW + pid.to(tl.int64) * d + col_a, dwa_acc, cmask_a, EVEN)
+        _st(dw_row + col_a, dwa_acc, cmask_a, EVEN)
         if HAS_B:
-            _st(DW + pid.to(tl.int64) * d + col_b, dwb_acc, cmask_b, EVEN)
+            _st(dw_row + col_b, dwb_acc, cmask_b, EVEN)
 
+
+
+@triton.jit
+def _bwd_gather_kernel(table, ref, gtable, W, G, CA, CB, CC, n_src, n_acc, n_tok, n_q, d: tl.constexpr,
+                       dh: tl.constexpr, H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr,
+                       BM: tl.constexpr, HAS_B: tl.constexpr, EVEN: tl.constexpr, ALIGN: tl.constexpr,
+                       ACCUM: tl.constexpr):
+    """The gradients of an S-query read's sources from ``_bwd_kernel``'s COEF coefficients:
+    grad_x = sum over queries q of (a_q g_q + r dz_q w_q) per head - (sum_q c_q) x. Grid
+    (sources, token tiles), the source axis first: the programs of a token tile run side by
+    side and share its S upstream-gradient rows G (S, n_tok, d) in L2; each writes its
+    source's gradient once (added into a running sum for the first n_acc when ACCUM)."""
+    i = tl.program_id(0)
+    tile = tl.program_id(1)
+    elem = ref.dtype.element_ty
+    rm = tile * BM + tl.arange(0, BM)
+    mmask = rm < n_tok
+    rh = tl.arange(0, HP)
+    ra = tl.arange(0, DA)
+    col_a = rh[:, None] * dh + ra[None, :]
+    cmask_a = (rh[:, None] < H) & (ra[None, :] < dh)
+    row = rm.to(tl.int64)[:, None, None] * d
+    offs_a = row + col_a[None, :, :]
+    mask_a = mmask[:, None, None] & cmask_a[None, :, :]
+    hmask = mmask[:, None] & (rh[None, :] < H)
+    hoffs = rm.to(tl.int64)[:, None] * H + rh[None, :]
+    src = _src(table, i, ref, ALIGN)
+    xa = _ld(src + offs_a, mask_a, EVEN).to(tl.float32)
+    acc_a = tl.zeros([BM, HP, DA], tl.float32)
+    if HAS_B:
+        rb = tl.arange(0, DB)
+        col_b = rh[:, None] * dh + DA + rb[None, :]
+        cmask_b = (rh[:, None] < H) & ((DA + rb[None, :]) < dh)
+        offs_b = row + col_b[None, :, :]
+        mask_b = mmask[:, None, None] & cmask_b[None, :, :]
+        xb = _ld(src + offs_b, mask_b, EVEN).to(tl.float32)
+        acc_b = tl.zeros([BM, HP, DB], tl.float32)
+    cs = tl.zeros([BM], tl.float32)
+    for q in range(n_q):
+        pair = tl.cast(i * n_q + q, tl.int64) * n_tok
+        a = _ld(CA + pair * H + hoffs, hmask, EVEN)[:, :, None]
+        b = _ld(CB + pair * H + hoffs, hmask, EVEN)[:, :, None]
+        cs += tl.load(CC + pair + rm, mask=mmask, other=0.0)
+        gq = G + tl.cast(q, tl.int64) * n_tok * d
+        acc_a += a * _ld(gq + offs_a, mask_a, EVEN) + b * _ld(W + q * d + col_a, cmask_a, EVEN)[None, :, :]
+        if HAS_B:
+            acc_b += a * _ld(gq + offs_b, mask_b, EVEN) + b * _ld(W + q * d + col_b, cmask_b, EVEN)[None, :, :]
+    dst = _src(gtable, i, ref, ALIGN)
+    acc_a -= cs[:, None, None] * xa
+    if ACCUM:  # a running sum's current value (zeros, no traffic, past n_acc)
+        summing = (tl.zeros([1, 1, 1], tl.int32) + i) < n_acc
+        acc_a += _ld_if(dst + offs_a, mask_a, summing, EVEN).to(tl.float32)
+    _st(dst + offs_a, acc_a.to(elem), mask_a, EVEN)
+    if HAS_B:
+        acc_b -= cs[:, None, None] * xb
+        if ACCUM:
+            acc_b += _ld_if(dst + offs_b, mask_b, summing, EVEN).to(tl.float32)
+        _st(dst + offs_b, acc_b.to(elem), mask_b, EVEN)
 
 @triton.jit
 def _query_part(W, rq, qmask, d: tl.constexpr, dh: tl.constexpr, H: tl.constexpr, HP: tl.constexpr,
