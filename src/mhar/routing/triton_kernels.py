@@ -39,6 +39,12 @@ queries summed in registers; the norm's backward folded into three reductions pe
 source and query). The query/norm-weight gradient ``dw = d(q*g)`` is
 reduced per program into its own row of a ``(programs, S, d)`` buffer and summed
 afterwards by torch: no atomics, so gradients are bitwise reproducible.
+
+Two-pass S-query backward (``op``'s "bwd_twopass", off by default): ``_bwd_kernel`` with
+``COEF`` runs one program per query and stores, per source and token, the coefficients
+of the source's gradient; ``_bwd_gather_kernel`` runs one program per source and forms
+its gradient from them and the queries' upstream gradients. Each pass parallelises over
+the axis that owns its output, so neither holds all S queries' rows per token.
 """
 
 from __future__ import annotations
@@ -372,7 +378,6 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW, CA, CB, CC,
             _st(dw_row + col_b, dwb_acc, cmask_b, EVEN)
 
 
-
 @triton.jit
 def _bwd_gather_kernel(table, ref, gtable, W, G, CA, CB, CC, n_src, n_acc, n_tok, n_q, d: tl.constexpr,
                        dh: tl.constexpr, H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr,
@@ -429,6 +434,7 @@ def _bwd_gather_kernel(table, ref, gtable, W, G, CA, CB, CC, n_src, n_acc, n_tok
         if ACCUM:
             acc_b += _ld_if(dst + offs_b, mask_b, summing, EVEN).to(tl.float32)
         _st(dst + offs_b, acc_b.to(elem), mask_b, EVEN)
+
 
 @triton.jit
 def _query_part(W, rq, qmask, d: tl.constexpr, dh: tl.constexpr, H: tl.constexpr, HP: tl.constexpr,
