@@ -107,9 +107,11 @@ def _pow2(n: int) -> int:
 # default; ``_fwd_kernel`` with one program per query, ``_bwd_kernel``'s loop over queries)
 # and ``_fwd_queries_kernel`` / ``_bwd_queries_kernel``, which hold every query in
 # registers ("fwd_queries" / "bwd_queries": True, with their own warps and programs per
-# SM). The second pair is checked against the reference but not yet timed on a GPU.
-# (8 warps: 163-255 registers at the paper widths with S = 8 in an offline sm_90 compile
-# of the backward, bench/compile_sm90.py, so one program per SM.)
+# SM). The second pair, timed on an H200, is latency-bound: faster than the measured
+# S-query backward at d = 1024 with H = 1, much slower with H = 8
+# (bench/results/routing_h200.md). (8 warps: 163-255 registers at the paper widths with
+# S = 8 in an offline sm_90 compile of the backward, bench/compile_sm90.py, so one
+# program per SM.)
 #
 # "bwd_twopass" runs the S-query backward as two passes that each parallelise over the
 # axis that owns their output: ``_bwd_kernel`` with COEF, one program per query (its d(q*g)
@@ -117,6 +119,7 @@ def _pow2(n: int) -> int:
 # ``_bwd_gather_kernel``, one program per source (its gradient from the S queries'
 # upstream gradients and coefficients). In each, the programs of one token tile share
 # the rows they all read (sources, or upstream gradients) in L2, as the forward's do.
+# Checked against the reference (interpreter); not yet timed on a GPU.
 _QUERIES = {"fwd_queries": False, "fwdq_warps": 8, "fwdq_progs_per_sm": 1,
             "bwd_queries": False, "bwdq_warps": 8, "bwdq_progs_per_sm": 1, "bwd_twopass": False}
 _DEFAULTS = {
