@@ -89,7 +89,10 @@ def main() -> None:
                     r1 = resources(tk._bwd_kernel, c, w)
                     c = dict(tile(d, heads), BM=1, ACCUM=True)
                     r2 = resources(tk._bwd_gather_kernel, c, w)
-                    for name, r in (("_bwd_kernel (COEF)", r1), ("_bwd_gather_kernel", r2)):
+                    c = {k: v for k, v in dict(tile(d, heads), SP=_pow2(args.queries), ACCUM=True).items() if k != "EVEN"}
+                    r3 = resources(tk._bwd_gather_tokens_kernel, c, 8 * w)  # its own warps: 8 by default
+                    for name, r in (("_bwd_kernel (COEF)", r1), ("_bwd_gather_kernel", r2),
+                                    (f"_bwd_gather_tokens_kernel ({8 * w} warps)", r3)):
                         print(f"| {name} | {d} | {heads} | {w} | {r['regs']} | {r['stack']} | "
                               f"{r['layout_conversions']} |", flush=True)
                 else:

@@ -376,7 +376,9 @@ VARIANTS = [("mhar-triton pf1", {"fwd_pf": 1, "bwd_pf": 1})]
 # the whole step's two-phase rows: the phase-1 kernels each uses (op._QUERIES). Session-4
 # candidates (split-column and tensor-core backwards) were slower and are gone; their runs
 # are in bench/results/routing_h200.md.
-PHASE1 = [("", None), (", two-pass bwd", {"bwd_twopass": True}), (", queries-tile bwd", {"bwd_queries": True}),
+PHASE1 = [("", None), (", two-pass bwd", {"bwd_twopass": True}),
+          (", two-pass bwd, token gather", {"bwd_twopass": True, "twopass_tokens": True}),
+          (", queries-tile bwd", {"bwd_queries": True}),
           (", queries-tile fwd+bwd", {"fwd_queries": True, "bwd_queries": True})]
 
 

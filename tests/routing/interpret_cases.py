@@ -314,12 +314,12 @@ def test_model_gradient_sink(method, overrides, gen, monkeypatch):
         assert rel(with_sink[name], g) <= 1e-5, name
 
 
-@pytest.fixture(params=["bwd", "fwd", "both", "twopass"])
+@pytest.fixture(params=["bwd", "fwd", "both", "twopass", "twopass-tokens"])
 def queries_kernel(request):
     # phase 1 through _fwd_queries_kernel and/or _bwd_queries_kernel (the queries as a tile
     # axis), or its backward in two passes (_bwd_kernel's COEF, then _bwd_gather_kernel)
     rop.TUNE = dict(fwd_queries=request.param in ("fwd", "both"), bwd_queries=request.param in ("bwd", "both"),
-                    bwd_twopass=request.param == "twopass")
+                    bwd_twopass=request.param.startswith("twopass"), twopass_tokens=request.param == "twopass-tokens")
     yield
     rop.TUNE = None
 

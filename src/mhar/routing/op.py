@@ -119,9 +119,12 @@ def _pow2(n: int) -> int:
 # ``_bwd_gather_kernel``, one program per source (its gradient from the S queries'
 # upstream gradients and coefficients). In each, the programs of one token tile share
 # the rows they all read (sources, or upstream gradients) in L2, as the forward's do.
+# With "twopass_tokens" the second pass is ``_bwd_gather_tokens_kernel`` instead: one
+# token per step, its S upstream-gradient rows held in registers across its sources.
 # Checked against the reference (interpreter); not yet timed on a GPU.
 _QUERIES = {"fwd_queries": False, "fwdq_warps": 8, "fwdq_progs_per_sm": 1,
-            "bwd_queries": False, "bwdq_warps": 8, "bwdq_progs_per_sm": 1, "bwd_twopass": False}
+            "bwd_queries": False, "bwdq_warps": 8, "bwdq_progs_per_sm": 1,
+            "bwd_twopass": False, "twopass_tokens": False, "twpt_warps": 8, "twpt_progs_per_sm": 2}
 _DEFAULTS = {
     False: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1,
             "bwd_elems": 1024, "bwd_warps": 2, "bwd_pf": 1, "bwd_progs_per_sm": 16, **_QUERIES},
@@ -302,11 +305,19 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
                                      coef_a, coef_b, coef_c, len(srcs), 0, n_tok, S, d, dh, eps, n_tiles, n_prog,
                                      **tile, SINGLE=True, FINAL=False, PF=cfg["bwd_pf"], COEF=True,
                                      num_warps=cfg["bwd_warps"])
-            _bwd_gather_kernel[(len(srcs), n_tiles)](src_table, srcs[0], dest_table, w, grad, coef_a, coef_b, coef_c,
-                                                     len(srcs), n_acc, n_tok, S, d, dh, H=heads, HP=tile["HP"],
-                                                     DA=tile["DA"], DB=tile["DB"], BM=tile["BM"],
-                                                     HAS_B=tile["HAS_B"], EVEN=tile["EVEN"], ALIGN=tile["ALIGN"],
-                                                     ACCUM=n_acc > 0, num_warps=cfg["bwd_warps"])
+            parts = dict(H=heads, HP=tile["HP"], DA=tile["DA"], DB=tile["DB"], HAS_B=tile["HAS_B"],
+                         ALIGN=tile["ALIGN"], ACCUM=n_acc > 0)
+            if cfg["twopass_tokens"]:
+                from mhar.routing.triton_kernels import _bwd_gather_tokens_kernel
+
+                n_tp = _n_programs(dev, n_tok, cfg["twpt_progs_per_sm"])
+                _bwd_gather_tokens_kernel[(n_tp,)](src_table, srcs[0], dest_table, w, grad, coef_a, coef_b, coef_c,
+                                                   len(srcs), n_acc, n_tok, S, n_tp, d, dh, SP=_pow2(S), **parts,
+                                                   num_warps=cfg["twpt_warps"])
+            else:
+                _bwd_gather_kernel[(len(srcs), n_tiles)](src_table, srcs[0], dest_table, w, grad, coef_a, coef_b,
+                                                         coef_c, len(srcs), n_acc, n_tok, S, d, dh, BM=tile["BM"],
+                                                         EVEN=tile["EVEN"], **parts, num_warps=cfg["bwd_warps"])
     else:
         n_tiles = -(-n_tok // tile["BM"])
         n_prog = _n_programs(dev, n_tiles, cfg["bwd_progs_per_sm"])

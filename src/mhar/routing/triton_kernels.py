@@ -452,6 +452,52 @@ def _query_part(W, rq, qmask, d: tl.constexpr, dh: tl.constexpr, H: tl.constexpr
     return col, cmask, qcol, qmask3, w
 
 
+
+@triton.jit
+def _bwd_gather_tokens_kernel(table, ref, gtable, W, G, CA, CB, CC, n_src, n_acc, n_tok, n_q, n_prog,
+                              d: tl.constexpr, dh: tl.constexpr, H: tl.constexpr, HP: tl.constexpr,
+                              DA: tl.constexpr, DB: tl.constexpr, SP: tl.constexpr, HAS_B: tl.constexpr,
+                              ALIGN: tl.constexpr, ACCUM: tl.constexpr):
+    """``_bwd_gather_kernel``'s gradients, one token per step and every source of it in turn
+    (persistent programs over tokens): the token's S upstream-gradient rows are loaded once
+    and stay in registers, where the per-source kernel re-reads them from L2 for every
+    source. The gradient is elementwise in them (the sum over queries is a register axis),
+    so no reduction crosses warps and no barrier waits per source."""
+    pid = tl.program_id(0)
+    elem = ref.dtype.element_ty
+    rq = tl.arange(0, SP)
+    qmask = rq < n_q
+    rh = tl.arange(0, HP)
+    hq = qmask[:, None] & (rh[None, :] < H)                                   # (SP, HP)
+    col_a, cmask_a, qcol_a, qmask_a, w_a = _query_part(W, rq, qmask, d, dh, H, HP, 0, DA)
+    if HAS_B:
+        col_b, cmask_b, qcol_b, qmask_b, w_b = _query_part(W, rq, qmask, d, dh, H, HP, DA, DB)
+    for tok in range(pid, n_tok, n_prog):
+        t64 = tl.cast(tok, tl.int64)
+        g_rows = ((rq.to(tl.int64) * n_tok + t64) * d)[:, None, None]         # query q's row of this token
+        g_a = tl.load(G + g_rows + col_a[None, :, :], mask=qmask_a, other=0.0)
+        if HAS_B:
+            g_b = tl.load(G + g_rows + col_b[None, :, :], mask=qmask_b, other=0.0)
+        for i in range(n_src):
+            src = _src(table, i, ref, ALIGN) + t64 * d
+            dst = _src(gtable, i, ref, ALIGN) + t64 * d
+            pair = (tl.cast(i * n_q, tl.int64) + rq) * n_tok + t64             # (SP,)
+            a = tl.load(CA + pair[:, None] * H + rh[None, :], mask=hq, other=0.0)[:, :, None]
+            b = tl.load(CB + pair[:, None] * H + rh[None, :], mask=hq, other=0.0)[:, :, None]
+            c = tl.sum(tl.load(CC + pair, mask=qmask, other=0.0), axis=0)
+            if ACCUM:  # a running sum's current value (zeros, no traffic, past n_acc)
+                summing = (tl.zeros([1, 1], tl.int32) + i) < n_acc
+            acc_a = tl.sum(a * g_a + b * w_a, axis=0) - c * tl.load(src + col_a, mask=cmask_a, other=0.0).to(tl.float32)
+            if ACCUM:
+                acc_a += tl.load(dst + col_a, mask=cmask_a & summing, other=0.0).to(tl.float32)
+            tl.store(dst + col_a, acc_a.to(elem), mask=cmask_a)
+            if HAS_B:
+                acc_b = (tl.sum(a * g_b + b * w_b, axis=0)
+                         - c * tl.load(src + col_b, mask=cmask_b, other=0.0).to(tl.float32))
+                if ACCUM:
+                    acc_b += tl.load(dst + col_b, mask=cmask_b & summing, other=0.0).to(tl.float32)
+                tl.store(dst + col_b, acc_b.to(elem), mask=cmask_b)
+
 @triton.jit
 def _bwd_queries_kernel(table, ref, gtable, W, G, STAT, OFF, DW,
                         n_src, n_acc, n_tok, n_q, d: tl.constexpr, dh: tl.constexpr, eps, n_prog,
