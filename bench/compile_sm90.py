@@ -28,7 +28,8 @@ from mhar.routing.op import _pow2, _split_width
 SHAPES = [(512, 8), (1024, 1), (1024, 8), (1280, 1), (1280, 8)]
 POINTERS = {"table": "*i64", "gtable": "*i64", "ref": "*bf16", "W": "*fp32", "G": "*fp32", "STAT": "*fp32",
             "OFF": "*fp32", "Y": "*bf16", "DW": "*fp32", "OUT_M": "*fp32", "OUT_L": "*fp32", "OUT_O": "*fp32",
-            "M0": "*fp32", "L0": "*fp32", "O0": "*fp32", "CA": "*fp32", "CB": "*fp32", "CC": "*fp32"}
+            "M0": "*fp32", "L0": "*fp32", "O0": "*fp32", "CA": "*fp32", "CB": "*fp32", "CC": "*fp32",
+            "PM": "*fp32", "PGO": "*fp32", "PGL": "*fp32"}
 SCALARS = {"eps": "fp32"}  # every other runtime argument is an i32
 STAGES: dict = {}  # --stages: num_stages (software-pipelining depth) when given
 
@@ -80,12 +81,14 @@ def main() -> None:
                     print(f"| _fwd_kernel | {d} | {heads} | {w} | {r['regs']} | {r['stack']} | "
                           f"{r['layout_conversions']} |", flush=True)
                     for accum in (False, True):
-                        c = dict(tile(d, heads), BM=1, PF=1, SINGLE=True, FINAL=True, ACCUM=accum, COEF=False)
+                        c = dict(tile(d, heads), BM=1, PF=1, SINGLE=True, FINAL=True, ACCUM=accum, COEF=False,
+                                 PARTIAL=False)
                         r = resources(tk._bwd_kernel, c, w, {"G": "*bf16"})  # a final read's grad_y
                         print(f"| _bwd_kernel{' (sums)' if accum else ''} | {d} | {heads} | {w} | {r['regs']} | "
                               f"{r['stack']} | {r['layout_conversions']} |", flush=True)
                 elif kind == "twopass":
-                    c = dict(tile(d, heads), BM=1, PF=1, SINGLE=True, FINAL=False, ACCUM=False, COEF=True)
+                    c = dict(tile(d, heads), BM=1, PF=1, SINGLE=True, FINAL=False, ACCUM=False, COEF=True,
+                             PARTIAL=False)
                     r1 = resources(tk._bwd_kernel, c, w)
                     c = dict(tile(d, heads), BM=1, ACCUM=True)
                     r2 = resources(tk._bwd_gather_kernel, c, w)

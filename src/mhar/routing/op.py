@@ -257,7 +257,11 @@ def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, h
 
 def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, grad: Tensor, stat: Tensor,
                      off: Tensor | None, y: Tensor | None, heads: int, eps: float,
-                     sink: SinkSpan | None = None) -> list[Tensor | None]:
+                     sink: SinkSpan | None = None, partial: tuple[Tensor, Tensor, Tensor] | None = None
+                     ) -> list[Tensor | None]:
+    """partial (a final read that started from a phase-1 row, one query): (m0, grad_o,
+    grad_l), the row's max (n_tok, H) and two fp32 outputs (n_tok, d) and (n_tok, H) that
+    the kernel fills with the row's gradients."""
     from mhar.routing.triton_kernels import _bwd_kernel
 
     srcs = _contig(srcs)
@@ -302,7 +306,8 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
             coef_b = torch.empty_like(coef_a)
             coef_c = torch.empty((len(srcs), S, n_tok), dtype=torch.float32, device=dev)
             _bwd_kernel[(S, n_prog)](src_table, srcs[0], src_table, w, grad, stat, off.contiguous(), grad, dw_parts,
-                                     coef_a, coef_b, coef_c, len(srcs), 0, n_tok, S, d, dh, eps, n_tiles, n_prog,
+                                     coef_a, coef_b, coef_c, dw_parts, dw_parts, dw_parts,
+                                     len(srcs), 0, n_tok, S, d, dh, eps, n_tiles, n_prog,
                                      **tile, SINGLE=True, FINAL=False, PF=cfg["bwd_pf"], COEF=True,
                                      num_warps=cfg["bwd_warps"])
             parts = dict(H=heads, HP=tile["HP"], DA=tile["DA"], DB=tile["DB"], HAS_B=tile["HAS_B"],
@@ -326,12 +331,14 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
         if n_tiles:
             final = y is not None
             assert final == (off is None) and (not final or S == 1)
+            assert partial is None or final
+            pm, pgo, pgl = partial if partial is not None else (dw_parts, dw_parts, dw_parts)
             _bwd_kernel[(n_prog,)](src_table, srcs[0], dest_table, w,
                                    grad.contiguous(), stat, stat if final else off.contiguous(),
                                    y.contiguous() if final else grad, dw_parts, dw_parts, dw_parts, dw_parts,
-                                   len(srcs), n_acc, n_tok, S, d, dh, eps, n_tiles, n_prog,
+                                   pm, pgo, pgl, len(srcs), n_acc, n_tok, S, d, dh, eps, n_tiles, n_prog,
                                    **tile, SINGLE=(S == 1), FINAL=final, ACCUM=n_acc > 0, PF=cfg["bwd_pf"],
-                                   num_warps=cfg["bwd_warps"])
+                                   PARTIAL=partial is not None, num_warps=cfg["bwd_warps"])
     if not n_tok:
         dw_parts.zero_()
         for g in dests[n_acc:]:
@@ -605,7 +612,7 @@ class _MergeFn(torch.autograd.Function):
     normalised, in one kernel pass. Backward: the final read's backward over the new
     sources (the softmax statistic lse covers the partial's mass too, so its formulas
     are unchanged), and for the partial, per head, grad_o = e^(m - lse) g and
-    grad_l = -e^(m - lse) (g . y)."""
+    grad_l = -e^(m - lse) (g . y), written by the same backward kernel."""
 
     @staticmethod
     def forward(ctx, m0, l0, o0, query, norm_weight, heads, eps, sink, *sources):
@@ -621,12 +628,12 @@ class _MergeFn(torch.autograd.Function):
     def backward(ctx, grad_y):
         query, norm_weight, y, lse, m0, *sources = ctx.saved_tensors
         heads, d, n_tok = ctx.heads, query.shape[-1], lse.shape[0]
+        # the partial row's gradients, written by the same kernel (PARTIAL)
+        grad_o = _new((1, n_tok, d), torch.float32, lse.device)
+        grad_l = _new((1, n_tok, heads), torch.float32, lse.device)
         res = _triton_backward(sources, query.view(1, d), norm_weight.view(1, d), grad_y.reshape(1, n_tok, d),
-                               lse.view(1, n_tok, heads), None, y, heads, ctx.eps, ctx.sink)
-        scale = torch.exp(m0.reshape(n_tok, heads) - lse)  # the partial's weight in the read, per head
-        g = grad_y.reshape(n_tok, heads, d // heads).float()
-        grad_o = (g * scale.unsqueeze(-1)).reshape(1, n_tok, d)
-        grad_l = (-(g * y.reshape(n_tok, heads, d // heads).float()).sum(-1) * scale).reshape(1, n_tok, heads)
+                               lse.view(1, n_tok, heads), None, y, heads, ctx.eps, ctx.sink,
+                               partial=(m0.reshape(n_tok, heads).contiguous(), grad_o, grad_l))
         return (None, grad_l, grad_o, res[0].view(query.shape), res[1].view(norm_weight.shape), None, None, None,
                 *res[2:])
 

@@ -187,11 +187,12 @@ def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, M0, L0, O0,
 
 
 @triton.jit
-def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW, CA, CB, CC,
+def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW, CA, CB, CC, PM, PGO, PGL,
                 n_src, n_acc, n_tok, n_q, d: tl.constexpr, dh: tl.constexpr, eps, n_tiles, n_prog,
                 H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, BM: tl.constexpr,
                 HAS_B: tl.constexpr, EVEN: tl.constexpr, ALIGN: tl.constexpr, SINGLE: tl.constexpr, FINAL: tl.constexpr,
-                ACCUM: tl.constexpr = False, PF: tl.constexpr = 1, COEF: tl.constexpr = False):
+                ACCUM: tl.constexpr = False, PF: tl.constexpr = 1, COEF: tl.constexpr = False,
+                PARTIAL: tl.constexpr = False):
     """gtable: data pointers of the sources' gradients; with ACCUM the first n_acc are
     running sums added into, the rest are written once (ACCUM is a constexpr so that
     calls without sums keep the registers the sum's tile would take).
@@ -208,7 +209,12 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW, CA, CB, CC,
     query q of an S-query read and, instead of writing gradients, stores per source i
     the coefficients of its gradient, a and r dz per head into CA and CB (n_src, S, n_tok,
     H) and c into CC (n_src, S, n_tok); ``_bwd_gather_kernel`` then forms the gradients.
-    The S programs of a token tile run side by side and share its source rows in L2."""
+    The S programs of a token tile run side by side and share its source rows in L2.
+
+    PARTIAL (with FINAL; the backward of a fused phase-2 read that started from a phase-1
+    row with max PM (n_tok, H)): also writes that row's gradients, per head
+    PGO = e^(PM - lse) g (n_tok, d) and PGL = -e^(PM - lse) (g . y) (n_tok, H), fp32, from
+    the g and g . y the kernel has loaded anyway (no separate elementwise passes)."""
     pid = tl.program_id(0)
     dw_row = DW + pid.to(tl.int64) * d
     if COEF:  # one query per program: every per-query pointer moves to query q
@@ -270,6 +276,12 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW, CA, CB, CC,
                     of0 -= tl.sum(gob * _ld(Y + offs_b, mask_b, EVEN).to(tl.float32), axis=2)
             else:
                 of0 = _ld(OFF + hoffs, hmask, EVEN).to(tl.float32)
+            if PARTIAL:  # the phase-1 row's gradients: its weight in this read, per head
+                sc = tl.where(hmask, tl.exp(_ld(PM + hoffs, hmask, EVEN) - st0), 0.0)
+                _st(PGO + offs_a, sc[:, :, None] * goa, mask_a, EVEN)
+                if HAS_B:
+                    _st(PGO + offs_b, sc[:, :, None] * gob, mask_b, EVEN)
+                _st(PGL + hoffs, sc * of0, hmask, EVEN)
         for i in range(n_src):
             xa = xa_n.to(tl.float32)
             if PF == 2:
