@@ -337,8 +337,8 @@ def main():
         if not args.no_step:
             for h in (1, 8):
                 # one-pass, then two-phase with each phase-1 backward (see op._QUERIES)
-                for chunk, label, tune in ((None, "", None), *((args.chunk, lab, t) for lab, t in PHASE1)):
-                    rop.TUNE = tune
+                for chunk, label, override in ((None, "", None), *((args.chunk, lab, t) for lab, t in PHASE1)):
+                    rop.TUNE = override
                     try:
                         t, kern = whole_step(case, h, chunk)
                         name = "one-pass" if chunk is None else f"two-phase S={chunk}{label}"
@@ -373,9 +373,13 @@ def profile(case, heads):
 
 
 VARIANTS = [("mhar-triton pf1", {"fwd_pf": 1, "bwd_pf": 1})]
-# the whole step's two-phase rows: the phase-1 kernels each uses (op._QUERIES). Session-4
-# candidates (split-column and tensor-core backwards) were slower and are gone; their runs
-# are in bench/results/routing_h200.md.
+# (elements per tile, warps, prefetch depth[, backward programs per SM])
+FWD_CONFIGS = [(1024, 1, 1), (1024, 2, 1), (1024, 4, 1), (2048, 4, 1), (1024, 2, 2)]
+BWD_CONFIGS = [(1024, 1, 1, 16), (1024, 2, 1, 16), (1024, 4, 1, 8), (1024, 4, 2, 8), (2048, 4, 1, 8),
+               (1024, 2, 2, 16)]
+# the whole step's two-phase rows: the phase-1 kernels each uses (op._QUERIES). Two other
+# session-4 candidates (split-column and tensor-core backwards) were slower and are gone;
+# their runs are in bench/results/routing_h200.md.
 PHASE1 = [("", None), (", two-pass bwd", {"bwd_twopass": True}),
           (", two-pass bwd, token gather", {"bwd_twopass": True, "twopass_tokens": True}),
           (", queries-tile bwd", {"bwd_queries": True}),
