@@ -83,9 +83,6 @@ def probe(preset: str, method: str, warmup: int) -> dict:
     opt.zero_grad(set_to_none=True)
     torch.cuda.synchronize()
     r["peak_optimizer_gb"] = torch.cuda.max_memory_allocated() / GB
-    del model, opt, loss
-    gc.collect()  # compiled modules sit in reference cycles: free this model before the next
-    torch.cuda.empty_cache()
     return r
 
 
@@ -98,6 +95,8 @@ def main() -> None:
     args = ap.parse_args()
     rows = []
     for m in args.methods.split(","):
+        gc.collect()  # the previous model sits in reference cycles: free it before this one
+        torch.cuda.empty_cache()
         rows.append(probe(args.preset, m, args.warmup))
         print(json.dumps(rows[-1]), flush=True)
     if args.out:
