@@ -93,9 +93,9 @@ def main() -> None:
                     c = dict(tile(d, heads), BM=1, ACCUM=True)
                     r2 = resources(tk._bwd_gather_kernel, c, w)
                     c = {k: v for k, v in dict(tile(d, heads), SP=_pow2(args.queries), ACCUM=True).items() if k != "EVEN"}
-                    r3 = resources(tk._bwd_gather_tokens_kernel, c, 8 * w)  # its own warps: 8 by default
+                    r3 = resources(tk._bwd_gather_tokens_kernel, c, 16 * w)  # its own warps: 16 by default
                     for name, r in (("_bwd_kernel (COEF)", r1), ("_bwd_gather_kernel", r2),
-                                    (f"_bwd_gather_tokens_kernel ({8 * w} warps)", r3)):
+                                    (f"_bwd_gather_tokens_kernel ({16 * w} warps)", r3)):
                         print(f"| {name} | {d} | {heads} | {w} | {r['regs']} | {r['stack']} | "
                               f"{r['layout_conversions']} |", flush=True)
                 else:

@@ -124,7 +124,7 @@ def _pow2(n: int) -> int:
 # Checked against the reference (interpreter); not yet timed on a GPU.
 _QUERIES = {"fwd_queries": False, "fwdq_warps": 8, "fwdq_progs_per_sm": 1,
             "bwd_queries": False, "bwdq_warps": 8, "bwdq_progs_per_sm": 1,
-            "bwd_twopass": False, "twopass_tokens": False, "twpt_warps": 8, "twpt_progs_per_sm": 2}
+            "bwd_twopass": False, "twopass_tokens": False, "twpt_warps": 16, "twpt_progs_per_sm": 1}
 _DEFAULTS = {
     False: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1,
             "bwd_elems": 1024, "bwd_warps": 2, "bwd_pf": 1, "bwd_progs_per_sm": 16, **_QUERIES},

@@ -474,7 +474,8 @@ def _bwd_gather_tokens_kernel(table, ref, gtable, W, G, CA, CB, CC, n_src, n_acc
     (persistent programs over tokens): the token's S upstream-gradient rows are loaded once
     and stay in registers, where the per-source kernel re-reads them from L2 for every
     source. The gradient is elementwise in them (the sum over queries is a register axis),
-    so no reduction crosses warps and no barrier waits per source."""
+    so no reduction crosses warps and no barrier waits per source. The next source's row,
+    running sum and coefficients are loaded while this one's gradient is formed."""
     pid = tl.program_id(0)
     elem = ref.dtype.element_ty
     rq = tl.arange(0, SP)
@@ -490,25 +491,53 @@ def _bwd_gather_tokens_kernel(table, ref, gtable, W, G, CA, CB, CC, n_src, n_acc
         g_a = tl.load(G + g_rows + col_a[None, :, :], mask=qmask_a, other=0.0)
         if HAS_B:
             g_b = tl.load(G + g_rows + col_b[None, :, :], mask=qmask_b, other=0.0)
+        # source 0's row, running sum and coefficients; inside the loop the next source's
+        # are loaded before this one's gradient is formed (one source of prefetch)
+        x_a_n, s_a_n, a_n, b_n, c_n = _gather_loads(table, gtable, ref, CA, CB, CC, 0, t64, rq, rh, qmask, hq,
+                                                    n_acc, n_tok, n_q, d, H, col_a, cmask_a, ALIGN, ACCUM)
+        x_b_n, s_b_n = x_a_n, s_a_n  # placeholders without a part B
+        if HAS_B:
+            x_b_n, s_b_n = _gather_rows(table, gtable, ref, 0, t64, n_acc, d, col_b, cmask_b, ALIGN, ACCUM)
         for i in range(n_src):
-            src = _src(table, i, ref, ALIGN) + t64 * d
-            dst = _src(gtable, i, ref, ALIGN) + t64 * d
-            pair = (tl.cast(i * n_q, tl.int64) + rq) * n_tok + t64             # (SP,)
-            a = tl.load(CA + pair[:, None] * H + rh[None, :], mask=hq, other=0.0)[:, :, None]
-            b = tl.load(CB + pair[:, None] * H + rh[None, :], mask=hq, other=0.0)[:, :, None]
-            c = tl.sum(tl.load(CC + pair, mask=qmask, other=0.0), axis=0)
-            if ACCUM:  # a running sum's current value (zeros, no traffic, past n_acc)
-                summing = (tl.zeros([1, 1], tl.int32) + i) < n_acc
-            acc_a = tl.sum(a * g_a + b * w_a, axis=0) - c * tl.load(src + col_a, mask=cmask_a, other=0.0).to(tl.float32)
-            if ACCUM:
-                acc_a += tl.load(dst + col_a, mask=cmask_a & summing, other=0.0).to(tl.float32)
-            tl.store(dst + col_a, acc_a.to(elem), mask=cmask_a)
+            x_a, s_a, a, b, c = x_a_n, s_a_n, a_n, b_n, c_n
+            x_b, s_b = x_b_n, s_b_n
+            nxt = tl.minimum(i + 1, n_src - 1)
+            x_a_n, s_a_n, a_n, b_n, c_n = _gather_loads(table, gtable, ref, CA, CB, CC, nxt, t64, rq, rh, qmask, hq,
+                                                        n_acc, n_tok, n_q, d, H, col_a, cmask_a, ALIGN, ACCUM)
             if HAS_B:
-                acc_b = (tl.sum(a * g_b + b * w_b, axis=0)
-                         - c * tl.load(src + col_b, mask=cmask_b, other=0.0).to(tl.float32))
-                if ACCUM:
-                    acc_b += tl.load(dst + col_b, mask=cmask_b & summing, other=0.0).to(tl.float32)
-                tl.store(dst + col_b, acc_b.to(elem), mask=cmask_b)
+                x_b_n, s_b_n = _gather_rows(table, gtable, ref, nxt, t64, n_acc, d, col_b, cmask_b, ALIGN, ACCUM)
+            dst = _src(gtable, i, ref, ALIGN) + t64 * d
+            tl.store(dst + col_a, (tl.sum(a * g_a + b * w_a, axis=0) - c * x_a + s_a).to(elem), mask=cmask_a)
+            if HAS_B:
+                tl.store(dst + col_b, (tl.sum(a * g_b + b * w_b, axis=0) - c * x_b + s_b).to(elem), mask=cmask_b)
+
+
+@triton.jit
+def _gather_rows(table, gtable, ref, i, t64, n_acc, d: tl.constexpr, col, cmask, ALIGN: tl.constexpr,
+                 ACCUM: tl.constexpr):
+    """Source i's row of one token in one column part (fp32), and its running sum there
+    (zeros past n_acc, or without ACCUM)."""
+    x = tl.load(_src(table, i, ref, ALIGN) + t64 * d + col, mask=cmask, other=0.0).to(tl.float32)
+    if ACCUM:
+        summing = (tl.zeros([1, 1], tl.int32) + i) < n_acc
+        prev = tl.load(_src(gtable, i, ref, ALIGN) + t64 * d + col, mask=cmask & summing, other=0.0)
+        return x, prev.to(tl.float32)
+    return x, tl.zeros_like(x)
+
+
+@triton.jit
+def _gather_loads(table, gtable, ref, CA, CB, CC, i, t64, rq, rh, qmask, hq, n_acc, n_tok, n_q, d: tl.constexpr,
+                  H: tl.constexpr, col_a, cmask_a, ALIGN: tl.constexpr, ACCUM: tl.constexpr):
+    """What ``_bwd_gather_tokens_kernel`` reads per (source i, token), part B's row and
+    running sum aside: part A's, and the gradient's coefficients a, b (SP, HP, 1) and the
+    sum of c over queries."""
+    x_a, s_a = _gather_rows(table, gtable, ref, i, t64, n_acc, d, col_a, cmask_a, ALIGN, ACCUM)
+    pair = (tl.cast(i * n_q, tl.int64) + rq) * n_tok + t64                  # (SP,)
+    a = tl.load(CA + pair[:, None] * H + rh[None, :], mask=hq, other=0.0)[:, :, None]
+    b = tl.load(CB + pair[:, None] * H + rh[None, :], mask=hq, other=0.0)[:, :, None]
+    c = tl.sum(tl.load(CC + pair, mask=qmask, other=0.0), axis=0)
+    return x_a, s_a, a, b, c
+
 
 @triton.jit
 def _bwd_queries_kernel(table, ref, gtable, W, G, STAT, OFF, DW,
