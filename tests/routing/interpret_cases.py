@@ -247,6 +247,40 @@ def test_model_two_phase_equals_one_pass(overrides, gen):
         assert rel(pb.grad, pa.grad) <= 1e-4, name
 
 
+@pytest.mark.parametrize("overrides", [dict(chunk=3), dict(block_size=3)])
+def test_model_two_phase_frees_phase1_blocks(overrides, gen, monkeypatch):
+    # nothing saved for backward may keep a phase-1 (S, M, d) fp32 block alive: the
+    # fused merges save no row of it and finalize saves l and its output, not o
+    from mhar.model import Decoder, ModelConfig
+    from mhar.model.config import method_stream
+    from mhar.streams import routed
+
+    blocks = []  # kept alive, so that no other tensor can reuse a block's address
+    real = routed.routing.route_partial
+
+    def recording(*args, **kwargs):
+        p = real(*args, **kwargs)
+        blocks.append(p.o)
+        return p
+
+    monkeypatch.setattr(routed.routing, "route_partial", recording)
+    stream = method_stream("mhar", 8, 32, heads=4, schedule="two-phase", **overrides)
+    model = Decoder(ModelConfig(vocab_size=64, d_model=32, n_layers=4, n_heads=4, n_kv_heads=2, d_ff=64,
+                                max_seq_len=16, stream=stream))
+    saved = set()
+
+    def pack(t):
+        saved.add(t.untyped_storage().data_ptr())
+        return t
+
+    ids = torch.randint(0, 64, (2, 9), generator=gen)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = model.loss(ids[:, :-1], ids[:, 1:])
+    assert blocks, "the stream made no phase-1 read"
+    assert not {o.untyped_storage().data_ptr() for o in blocks} & saved, "a phase-1 block is saved for backward"
+    loss.backward()
+
+
 @pytest.mark.parametrize("n_sites,lead,d,heads,extra,chunk", [
     (4, (5,), 32, 1, False, 0), (5, (2, 3), 40, 8, False, 0), (4, (7,), 80, 1, True, 0),
     (5, (5,), 32, 4, False, 2), (4, (3,), 24, 1, True, 3)])

@@ -6,11 +6,10 @@ elsewhere; force one with :func:`set_backend` or ``MHAR_ROUTING_BACKEND``).
 The reference's own functions stay importable from :mod:`mhar.routing.reference`.
 """
 
-from mhar.routing.op import GradientSink, get_backend, route, route_merge, route_partial, set_backend
+from mhar.routing.op import GradientSink, finalize, get_backend, route, route_merge, route_partial, set_backend
 from mhar.routing.reference import (
     KEY_NORM_EPS,
     Partial,
-    finalize,
     merge_partials,
     routing_weights,
 )

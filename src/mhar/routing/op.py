@@ -638,6 +638,39 @@ class _MergeFn(torch.autograd.Function):
                 *res[2:])
 
 
+class _FinalizeFn(torch.autograd.Function):
+    """``reference.finalize`` (o / l per head), saving l and the output for backward
+    instead of the fp32 o: a phase-1 row's o is a view of the whole (S, M, d) fp32 block,
+    which saving it would keep alive until backward. grad_o = g / l and grad_l =
+    -(g . x) / l per head; for a 16-bit output the second uses the rounded x (as the
+    fused phase 2's backward does)."""
+
+    @staticmethod
+    def forward(ctx, l, o, shape, dtype):
+        S, M, H = l.shape
+        d = o.shape[-1]
+        x = (o.view(S, M, H, d // H) / l.unsqueeze(-1)).view(S, *shape).to(dtype)
+        ctx.save_for_backward(l, x)
+        return x
+
+    @staticmethod
+    def backward(ctx, g):
+        l, x = ctx.saved_tensors
+        S, M, H = l.shape
+        d = x.shape[-1]
+        inv = 1 / l.unsqueeze(-1)
+        g = g.reshape(S, M, H, d // H).to(l.dtype)
+        grad_o = (g * inv).view(S, M, d)
+        grad_l = -(g * x.reshape(S, M, H, d // H).to(l.dtype)).sum(-1) * inv.squeeze(-1)
+        return grad_l, grad_o, None, None
+
+
+def finalize(p: Partial, shape, dtype: torch.dtype) -> Tensor:
+    """Normalise a partial read: x = o / l, reshaped to (S, *shape) in ``dtype``. Same
+    values as :func:`mhar.routing.reference.finalize`; keeps l and x for backward, not o."""
+    return _FinalizeFn.apply(p.l, p.o, tuple(shape), dtype)
+
+
 def _compiling() -> bool:
     try:
         return torch.compiler.is_compiling()
