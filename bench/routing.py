@@ -229,7 +229,8 @@ def whole_step(case, heads, chunk):
 
 
 def kernel_breakdown(fn, iters=2):
-    """Device time per call of fn, in all and per kernel name (top 6), from the profiler."""
+    """Device time per call of fn, in all and per kernel (the top 6 by time), from the
+    profiler: excludes host overhead."""
     from torch.profiler import ProfilerActivity, profile as prof
     fn()
     torch.cuda.synchronize()
@@ -241,10 +242,10 @@ def kernel_breakdown(fn, iters=2):
     for e in p.key_averages():
         us = getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0.0)
         if us:
-            per[e.key[:60]] = (us / iters / 1000.0, e.count // iters)
+            per[e.key] = (us / iters / 1000.0, e.count // iters)
     top = sorted(per.items(), key=lambda kv: -kv[1][0])[:6]
     return {"kernel_ms": sum(v[0] for v in per.values()),
-            "top": [{"name": k, "ms": round(v[0], 3), "calls": v[1]} for k, v in top]}
+            "top": [{"name": k[:60], "ms": round(v[0], 3), "calls": v[1]} for k, v in top]}
 
 
 def main():
@@ -430,17 +431,7 @@ def tune(case, results, key):
 
 def gpu_ms(fn, iters=3):
     """Device (kernel) time per call from the profiler: excludes host overhead."""
-    from torch.profiler import ProfilerActivity, profile as prof
-    fn()
-    torch.cuda.synchronize()
-    with prof(activities=[ProfilerActivity.CUDA]) as p:
-        for _ in range(iters):
-            fn()
-        torch.cuda.synchronize()
-    tot = 0.0
-    for e in p.key_averages():
-        tot += getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0.0)
-    return tot / iters / 1000.0
+    return kernel_breakdown(fn, iters)["kernel_ms"]
 
 
 def _git_commit():
