@@ -87,6 +87,16 @@ def _src(table, k, ref, ALIGN: tl.constexpr):
 
 
 @triton.jit
+def _next_tile(x_n, x_n2, p_next, offs, mask, EVEN: tl.constexpr, PF: tl.constexpr):
+    """The prefetch rotation of the source loops: returns the tile to reduce now (fp32)
+    and the tiles in flight after issuing the load of the one PF sources ahead."""
+    x = x_n.to(tl.float32)
+    if PF == 2:
+        return x, x_n2, _ld(p_next + offs, mask, EVEN)
+    return x, _ld(p_next + offs, mask, EVEN), x_n2
+
+
+@triton.jit
 def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, M0, L0, O0,
                 n_src, n_tok, d: tl.constexpr, dh: tl.constexpr, eps,
                 H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, BM: tl.constexpr,
@@ -140,21 +150,11 @@ def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, M0, L0, O0,
             xb_n2 = _ld(p1 + offs_b, mask_b, EVEN)
     p_next = _src(table, tl.minimum(PF, n_src - 1), ref, ALIGN)
     for i in range(n_src):
-        xa = xa_n.to(tl.float32)
-        if PF == 2:
-            xa_n = xa_n2
-            xa_n2 = _ld(p_next + offs_a, mask_a, EVEN)
-        else:
-            xa_n = _ld(p_next + offs_a, mask_a, EVEN)
+        xa, xa_n, xa_n2 = _next_tile(xa_n, xa_n2, p_next, offs_a, mask_a, EVEN, PF)
         ss = tl.sum(tl.sum(xa * xa, axis=2), axis=1)            # (BM,)
         zr = tl.sum(xa * wa[None, :, :], axis=2)                # (BM, HP)
         if HAS_B:
-            xb = xb_n.to(tl.float32)
-            if PF == 2:
-                xb_n = xb_n2
-                xb_n2 = _ld(p_next + offs_b, mask_b, EVEN)
-            else:
-                xb_n = _ld(p_next + offs_b, mask_b, EVEN)
+            xb, xb_n, xb_n2 = _next_tile(xb_n, xb_n2, p_next, offs_b, mask_b, EVEN, PF)
             ss += tl.sum(tl.sum(xb * xb, axis=2), axis=1)
             zr += tl.sum(xb * wb[None, :, :], axis=2)
         p_next = _src(table, tl.minimum(i + PF + 1, n_src - 1), ref, ALIGN)
@@ -283,20 +283,10 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW, CA, CB, CC, PM, PGO,
                     _st(PGO + offs_b, sc[:, :, None] * gob, mask_b, EVEN)
                 _st(PGL + hoffs, sc * of0, hmask, EVEN)
         for i in range(n_src):
-            xa = xa_n.to(tl.float32)
-            if PF == 2:
-                xa_n = xa_n2
-                xa_n2 = _ld(p_next + offs_a, mask_a, EVEN)
-            else:
-                xa_n = _ld(p_next + offs_a, mask_a, EVEN)
+            xa, xa_n, xa_n2 = _next_tile(xa_n, xa_n2, p_next, offs_a, mask_a, EVEN, PF)
             ss = tl.sum(tl.sum(xa * xa, axis=2), axis=1)
             if HAS_B:
-                xb = xb_n.to(tl.float32)
-                if PF == 2:
-                    xb_n = xb_n2
-                    xb_n2 = _ld(p_next + offs_b, mask_b, EVEN)
-                else:
-                    xb_n = _ld(p_next + offs_b, mask_b, EVEN)
+                xb, xb_n, xb_n2 = _next_tile(xb_n, xb_n2, p_next, offs_b, mask_b, EVEN, PF)
                 ss += tl.sum(tl.sum(xb * xb, axis=2), axis=1)
             p_next = _src(table, tl.minimum(i + PF + 1, n_src - 1), ref, ALIGN)
             gdst = _src(gtable, i, ref, ALIGN)
