@@ -530,6 +530,16 @@ def _gather_loads(table, gtable, ref, CA, CB, CC, i, t64, rq, rh, qmask, hq, n_a
 
 
 @triton.jit
+def _query_tile(x_n, p_next, row, col, cmask, w, EVEN: tl.constexpr):
+    """One column part of a token's source row in the queries-tile kernels: the tile to
+    use now (fp32), the next source's tile (its load issued here, in flight meanwhile),
+    and the part's sum of squares and per-(query, head) dot products with w (SP, HP, .)."""
+    x = x_n.to(tl.float32)
+    nxt = _ld(p_next + row + col, cmask, EVEN)
+    return x, nxt, tl.sum(tl.sum(x * x, axis=1), axis=0), tl.sum(x[None, :, :] * w, axis=2)
+
+
+@triton.jit
 def _bwd_queries_kernel(table, ref, gtable, W, G, STAT, OFF, DW,
                         n_src, n_acc, n_tok, n_q, d: tl.constexpr, dh: tl.constexpr, eps, n_prog,
                         H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, SP: tl.constexpr,
@@ -570,16 +580,13 @@ def _bwd_queries_kernel(table, ref, gtable, W, G, STAT, OFF, DW,
             xb_n = _ld(p_first + row + col_b, cmask_b, EVEN)
         p_next = p_second
         for i in range(n_src):
-            xa = xa_n.to(tl.float32)
-            xa_n = _ld(p_next + row + col_a, cmask_a, EVEN)  # the next source, in flight meanwhile
-            ss = tl.sum(tl.sum(xa * xa, axis=1), axis=0)
-            zr = tl.sum(xa[None, :, :] * w_a, axis=2)                     # (SP, HP)
+            # this source's tile (the next one's load in flight meanwhile), its sum of squares and logits
+            xa, xa_n, ss, zr = _query_tile(xa_n, p_next, row, col_a, cmask_a, w_a, EVEN)
             gx = tl.sum(xa[None, :, :] * g_a, axis=2)
             if HAS_B:
-                xb = xb_n.to(tl.float32)
-                xb_n = _ld(p_next + row + col_b, cmask_b, EVEN)
-                ss += tl.sum(tl.sum(xb * xb, axis=1), axis=0)
-                zr += tl.sum(xb[None, :, :] * w_b, axis=2)
+                xb, xb_n, ss_b, zr_b = _query_tile(xb_n, p_next, row, col_b, cmask_b, w_b, EVEN)
+                ss += ss_b
+                zr += zr_b
                 gx += tl.sum(xb[None, :, :] * g_b, axis=2)
             p_next = _src(table, tl.minimum(i + 2, n_src - 1), ref, ALIGN)
             gdst = _src(gtable, i, ref, ALIGN)
@@ -637,15 +644,11 @@ def _fwd_queries_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, n_src, n_tok, n_q, d
             xb_n = _ld(p_first + row + col_b, cmask_b, EVEN)
         p_next = p_second
         for i in range(n_src):
-            xa = xa_n.to(tl.float32)
-            xa_n = _ld(p_next + row + col_a, cmask_a, EVEN)  # the next source, in flight meanwhile
-            ss = tl.sum(tl.sum(xa * xa, axis=1), axis=0)
-            zr = tl.sum(xa[None, :, :] * w_a, axis=2)                     # (SP, HP)
+            xa, xa_n, ss, zr = _query_tile(xa_n, p_next, row, col_a, cmask_a, w_a, EVEN)
             if HAS_B:
-                xb = xb_n.to(tl.float32)
-                xb_n = _ld(p_next + row + col_b, cmask_b, EVEN)
-                ss += tl.sum(tl.sum(xb * xb, axis=1), axis=0)
-                zr += tl.sum(xb[None, :, :] * w_b, axis=2)
+                xb, xb_n, ss_b, zr_b = _query_tile(xb_n, p_next, row, col_b, cmask_b, w_b, EVEN)
+                ss += ss_b
+                zr += zr_b
             p_next = _src(table, tl.minimum(i + 2, n_src - 1), ref, ALIGN)
             z = zr / tl.sqrt(ss / d + eps)
             m_new = tl.maximum(m_i, z)
