@@ -7,7 +7,7 @@ The numbers quoted in docs/kernels.md and bench/results/ for register pressure c
 this script (run with triton 3.6, the GPU machine's version).
 
     PYTHONPATH=src python bench/compile_sm90.py                    # every kernel below
-    PYTHONPATH=src python bench/compile_sm90.py --kernels queries --warps 8
+    PYTHONPATH=src python bench/compile_sm90.py --kernels twopass --gather-sources 8 --gather-warps 4
 """
 
 from __future__ import annotations
@@ -48,8 +48,12 @@ def resources(fn, constexprs: dict, warps: int, pointers: dict | None = None) ->
         f.flush()
         tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
         out = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True, check=True).stdout
+    ptx = kernel.asm["ptx"]
     return {"regs": int(re.search(r"REG:(\d+)", out).group(1)), "stack": int(re.search(r"STACK:(\d+)", out).group(1)),
-            "layout_conversions": kernel.asm["ttgir"].count("convert_layout")}
+            "layout_conversions": kernel.asm["ttgir"].count("convert_layout"),
+            # memory instructions by width: 16-byte vectors, and 2-byte scalar ones (bf16 without vectorisation)
+            "v4": len(re.findall(r"(?:ld|st)\.global[\w.]*\.v4", ptx)),
+            "b16": len(re.findall(r"(?:ld|st)\.global[\w.]*\.(?:b16|u16)\b", ptx))}
 
 
 def tile(d: int, heads: int) -> dict:
@@ -60,51 +64,41 @@ def tile(d: int, heads: int) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--kernels", default="single,queries", help="single: the one-query kernels (backward with and "
-                    "without running sums); queries: the queries-tile phase-1 kernels; twopass: the two-pass phase-1 "
-                    "backward")
-    ap.add_argument("--warps", default="", help="comma list (default: 1 for single, 8 for queries)")
-    ap.add_argument("--queries", type=int, default=8, help="S for the queries-tile kernels")
+    ap.add_argument("--kernels", default="single,twopass", help="single: the one-query kernels (backward with and "
+                    "without running sums); twopass: the two-pass phase-1 backward (COEF pass and gather)")
+    ap.add_argument("--warps", default="1", help="comma list of warps for the source-loop kernels")
+    ap.add_argument("--gather-sources", type=int, default=8, help="sources per gather program (KS)")
+    ap.add_argument("--gather-warps", type=int, default=4)
     ap.add_argument("--stages", type=int, default=0, help="num_stages (default: triton's)")
     args = ap.parse_args()
     if args.stages:
         STAGES["num_stages"] = args.stages
-    print("| kernel | d | H | warps | registers | stack bytes | layout conversions |")
-    print("|---|---|---|---|---|---|---|")
+    print("| kernel | d | H | warps | registers | stack bytes | layout conversions | 16-byte / 2-byte memory ops |")
+    print("|---|---|---|---|---|---|---|---|")
+
+    def row(name, d, heads, w, r):
+        print(f"| {name} | {d} | {heads} | {w} | {r['regs']} | {r['stack']} | {r['layout_conversions']} | "
+              f"{r['v4']} / {r['b16']} |", flush=True)
+
     for kind in args.kernels.split(","):
-        warps = [int(w) for w in args.warps.split(",")] if args.warps else [1 if kind in ("single", "twopass") else 8]
         for d, heads in SHAPES:
-            for w in warps:
+            for w in [int(v) for v in args.warps.split(",")]:
                 if kind == "single":
                     c = dict(tile(d, heads), BM=1, PF=1, FINAL=True)
-                    r = resources(tk._fwd_kernel, c, w)
-                    print(f"| _fwd_kernel | {d} | {heads} | {w} | {r['regs']} | {r['stack']} | "
-                          f"{r['layout_conversions']} |", flush=True)
+                    row("_fwd_kernel", d, heads, w, resources(tk._fwd_kernel, c, w))
                     for accum in (False, True):
                         c = dict(tile(d, heads), BM=1, PF=1, SINGLE=True, FINAL=True, ACCUM=accum, COEF=False,
                                  PARTIAL=False)
                         r = resources(tk._bwd_kernel, c, w, {"G": "*bf16"})  # a final read's grad_y
-                        print(f"| _bwd_kernel{' (sums)' if accum else ''} | {d} | {heads} | {w} | {r['regs']} | "
-                              f"{r['stack']} | {r['layout_conversions']} |", flush=True)
+                        row(f"_bwd_kernel{' (sums)' if accum else ''}", d, heads, w, r)
                 elif kind == "twopass":
                     c = dict(tile(d, heads), BM=1, PF=1, SINGLE=True, FINAL=False, ACCUM=False, COEF=True,
                              PARTIAL=False)
-                    r1 = resources(tk._bwd_kernel, c, w)
-                    c = dict(tile(d, heads), BM=1, ACCUM=True)
-                    r2 = resources(tk._bwd_gather_kernel, c, w)
-                    c = {k: v for k, v in dict(tile(d, heads), SP=_pow2(args.queries), ACCUM=True).items() if k != "EVEN"}
-                    r3 = resources(tk._bwd_gather_tokens_kernel, c, 16 * w)  # its own warps: 16 by default
-                    for name, r in (("_bwd_kernel (COEF)", r1), ("_bwd_gather_kernel", r2),
-                                    (f"_bwd_gather_tokens_kernel ({16 * w} warps)", r3)):
-                        print(f"| {name} | {d} | {heads} | {w} | {r['regs']} | {r['stack']} | "
-                              f"{r['layout_conversions']} |", flush=True)
-                else:
-                    c = dict(tile(d, heads), SP=_pow2(args.queries))
-                    for fn in (tk._fwd_queries_kernel, tk._bwd_queries_kernel):
-                        cc = dict(c, ACCUM=True) if fn is tk._bwd_queries_kernel else c
-                        r = resources(fn, cc, w)
-                        print(f"| {fn.fn.__name__} | {d} | {heads} | {w} | {r['regs']} | {r['stack']} | "
-                              f"{r['layout_conversions']} |", flush=True)
+                    row("_bwd_kernel (COEF)", d, heads, w, resources(tk._bwd_kernel, c, w))
+            if kind == "twopass":
+                c = dict(tile(d, heads), BM=1, KS=args.gather_sources, ACCUM=True)
+                row(f"_bwd_gather_kernel ({args.gather_sources} sources)", d, heads, args.gather_warps,
+                    resources(tk._bwd_gather_kernel, c, args.gather_warps))
 
 
 if __name__ == "__main__":

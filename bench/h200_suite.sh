@@ -33,7 +33,7 @@ done
 # the two-phase methods again with other phase-1 kernels (op._QUERIES; Q_CONFIG, default
 # the two-pass backward), tagged Q_TAG
 echo "${Q_CONFIG:-{\"*\": {\"bwd_twopass\": true\}\}}" > "$R/phase1.json"
-for p in ${PRESETS_Q:-}; do
+for p in ${PRESETS_Q:-}; do  # (two-pass is the default since session 5)
   part "${T_STEPQ:-0}" && MHAR_ROUTING_CONFIG="$R/phase1.json" timeout "${T_STEPQ:-0}" python3 -m mhar bench step \
     --preset "$p" --methods "${METHODS_Q:-baseline,mhar@two-phase,mhar-block@two-phase}" \
     --steps 5 --warmup 3 --out "$R" --tag "$p-${Q_TAG:-twopass}" > "$R/step_$p-${Q_TAG:-twopass}.log" 2>&1

@@ -378,13 +378,14 @@ VARIANTS = [("mhar-triton pf1", {"fwd_pf": 1, "bwd_pf": 1})]
 FWD_CONFIGS = [(1024, 1, 1), (1024, 2, 1), (1024, 4, 1), (2048, 4, 1), (1024, 2, 2)]
 BWD_CONFIGS = [(1024, 1, 1, 16), (1024, 2, 1, 16), (1024, 4, 1, 8), (1024, 4, 2, 8), (2048, 4, 1, 8),
                (1024, 2, 2, 16)]
-# the whole step's two-phase rows: the phase-1 kernels each uses (op._QUERIES). Two other
-# session-4 candidates (split-column and tensor-core backwards) were slower and are gone;
-# their runs are in bench/results/routing_h200.md.
-PHASE1 = [("", None), (", two-pass bwd", {"bwd_twopass": True}),
-          (", two-pass bwd, token gather", {"bwd_twopass": True, "twopass_tokens": True}),
-          (", queries-tile bwd", {"bwd_queries": True}),
-          (", queries-tile fwd+bwd", {"fwd_queries": True, "bwd_queries": True})]
+# the whole step's two-phase rows: the phase-1 backward each uses (op._QUERIES): the
+# default two passes (gather over blocks of 4 sources, 4 warps), other gather blocks, and
+# the loop over the S queries per source. Session 4's other candidates (split-column,
+# tensor-core, queries-tile, token-major gather) were slower and are gone; their runs are
+# in bench/results/routing_h200.md.
+PHASE1 = [("", None), (", gather 8 sources, 8 warps", {"gather_sources": 8, "gather_warps": 8}),
+          (", gather 1 source, 2 warps", {"gather_sources": 1, "gather_warps": 2}),
+          (", S-query loop bwd", {"bwd_twopass": False})]
 
 
 def tune(case, results, key):

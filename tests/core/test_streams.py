@@ -184,7 +184,11 @@ def test_method_names():
         method_stream("mhr", 24)
 
 
-def test_auto_schedule_is_one_pass():
+def test_auto_schedule_is_two_phase_on_cuda_only():
+    from types import SimpleNamespace
+
     from mhar.streams.base import uses_two_phase
-    assert not uses_two_phase("auto") and uses_two_phase("two-phase") and not uses_two_phase("one-pass")
+    cpu, cuda = torch.zeros(1), SimpleNamespace(is_cuda=True)  # only .is_cuda is read
+    assert not uses_two_phase("auto", cpu) and uses_two_phase("auto", cuda)
+    assert uses_two_phase("two-phase", cpu) and not uses_two_phase("one-pass", cuda)
     assert RoutedStream(D, L2).schedule == "auto" and DeltaStream(D, L2).schedule == "auto"

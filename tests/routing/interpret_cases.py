@@ -348,12 +348,13 @@ def test_model_gradient_sink(method, overrides, gen, monkeypatch):
         assert rel(with_sink[name], g) <= 1e-5, name
 
 
-@pytest.fixture(params=["bwd", "fwd", "both", "twopass", "twopass-tokens"])
+@pytest.fixture(params=["s-loop", "blocks-of-1", "blocks-of-2"])
 def queries_kernel(request):
-    # phase 1 through _fwd_queries_kernel and/or _bwd_queries_kernel (the queries as a tile
-    # axis), or its backward in two passes (_bwd_kernel's COEF, then _bwd_gather_kernel)
-    rop.TUNE = dict(fwd_queries=request.param in ("fwd", "both"), bwd_queries=request.param in ("bwd", "both"),
-                    bwd_twopass=request.param.startswith("twopass"), twopass_tokens=request.param == "twopass-tokens")
+    # phase 1's backward other than the default (two passes, the gather over blocks of 4
+    # sources): _bwd_kernel's loop over the S queries per source, or the gather over
+    # blocks of 1 or 2 sources (2 leaves a partial last block at odd source counts)
+    rop.TUNE = {"s-loop": dict(bwd_twopass=False), "blocks-of-1": dict(gather_sources=1),
+                "blocks-of-2": dict(gather_sources=2)}[request.param]
     yield
     rop.TUNE = None
 

@@ -133,10 +133,10 @@ def test_config_file_star_key_sets_every_default(tmp_path, monkeypatch):
 
     from mhar.routing import op as rop
     monkeypatch.setattr(rop, "_DEFAULTS", {k: dict(v) for k, v in rop._DEFAULTS.items()})
-    path = tmp_path / "queries.json"
-    path.write_text(json.dumps({"*": {"bwd_queries": True}}))
+    path = tmp_path / "phase1.json"
+    path.write_text(json.dumps({"*": {"bwd_twopass": False}}))
     rop.load_config_table(str(path))
-    assert rop._cfg(1024, False)["bwd_queries"] and rop._cfg(1280, True)["bwd_queries"]
+    assert not rop._cfg(1024, False)["bwd_twopass"] and not rop._cfg(1280, True)["bwd_twopass"]
 
 
 @pytest.mark.parametrize("extra,chunk", [(False, 0), (True, 0), (False, 2)])

@@ -103,28 +103,21 @@ def _pow2(n: int) -> int:
 # H200 at 9f66467 (bench/results/routing_h200.md): one or two warps per token row, so
 # that every reduction stays inside a warp, and no deeper prefetch.
 #
-# Phase 1 of two-phase (S queries) has two kernels each way: the measured ones (the
-# default; ``_fwd_kernel`` with one program per query, ``_bwd_kernel``'s loop over queries)
-# and ``_fwd_queries_kernel`` / ``_bwd_queries_kernel``, which hold every query in
-# registers ("fwd_queries" / "bwd_queries": True, with their own warps and programs per
-# SM). The second pair, timed on an H200, is latency-bound: faster than the measured
-# S-query backward at d = 1024 with H = 1, much slower with H = 8
-# (bench/results/routing_h200.md). (8 warps: 163-255 registers at the paper widths with
-# S = 8 in an offline sm_90 compile of the backward, bench/compile_sm90.py, so one
-# program per SM.)
-#
-# "bwd_twopass" runs the S-query backward as two passes that each parallelise over the
-# axis that owns their output: ``_bwd_kernel`` with COEF, one program per query (its d(q*g)
-# and per source the few coefficients of the source's gradient), then
-# ``_bwd_gather_kernel``, one program per source (its gradient from the S queries'
-# upstream gradients and coefficients). In each, the programs of one token tile share
-# the rows they all read (sources, or upstream gradients) in L2, as the forward's do.
-# With "twopass_tokens" the second pass is ``_bwd_gather_tokens_kernel`` instead: one
-# token per step, its S upstream-gradient rows held in registers across its sources.
-# Checked against the reference (interpreter); not yet timed on a GPU.
-_QUERIES = {"fwd_queries": False, "fwdq_warps": 8, "fwdq_progs_per_sm": 1,
-            "bwd_queries": False, "bwdq_warps": 8, "bwdq_progs_per_sm": 1,
-            "bwd_twopass": False, "twopass_tokens": False, "twpt_warps": 16, "twpt_progs_per_sm": 1}
+# Phase 1 of two-phase (S queries): the forward is ``_fwd_kernel`` with one program per
+# query (the S programs of a token tile share its sources in L2). The backward
+# ("bwd_twopass", the default) runs two passes that each parallelise over the axis that
+# owns their output: ``_bwd_kernel`` with COEF, one program per query (its d(q*g) and per
+# source the few coefficients of the source's gradient), then ``_bwd_gather_kernel``,
+# one program per block of "gather_sources" sources and token tile (their gradients from
+# the S queries' upstream gradients and the coefficients). With "bwd_twopass" False,
+# ``_bwd_kernel`` loops over the S queries per source instead: it holds a token's S
+# upstream-gradient rows while streaming its sources, is latency-bound, and measured
+# 1.6-2x slower in the whole step at 9ca617b (bench/results/routing_h200.md). Kernels
+# that held every query in registers (queries-tile, and a token-major gather) were
+# slower still and are gone (their code is at 9ca617b).
+# 4 sources x 4 warps: no spills at any paper width in an offline sm_90 compile (72-212
+# registers; 8 x 4 spills at 1024 and 1280 with H = 8).
+_QUERIES = {"bwd_twopass": True, "gather_sources": 4, "gather_warps": 4}
 _DEFAULTS = {
     False: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1,
             "bwd_elems": 1024, "bwd_warps": 2, "bwd_pf": 1, "bwd_progs_per_sm": 16, **_QUERIES},
@@ -143,7 +136,7 @@ TUNE: dict | None = None
 def load_config_table(path: str) -> None:
     """Add tile configs from a JSON file written by ``bench/routing.py --tune --write-config``
     (keys "WIDTH,MULTI_HEAD", e.g. "1280,0"; the key "*" changes the defaults of every
-    width, e.g. ``{"*": {"bwd_queries": true}}``). Also read at import from
+    width, e.g. ``{"*": {"bwd_twopass": false}}``). Also read at import from
     ``MHAR_ROUTING_CONFIG``, so a sweep on your GPU applies without editing code."""
     with open(path) as f:
         for key, cfg in json.load(f).items():
@@ -240,16 +233,7 @@ def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, h
     m = _new((S, n_tok, heads), torch.float32, dev)
     l = _new((S, n_tok, heads), torch.float32, dev)
     o = _new((S, n_tok, d), torch.float32, dev)
-    if n_tiles and S > 1 and cfg["fwd_queries"]:  # one token per step, the queries as a tile axis
-        from mhar.routing.triton_kernels import _fwd_queries_kernel
-
-        n_prog = _n_programs(dev, n_tok, cfg["fwdq_progs_per_sm"])
-        even = tile["HP"] == heads and tile["DA"] + tile["DB"] == dh  # every column lane valid
-        _fwd_queries_kernel[(n_prog,)](table, srcs[0], w, m, l, o, len(srcs), n_tok, S, d, dh, eps, n_prog,
-                                       H=heads, HP=tile["HP"], DA=tile["DA"], DB=tile["DB"], SP=_pow2(S),
-                                       HAS_B=tile["HAS_B"], EVEN=even, ALIGN=tile["ALIGN"],
-                                       num_warps=cfg["fwdq_warps"])
-    elif n_tiles:
+    if n_tiles:
         _fwd_kernel[(S, n_tiles)](table, srcs[0], w, m, l, o, m, l, o, len(srcs), n_tok, d, dh, eps,
                                   **tile, FINAL=False, PF=cfg["fwd_pf"], num_warps=cfg["fwd_warps"])
     return m, l, o
@@ -282,19 +266,7 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
     dest_table, dest_align = _ptr_table(dests)
     dh, cfg, tile = _geometry(d, heads, n_tok, "bwd", min(src_align, dest_align))
     stat = stat.contiguous()
-    if S > 1 and cfg["bwd_queries"]:  # one token per step, the queries as a tile axis
-        from mhar.routing.triton_kernels import _bwd_queries_kernel
-
-        n_prog = _n_programs(dev, n_tok, cfg["bwdq_progs_per_sm"])
-        dw_parts = torch.empty((n_prog, S, d), dtype=torch.float32, device=dev)  # every program writes its row
-        if n_tok:
-            even = tile["HP"] == heads and tile["DA"] + tile["DB"] == dh  # every column lane valid
-            _bwd_queries_kernel[(n_prog,)](src_table, srcs[0], dest_table, w, grad.contiguous(), stat,
-                                           off.contiguous(), dw_parts, len(srcs), n_acc, n_tok, S, d, dh, eps, n_prog,
-                                           H=heads, HP=tile["HP"], DA=tile["DA"], DB=tile["DB"], SP=_pow2(S),
-                                           HAS_B=tile["HAS_B"], EVEN=even, ALIGN=tile["ALIGN"], ACCUM=n_acc > 0,
-                                           num_warps=cfg["bwdq_warps"])
-    elif S > 1 and cfg["bwd_twopass"]:  # per-query coefficients, then per-source gradients
+    if S > 1 and cfg["bwd_twopass"]:  # per-query coefficients, then per-source gradients
         from mhar.routing.triton_kernels import _bwd_gather_kernel
 
         n_tiles = -(-n_tok // tile["BM"])
@@ -312,17 +284,12 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
                                      num_warps=cfg["bwd_warps"])
             parts = dict(H=heads, HP=tile["HP"], DA=tile["DA"], DB=tile["DB"], HAS_B=tile["HAS_B"],
                          ALIGN=tile["ALIGN"], ACCUM=n_acc > 0)
-            if cfg["twopass_tokens"]:
-                from mhar.routing.triton_kernels import _bwd_gather_tokens_kernel
-
-                n_tp = _n_programs(dev, n_tok, cfg["twpt_progs_per_sm"])
-                _bwd_gather_tokens_kernel[(n_tp,)](src_table, srcs[0], dest_table, w, grad, coef_a, coef_b, coef_c,
-                                                   len(srcs), n_acc, n_tok, S, n_tp, d, dh, SP=_pow2(S), **parts,
-                                                   num_warps=cfg["twpt_warps"])
-            else:
-                _bwd_gather_kernel[(len(srcs), n_tiles)](src_table, srcs[0], dest_table, w, grad, coef_a, coef_b,
-                                                         coef_c, len(srcs), n_acc, n_tok, S, d, dh, BM=tile["BM"],
-                                                         EVEN=tile["EVEN"], **parts, num_warps=cfg["bwd_warps"])
+            ks = cfg["gather_sources"]
+            if ks & (ks - 1) or ks < 1:
+                raise ValueError(f"routing config: gather_sources must be a power of two, got {ks}")
+            _bwd_gather_kernel[(-(-len(srcs) // ks), n_tiles)](
+                src_table, srcs[0], dest_table, w, grad, coef_a, coef_b, coef_c, len(srcs), n_acc, n_tok, S, d, dh,
+                BM=tile["BM"], KS=ks, EVEN=tile["EVEN"], **parts, num_warps=cfg["gather_warps"])
     else:
         n_tiles = -(-n_tok // tile["BM"])
         n_prog = _n_programs(dev, n_tiles, cfg["bwd_progs_per_sm"])

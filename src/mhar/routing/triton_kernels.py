@@ -383,16 +383,20 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW, CA, CB, CC, PM, PGO,
 @triton.jit
 def _bwd_gather_kernel(table, ref, gtable, W, G, CA, CB, CC, n_src, n_acc, n_tok, n_q, d: tl.constexpr,
                        dh: tl.constexpr, H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr,
-                       BM: tl.constexpr, HAS_B: tl.constexpr, EVEN: tl.constexpr, ALIGN: tl.constexpr,
-                       ACCUM: tl.constexpr):
+                       BM: tl.constexpr, KS: tl.constexpr, HAS_B: tl.constexpr, EVEN: tl.constexpr,
+                       ALIGN: tl.constexpr, ACCUM: tl.constexpr):
     """The gradients of an S-query read's sources from ``_bwd_kernel``'s COEF coefficients:
     grad_x = sum over queries q of (a_q g_q + r dz_q w_q) per head - (sum_q c_q) x. Grid
-    (sources, token tiles), the source axis first: the programs of a token tile run side by
-    side and share its S upstream-gradient rows G (S, n_tok, d) in L2; each writes its
-    source's gradient once (added into a running sum for the first n_acc when ACCUM)."""
-    i = tl.program_id(0)
+    (blocks of KS sources, token tiles), the source axis first. A program forms KS
+    sources' gradients at once, so each upstream-gradient row G[q] (fp32, one per query)
+    is loaded once per KS sources: with one source per program these L2 reads were 8x the
+    device-memory bytes at S = 8 and bounded the pass. Each source's gradient is written
+    once (added into a running sum for the first n_acc when ACCUM)."""
+    blk = tl.program_id(0)
     tile = tl.program_id(1)
     elem = ref.dtype.element_ty
+    rk = blk * KS + tl.arange(0, KS)
+    kmask = rk < n_src
     rm = tile * BM + tl.arange(0, BM)
     mmask = rm < n_tok
     rh = tl.arange(0, HP)
@@ -402,267 +406,43 @@ def _bwd_gather_kernel(table, ref, gtable, W, G, CA, CB, CC, n_src, n_acc, n_tok
     row = rm.to(tl.int64)[:, None, None] * d
     offs_a = row + col_a[None, :, :]
     mask_a = mmask[:, None, None] & cmask_a[None, :, :]
-    hmask = mmask[:, None] & (rh[None, :] < H)
+    hmask = kmask[:, None, None] & mmask[None, :, None] & (rh[None, None, :] < H)   # (KS, BM, HP)
     hoffs = rm.to(tl.int64)[:, None] * H + rh[None, :]
-    src = _src(table, i, ref, ALIGN)
-    xa = _ld(src + offs_a, mask_a, EVEN).to(tl.float32)
-    acc_a = tl.zeros([BM, HP, DA], tl.float32)
+    acc_a = tl.zeros([KS, BM, HP, DA], tl.float32)
     if HAS_B:
         rb = tl.arange(0, DB)
         col_b = rh[:, None] * dh + DA + rb[None, :]
         cmask_b = (rh[:, None] < H) & ((DA + rb[None, :]) < dh)
         offs_b = row + col_b[None, :, :]
         mask_b = mmask[:, None, None] & cmask_b[None, :, :]
-        xb = _ld(src + offs_b, mask_b, EVEN).to(tl.float32)
-        acc_b = tl.zeros([BM, HP, DB], tl.float32)
-    cs = tl.zeros([BM], tl.float32)
+        acc_b = tl.zeros([KS, BM, HP, DB], tl.float32)
+    cs = tl.zeros([KS, BM], tl.float32)
     for q in range(n_q):
-        pair = tl.cast(i * n_q + q, tl.int64) * n_tok
-        a = _ld(CA + pair * H + hoffs, hmask, EVEN)[:, :, None]
-        b = _ld(CB + pair * H + hoffs, hmask, EVEN)[:, :, None]
-        cs += tl.load(CC + pair + rm, mask=mmask, other=0.0)
+        pair = (rk.to(tl.int64) * n_q + q) * n_tok   # (KS,) rows of the coefficient arrays
+        hq = pair[:, None, None] * H + hoffs[None, :, :]
+        a = tl.load(CA + hq, mask=hmask, other=0.0)[:, :, :, None]
+        b = tl.load(CB + hq, mask=hmask, other=0.0)[:, :, :, None]
+        cs += tl.load(CC + pair[:, None] + rm[None, :], mask=kmask[:, None] & mmask[None, :], other=0.0)
         gq = G + tl.cast(q, tl.int64) * n_tok * d
-        acc_a += a * _ld(gq + offs_a, mask_a, EVEN) + b * _ld(W + q * d + col_a, cmask_a, EVEN)[None, :, :]
+        acc_a += a * _ld(gq + offs_a, mask_a, EVEN)[None] + b * _ld(W + q * d + col_a, cmask_a, EVEN)[None, None]
         if HAS_B:
-            acc_b += a * _ld(gq + offs_b, mask_b, EVEN) + b * _ld(W + q * d + col_b, cmask_b, EVEN)[None, :, :]
-    dst = _src(gtable, i, ref, ALIGN)
-    acc_a -= cs[:, None, None] * xa
-    if ACCUM:  # a running sum's current value (zeros, no traffic, past n_acc)
-        summing = (tl.zeros([1, 1, 1], tl.int32) + i) < n_acc
-        acc_a += _ld_if(dst + offs_a, mask_a, summing, EVEN).to(tl.float32)
-    _st(dst + offs_a, acc_a.to(elem), mask_a, EVEN)
+            acc_b += a * _ld(gq + offs_b, mask_b, EVEN)[None] + b * _ld(W + q * d + col_b, cmask_b, EVEN)[None, None]
+    # the KS sources' rows: a typed pointer per source (the table's entries), one row tile each
+    kmask4 = kmask[:, None, None, None]
+    src = tl.multiple_of(tl.load(table + rk, mask=kmask, other=0).to(tl.pointer_type(elem)), ALIGN)
+    dst = tl.multiple_of(tl.load(gtable + rk, mask=kmask, other=0).to(tl.pointer_type(elem)), ALIGN)
+    pa = offs_a[None] + tl.zeros([KS, 1, 1, 1], tl.int64)
+    ma = kmask4 & mask_a[None]
+    acc_a -= cs[:, :, None, None] * tl.load(src[:, None, None, None] + pa, mask=ma, other=0.0).to(tl.float32)
+    if ACCUM:  # a running sum's current value (no traffic past n_acc)
+        acc_a += tl.load(dst[:, None, None, None] + pa, mask=ma & (rk < n_acc)[:, None, None, None],
+                         other=0.0).to(tl.float32)
+    tl.store(dst[:, None, None, None] + pa, acc_a.to(elem), mask=ma)
     if HAS_B:
-        acc_b -= cs[:, None, None] * xb
+        pb = offs_b[None] + tl.zeros([KS, 1, 1, 1], tl.int64)
+        mb = kmask4 & mask_b[None]
+        acc_b -= cs[:, :, None, None] * tl.load(src[:, None, None, None] + pb, mask=mb, other=0.0).to(tl.float32)
         if ACCUM:
-            acc_b += _ld_if(dst + offs_b, mask_b, summing, EVEN).to(tl.float32)
-        _st(dst + offs_b, acc_b.to(elem), mask_b, EVEN)
-
-
-@triton.jit
-def _query_part(W, rq, qmask, d: tl.constexpr, dh: tl.constexpr, H: tl.constexpr, HP: tl.constexpr,
-                START: tl.constexpr, WIDTH: tl.constexpr):
-    """One column part (columns START .. START + WIDTH of every head) for the kernels with
-    the queries as the leading tile axis: the part's (HP, WIDTH) row offsets and mask, its
-    (SP, HP, WIDTH) offsets and mask in an (S, d) array, and the queries' weights W there."""
-    rh = tl.arange(0, HP)
-    rc = tl.arange(0, WIDTH)
-    col = rh[:, None] * dh + START + rc[None, :]
-    cmask = (rh[:, None] < H) & ((START + rc[None, :]) < dh)
-    qcol = rq[:, None, None] * d + col[None, :, :]
-    qmask3 = qmask[:, None, None] & cmask[None, :, :]
-    w = tl.load(W + qcol, mask=qmask3, other=0.0).to(tl.float32)
-    return col, cmask, qcol, qmask3, w
-
-
-
-@triton.jit
-def _bwd_gather_tokens_kernel(table, ref, gtable, W, G, CA, CB, CC, n_src, n_acc, n_tok, n_q, n_prog,
-                              d: tl.constexpr, dh: tl.constexpr, H: tl.constexpr, HP: tl.constexpr,
-                              DA: tl.constexpr, DB: tl.constexpr, SP: tl.constexpr, HAS_B: tl.constexpr,
-                              ALIGN: tl.constexpr, ACCUM: tl.constexpr):
-    """``_bwd_gather_kernel``'s gradients, one token per step and every source of it in turn
-    (persistent programs over tokens): the token's S upstream-gradient rows are loaded once
-    and stay in registers, where the per-source kernel re-reads them from L2 for every
-    source. The gradient is elementwise in them (the sum over queries is a register axis),
-    so no reduction crosses warps and no barrier waits per source. The next source's row,
-    running sum and coefficients are loaded while this one's gradient is formed."""
-    pid = tl.program_id(0)
-    elem = ref.dtype.element_ty
-    rq = tl.arange(0, SP)
-    qmask = rq < n_q
-    rh = tl.arange(0, HP)
-    hq = qmask[:, None] & (rh[None, :] < H)                                   # (SP, HP)
-    col_a, cmask_a, qcol_a, qmask_a, w_a = _query_part(W, rq, qmask, d, dh, H, HP, 0, DA)
-    if HAS_B:
-        col_b, cmask_b, qcol_b, qmask_b, w_b = _query_part(W, rq, qmask, d, dh, H, HP, DA, DB)
-    for tok in range(pid, n_tok, n_prog):
-        t64 = tl.cast(tok, tl.int64)
-        g_rows = ((rq.to(tl.int64) * n_tok + t64) * d)[:, None, None]         # query q's row of this token
-        g_a = tl.load(G + g_rows + col_a[None, :, :], mask=qmask_a, other=0.0)
-        if HAS_B:
-            g_b = tl.load(G + g_rows + col_b[None, :, :], mask=qmask_b, other=0.0)
-        # source 0's row, running sum and coefficients; inside the loop the next source's
-        # are loaded before this one's gradient is formed (one source of prefetch)
-        x_a_n, s_a_n, a_n, b_n, c_n = _gather_loads(table, gtable, ref, CA, CB, CC, 0, t64, rq, rh, qmask, hq,
-                                                    n_acc, n_tok, n_q, d, H, col_a, cmask_a, ALIGN, ACCUM)
-        x_b_n, s_b_n = x_a_n, s_a_n  # placeholders without a part B
-        if HAS_B:
-            x_b_n, s_b_n = _gather_rows(table, gtable, ref, 0, t64, n_acc, d, col_b, cmask_b, ALIGN, ACCUM)
-        for i in range(n_src):
-            x_a, s_a, a, b, c = x_a_n, s_a_n, a_n, b_n, c_n
-            x_b, s_b = x_b_n, s_b_n
-            nxt = tl.minimum(i + 1, n_src - 1)
-            x_a_n, s_a_n, a_n, b_n, c_n = _gather_loads(table, gtable, ref, CA, CB, CC, nxt, t64, rq, rh, qmask, hq,
-                                                        n_acc, n_tok, n_q, d, H, col_a, cmask_a, ALIGN, ACCUM)
-            if HAS_B:
-                x_b_n, s_b_n = _gather_rows(table, gtable, ref, nxt, t64, n_acc, d, col_b, cmask_b, ALIGN, ACCUM)
-            dst = _src(gtable, i, ref, ALIGN) + t64 * d
-            tl.store(dst + col_a, (tl.sum(a * g_a + b * w_a, axis=0) - c * x_a + s_a).to(elem), mask=cmask_a)
-            if HAS_B:
-                tl.store(dst + col_b, (tl.sum(a * g_b + b * w_b, axis=0) - c * x_b + s_b).to(elem), mask=cmask_b)
-
-
-@triton.jit
-def _gather_rows(table, gtable, ref, i, t64, n_acc, d: tl.constexpr, col, cmask, ALIGN: tl.constexpr,
-                 ACCUM: tl.constexpr):
-    """Source i's row of one token in one column part (fp32), and its running sum there
-    (zeros past n_acc, or without ACCUM)."""
-    x = tl.load(_src(table, i, ref, ALIGN) + t64 * d + col, mask=cmask, other=0.0).to(tl.float32)
-    if ACCUM:
-        summing = (tl.zeros([1, 1], tl.int32) + i) < n_acc
-        prev = tl.load(_src(gtable, i, ref, ALIGN) + t64 * d + col, mask=cmask & summing, other=0.0)
-        return x, prev.to(tl.float32)
-    return x, tl.zeros_like(x)
-
-
-@triton.jit
-def _gather_loads(table, gtable, ref, CA, CB, CC, i, t64, rq, rh, qmask, hq, n_acc, n_tok, n_q, d: tl.constexpr,
-                  H: tl.constexpr, col_a, cmask_a, ALIGN: tl.constexpr, ACCUM: tl.constexpr):
-    """What ``_bwd_gather_tokens_kernel`` reads per (source i, token), part B's row and
-    running sum aside: part A's, and the gradient's coefficients a, b (SP, HP, 1) and the
-    sum of c over queries."""
-    x_a, s_a = _gather_rows(table, gtable, ref, i, t64, n_acc, d, col_a, cmask_a, ALIGN, ACCUM)
-    pair = (tl.cast(i * n_q, tl.int64) + rq) * n_tok + t64                  # (SP,)
-    a = tl.load(CA + pair[:, None] * H + rh[None, :], mask=hq, other=0.0)[:, :, None]
-    b = tl.load(CB + pair[:, None] * H + rh[None, :], mask=hq, other=0.0)[:, :, None]
-    c = tl.sum(tl.load(CC + pair, mask=qmask, other=0.0), axis=0)
-    return x_a, s_a, a, b, c
-
-
-@triton.jit
-def _query_tile(x_n, p_next, row, col, cmask, w, EVEN: tl.constexpr):
-    """One column part of a token's source row in the queries-tile kernels: the tile to
-    use now (fp32), the next source's tile (its load issued here, in flight meanwhile),
-    and the part's sum of squares and per-(query, head) dot products with w (SP, HP, .)."""
-    x = x_n.to(tl.float32)
-    nxt = _ld(p_next + row + col, cmask, EVEN)
-    return x, nxt, tl.sum(tl.sum(x * x, axis=1), axis=0), tl.sum(x[None, :, :] * w, axis=2)
-
-
-@triton.jit
-def _bwd_queries_kernel(table, ref, gtable, W, G, STAT, OFF, DW,
-                        n_src, n_acc, n_tok, n_q, d: tl.constexpr, dh: tl.constexpr, eps, n_prog,
-                        H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, SP: tl.constexpr,
-                        HAS_B: tl.constexpr, EVEN: tl.constexpr, ALIGN: tl.constexpr, ACCUM: tl.constexpr):
-    """The S-query backward (phase 1 of the two-phase read) with the queries as a tile
-    axis: one token per step, every query at once. W (S, d), G (S, n_tok, d), STAT and OFF
-    (S, n_tok, H) as in ``_bwd_kernel``. Each program keeps the queries' weights (loaded
-    once), the token's upstream gradients (loaded once per token, not once per source and
-    query) and its ``d(q*g)`` rows (written once, to DW[pid]) in registers; ``_bwd_kernel``'s
-    S-query path instead reloads the first two and read-modify-writes the third for every
-    (source, query) pair. SP: S rounded up to a power of two; EVEN here means every
-    column lane is valid (the query axis is always masked)."""
-    pid = tl.program_id(0)
-    elem = ref.dtype.element_ty
-    rq = tl.arange(0, SP)
-    rh = tl.arange(0, HP)
-    qmask = rq < n_q
-    col_a, cmask_a, qcol_a, qmask_a, w_a = _query_part(W, rq, qmask, d, dh, H, HP, 0, DA)
-    dw_a = tl.zeros([SP, HP, DA], tl.float32)
-    if HAS_B:
-        col_b, cmask_b, qcol_b, qmask_b, w_b = _query_part(W, rq, qmask, d, dh, H, HP, DA, DB)
-        dw_b = tl.zeros([SP, HP, DB], tl.float32)
-    hmask = qmask[:, None] & (rh[None, :] < H)                            # (SP, HP)
-    p_first = _src(table, 0, ref, ALIGN)
-    p_second = _src(table, tl.minimum(1, n_src - 1), ref, ALIGN)
-    for tok in range(pid, n_tok, n_prog):
-        t64 = tl.cast(tok, tl.int64)
-        row = t64 * d
-        # query q's row of this token in the (S, n_tok, .) inputs
-        g_rows = (rq.to(tl.int64)[:, None, None] * n_tok + t64) * d
-        h_rows = (rq.to(tl.int64)[:, None] * n_tok + t64) * H + rh[None, :]
-        g_a = tl.load(G + g_rows + col_a[None, :, :], mask=qmask_a, other=0.0).to(tl.float32)
-        st = tl.load(STAT + h_rows, mask=hmask, other=0.0).to(tl.float32)
-        of = tl.load(OFF + h_rows, mask=hmask, other=0.0).to(tl.float32)
-        xa_n = _ld(p_first + row + col_a, cmask_a, EVEN)
-        if HAS_B:
-            g_b = tl.load(G + g_rows + col_b[None, :, :], mask=qmask_b, other=0.0).to(tl.float32)
-            xb_n = _ld(p_first + row + col_b, cmask_b, EVEN)
-        p_next = p_second
-        for i in range(n_src):
-            # this source's tile (the next one's load in flight meanwhile), its sum of squares and logits
-            xa, xa_n, ss, zr = _query_tile(xa_n, p_next, row, col_a, cmask_a, w_a, EVEN)
-            gx = tl.sum(xa[None, :, :] * g_a, axis=2)
-            if HAS_B:
-                xb, xb_n, ss_b, zr_b = _query_tile(xb_n, p_next, row, col_b, cmask_b, w_b, EVEN)
-                ss += ss_b
-                zr += zr_b
-                gx += tl.sum(xb[None, :, :] * g_b, axis=2)
-            p_next = _src(table, tl.minimum(i + 2, n_src - 1), ref, ALIGN)
-            gdst = _src(gtable, i, ref, ALIGN)
-            rstd = 1.0 / tl.sqrt(ss / d + eps)
-            a = tl.where(hmask, tl.exp(zr * rstd - st), 0.0)
-            dz = a * (gx + of)
-            rdz = dz * rstd
-            c = tl.sum(tl.sum(dz * zr, axis=1), axis=0) * rstd * rstd * rstd / d
-            dxa = tl.sum(rdz[:, :, None] * w_a + a[:, :, None] * g_a, axis=0) - c * xa
-            dw_a += rdz[:, :, None] * xa[None, :, :]
-            if HAS_B:
-                dxb = tl.sum(rdz[:, :, None] * w_b + a[:, :, None] * g_b, axis=0) - c * xb
-                dw_b += rdz[:, :, None] * xb[None, :, :]
-            if ACCUM:  # add a running sum's current value (zeros, no traffic, past n_acc)
-                summing = (tl.zeros([1, 1], tl.int32) + i) < n_acc
-                dxa += _ld_if(gdst + row + col_a, cmask_a, summing, EVEN).to(tl.float32)
-                if HAS_B:
-                    dxb += _ld_if(gdst + row + col_b, cmask_b, summing, EVEN).to(tl.float32)
-            _st(gdst + row + col_a, dxa.to(elem), cmask_a, EVEN)
-            if HAS_B:
-                _st(gdst + row + col_b, dxb.to(elem), cmask_b, EVEN)
-    dw_row = DW + pid.to(tl.int64) * n_q * d
-    tl.store(dw_row + qcol_a, dw_a, mask=qmask_a)
-    if HAS_B:
-        tl.store(dw_row + qcol_b, dw_b, mask=qmask_b)
-
-
-@triton.jit
-def _fwd_queries_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, n_src, n_tok, n_q, d: tl.constexpr, dh: tl.constexpr,
-                        eps, n_prog, H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr,
-                        SP: tl.constexpr, HAS_B: tl.constexpr, EVEN: tl.constexpr, ALIGN: tl.constexpr):
-    """Phase 1 with the queries as a tile axis: one token per step, every query at once,
-    each source's row read once (``_fwd_kernel``'s phase-1 grid reads it once per query,
-    from L2 after the first). Writes m, l (S, n_tok, H) and o (S, n_tok, d) fp32, as
-    ``_fwd_kernel`` does. EVEN: every column lane valid (the query axis is always masked)."""
-    pid = tl.program_id(0)
-    rq = tl.arange(0, SP)
-    rh = tl.arange(0, HP)
-    qmask = rq < n_q
-    col_a, cmask_a, qcol_a, qmask_a, w_a = _query_part(W, rq, qmask, d, dh, H, HP, 0, DA)
-    if HAS_B:
-        col_b, cmask_b, qcol_b, qmask_b, w_b = _query_part(W, rq, qmask, d, dh, H, HP, DA, DB)
-    hmask = qmask[:, None] & (rh[None, :] < H)
-    p_first = _src(table, 0, ref, ALIGN)
-    p_second = _src(table, tl.minimum(1, n_src - 1), ref, ALIGN)
-    for tok in range(pid, n_tok, n_prog):
-        t64 = tl.cast(tok, tl.int64)
-        row = t64 * d
-        m_i = tl.full([SP, HP], float("-inf"), tl.float32)
-        l_i = tl.zeros([SP, HP], tl.float32)
-        acc_a = tl.zeros([SP, HP, DA], tl.float32)
-        xa_n = _ld(p_first + row + col_a, cmask_a, EVEN)
-        if HAS_B:
-            acc_b = tl.zeros([SP, HP, DB], tl.float32)
-            xb_n = _ld(p_first + row + col_b, cmask_b, EVEN)
-        p_next = p_second
-        for i in range(n_src):
-            xa, xa_n, ss, zr = _query_tile(xa_n, p_next, row, col_a, cmask_a, w_a, EVEN)
-            if HAS_B:
-                xb, xb_n, ss_b, zr_b = _query_tile(xb_n, p_next, row, col_b, cmask_b, w_b, EVEN)
-                ss += ss_b
-                zr += zr_b
-            p_next = _src(table, tl.minimum(i + 2, n_src - 1), ref, ALIGN)
-            z = zr / tl.sqrt(ss / d + eps)
-            m_new = tl.maximum(m_i, z)
-            alpha = tl.exp(m_i - m_new)
-            p = tl.exp(z - m_new)
-            l_i = l_i * alpha + p
-            acc_a = acc_a * alpha[:, :, None] + p[:, :, None] * xa[None, :, :]
-            if HAS_B:
-                acc_b = acc_b * alpha[:, :, None] + p[:, :, None] * xb[None, :, :]
-            m_i = m_new
-        h_rows = (rq.to(tl.int64)[:, None] * n_tok + t64) * H + rh[None, :]
-        o_rows = (rq.to(tl.int64)[:, None, None] * n_tok + t64) * d
-        tl.store(OUT_M + h_rows, m_i, mask=hmask)
-        tl.store(OUT_L + h_rows, l_i, mask=hmask)
-        tl.store(OUT_O + o_rows + col_a[None, :, :], acc_a, mask=qmask_a)
-        if HAS_B:
-            tl.store(OUT_O + o_rows + col_b[None, :, :], acc_b, mask=qmask_b)
+            acc_b += tl.load(dst[:, None, None, None] + pb, mask=mb & (rk < n_acc)[:, None, None, None],
+                             other=0.0).to(tl.float32)
+        tl.store(dst[:, None, None, None] + pb, acc_b.to(elem), mask=mb)

@@ -71,11 +71,14 @@ class SourceList(list):
         return self.sink.span(start, len(self) - start if count is None else count)
 
 
-def uses_two_phase(schedule: str) -> bool:
-    """Resolve a schedule: 'auto' is one-pass. Two-phase reads each old source once
-    per chunk, but it writes fp32 partials (S x M x d x 4 bytes per chunk) and its S-query
-    backward is slower per byte; on an H200 the whole routed step measured slower than
-    one-pass, also with phase 2 fused (bench/results/step_h200.md). So it is opt-in."""
+def uses_two_phase(schedule: str, x: Tensor) -> bool:
+    """Resolve a schedule for a forward on ``x``'s device: 'auto' is two-phase on CUDA
+    and one-pass elsewhere. Two-phase reads each old source once per chunk instead of
+    once per sublayer; with the two-pass phase-1 backward it measured faster than
+    one-pass in the 350M training step on an H200 (bench/results/step_h200.md). On the
+    CPU (the reference path) one-pass is simpler and the bytes do not matter."""
+    if schedule == "auto":
+        return x.is_cuda
     return schedule == "two-phase"
 
 
