@@ -24,6 +24,9 @@ part "${T_TESTS:-80}" && timeout "${T_TESTS:-80}" python3 -m pytest tests/routin
 part "${T_ROUTING:-200}" && timeout "${T_ROUTING:-200}" python3 bench/routing.py --heads 1,8 --no-eager --no-compiled ${ROUTING_ARGS:-} \
   --out "$R/routing_$MHAR_COMMIT.json" > "$R/routing.log" 2>&1
 part "${T_HOST:-0}" && timeout "${T_HOST:-0}" python3 bench/host_overhead.py --out "$R/host" > "$R/host.log" 2>&1
+# PHASE1_PICKS=1: the step runs with the routing benchmark's fastest phase-1 backward per
+# width (ROUTING_ARGS needs --write-phase1-config "$R/phase1_picks.json")
+[ -n "${PHASE1_PICKS:-}" ] && [ -f "$R/phase1_picks.json" ] && export MHAR_ROUTING_CONFIG="$R/phase1_picks.json"
 for p in ${PRESETS:-paper-100m paper-350m paper-1b}; do
   part "${T_STEP:-100}" && timeout "${T_STEP:-100}" python3 -m mhar bench step --preset "$p" \
     --methods "${METHODS:-baseline,attnres,mhar,mhar-block}" \

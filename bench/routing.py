@@ -228,6 +228,22 @@ def whole_step(case, heads, chunk):
     return t, kernel_breakdown(step)
 
 
+def write_phase1_config(results, path):
+    """The fastest phase-1 backward config (kernel time) for each width and head kind of
+    the whole-step rows so far, as MHAR_ROUTING_CONFIG entries ("WIDTH,MULTI_HEAD"; the
+    paper widths are their own padded widths)."""
+    picks = {}
+    for key, rows in results["whole_step"].items():
+        d, _, h = key.split("/")
+        two_phase = [r for r in rows if r["schedule"] != "one-pass"]
+        if two_phase:
+            best = min(two_phase, key=lambda r: r["kernel_ms"])
+            picks[f"{d},{int(int(h[1:]) > 1)}"] = {**rop._QUERIES, **best["phase1"]}
+    with open(path, "w") as f:
+        json.dump(picks, f, indent=1)
+    log(f"phase-1 picks -> {path}: {picks}")
+
+
 def kernel_breakdown(fn, iters=2):
     """Device time per call of fn, in all and per kernel (the top 6 by time), from the
     profiler: excludes host overhead."""
@@ -265,6 +281,9 @@ def main():
     ap.add_argument("--variants", action="store_true", help="also time our kernels with other tile configs")
     ap.add_argument("--write-config", default="", help="after --tune, write the chosen tile configs here (JSON for "
                     "MHAR_ROUTING_CONFIG / mhar.routing.op.load_config_table)")
+    ap.add_argument("--write-phase1-config", default="",
+                    help="after the whole step, write the fastest phase-1 backward per width and head kind "
+                         "(least kernel time among the two-phase rows) here (JSON for MHAR_ROUTING_CONFIG)")
     ap.add_argument("--compiled-keys", default="512/25/H1,512/25/H8,1024/49/H1",
                     help="d/N/H cases to run torch.compile of the reference on (compiling is slow); 'all'")
     args = ap.parse_args()
@@ -344,7 +363,7 @@ def main():
                         t, kern = whole_step(case, h, chunk)
                         name = "one-pass" if chunk is None else f"two-phase S={chunk}{label}"
                         results["whole_step"].setdefault(f"{d}/{n}/H{h}", []).append(
-                            {"schedule": name, "fwdbwd_ms": t, **kern})
+                            {"schedule": name, "fwdbwd_ms": t, **kern, "phase1": override or {}})
                         log(f"  whole step H={h} {name}: {t:.2f} ms wall, {kern['kernel_ms']:.2f} ms kernels")
                         for k in kern["top"]:
                             log(f"    {k['ms']:8.3f} ms {k['calls']:4d}x {k['name']}")
@@ -353,6 +372,8 @@ def main():
                     rop.TUNE = None
                     torch.cuda.empty_cache()
             save()
+            if args.write_phase1_config:
+                write_phase1_config(results, args.write_phase1_config)
         del case
         torch.cuda.empty_cache()
     results["config_table"] = {f"{k[0]}{'/multi-head' if k[1] else '/one head'}": v for k, v in rop.CONFIG_TABLE.items()}
@@ -379,13 +400,15 @@ FWD_CONFIGS = [(1024, 1, 1), (1024, 2, 1), (1024, 4, 1), (2048, 4, 1), (1024, 2,
 BWD_CONFIGS = [(1024, 1, 1, 16), (1024, 2, 1, 16), (1024, 4, 1, 8), (1024, 4, 2, 8), (2048, 4, 1, 8),
                (1024, 2, 2, 16)]
 # the whole step's two-phase rows: the phase-1 backward each uses (op._QUERIES): the
-# default two passes (gather over blocks of 4 sources, 4 warps), other gather blocks, and
-# the loop over the S queries per source. Session 4's other candidates (split-column,
-# tensor-core, queries-tile, token-major gather) were slower and are gone; their runs are
-# in bench/results/routing_h200.md.
-PHASE1 = [("", None), (", gather 8 sources, 8 warps", {"gather_sources": 8, "gather_warps": 8}),
-          (", gather 1 source, 2 warps", {"gather_sources": 1, "gather_warps": 2}),
-          (", S-query loop bwd", {"bwd_twopass": False})]
+# default two passes (gather over blocks of 4 sources, 4 warps) and other gather blocks.
+# Session 4's other candidates (split-column, tensor-core, queries-tile, token-major
+# gather) were slower and are gone; their runs are in bench/results/routing_h200.md.
+PHASE1 = [("", None), (", gather 1 source, 1 warp", {"gather_sources": 1, "gather_warps": 1}),
+          (", gather 2 sources, 2 warps", {"gather_sources": 2, "gather_warps": 2}),
+          (", gather 2 sources, 4 warps", {"gather_sources": 2, "gather_warps": 4}),
+          (", gather 4 sources, 2 warps", {"gather_sources": 4, "gather_warps": 2}),
+          (", gather 8 sources, 4 warps", {"gather_sources": 8, "gather_warps": 4})]
+# (the S-query loop, {"bwd_twopass": False}, measured 1.6-2x slower at cf14cbd)
 
 
 def tune(case, results, key):
