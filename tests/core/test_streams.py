@@ -184,11 +184,13 @@ def test_method_names():
         method_stream("mhr", 24)
 
 
-def test_auto_schedule_is_two_phase_on_cuda_only():
+def test_auto_schedule():
     from types import SimpleNamespace
 
     from mhar.streams.base import uses_two_phase
-    cpu, cuda = torch.zeros(1), SimpleNamespace(is_cuda=True)  # only .is_cuda is read
-    assert not uses_two_phase("auto", cpu) and uses_two_phase("auto", cuda)
-    assert uses_two_phase("two-phase", cpu) and not uses_two_phase("one-pass", cuda)
+    cuda = SimpleNamespace(is_cuda=True, shape=(2, 1024))  # only .is_cuda and .shape are read
+    assert uses_two_phase("auto", cuda, 1) and not uses_two_phase("auto", cuda, 8)
+    assert not uses_two_phase("auto", SimpleNamespace(is_cuda=True, shape=(2, 512)), 1)
+    assert not uses_two_phase("auto", torch.zeros(2, 1024), 1)
+    assert uses_two_phase("two-phase", torch.zeros(2, 8), 8) and not uses_two_phase("one-pass", cuda, 1)
     assert RoutedStream(D, L2).schedule == "auto" and DeltaStream(D, L2).schedule == "auto"

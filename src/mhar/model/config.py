@@ -25,7 +25,8 @@ class StreamConfig:
     schedule: one-pass (each site reads all its sources) or two-phase (batched read of
         the sources that exist when a chunk/block starts, then an exact online-softmax
         merge with those created inside it). Identical results; auto (the default)
-        is two-phase on CUDA (measured faster on an H200) and one-pass elsewhere.
+        is two-phase where it measured faster on an H200 (CUDA, one head, d >= 1024)
+        and one-pass elsewhere.
     chunk: for full routing with the two-phase schedule, sublayers per scheduling chunk.
     hyper_n: number of parallel streams for hyper-connections.
     """

@@ -116,7 +116,7 @@ def _pow2(n: int) -> int:
 # that held every query in registers (queries-tile, and a token-major gather) were
 # slower still and are gone (their code is at 9ca617b).
 # 4 sources x 4 warps: no spills at any paper width in an offline sm_90 compile (72-212
-# registers; 8 x 4 spills at 1024 and 1280 with H = 8).
+# registers; 8 x 4 spills at 1024 and 1280 with H = 8), and the fastest at d = 1024.
 _QUERIES = {"bwd_twopass": True, "gather_sources": 4, "gather_warps": 4}
 _DEFAULTS = {
     False: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1,
@@ -125,10 +125,13 @@ _DEFAULTS = {
            "bwd_elems": 1024, "bwd_warps": 2, "bwd_pf": 1, "bwd_progs_per_sm": 16, **_QUERIES},
 }
 # The sweep's picks at the paper widths where they differ from the defaults.
+# The phase-1 gather entries are the whole-step picks at e88ebdb (bench/routing.py
+# --write-phase1-config; bench/results/routing_h200.md).
 CONFIG_TABLE: dict[tuple[int, bool], dict] = {
+    (512, True): {"gather_sources": 1, "gather_warps": 1},
     (1024, True): {"fwd_warps": 2},
-    (1280, False): {"bwd_warps": 1},
-    (1280, True): {"bwd_warps": 1},
+    (1280, False): {"bwd_warps": 1, "gather_sources": 4, "gather_warps": 2},
+    (1280, True): {"bwd_warps": 1, "gather_sources": 4, "gather_warps": 2},
 }
 TUNE: dict | None = None
 

@@ -71,14 +71,16 @@ class SourceList(list):
         return self.sink.span(start, len(self) - start if count is None else count)
 
 
-def uses_two_phase(schedule: str, x: Tensor) -> bool:
-    """Resolve a schedule for a forward on ``x``'s device: 'auto' is two-phase on CUDA
-    and one-pass elsewhere. Two-phase reads each old source once per chunk instead of
-    once per sublayer; with the two-pass phase-1 backward it measured faster than
-    one-pass in the 350M training step on an H200 (bench/results/step_h200.md). On the
-    CPU (the reference path) one-pass is simpler and the bytes do not matter."""
+def uses_two_phase(schedule: str, x: Tensor, heads: int) -> bool:
+    """Resolve a schedule for a forward on ``x`` (..., d): 'auto' is two-phase where it
+    measured faster on an H200 (bench/results/step_h200.md, session 5): on CUDA with one
+    routing head at d >= 1024 (attention residuals at 350M and 1B: 3-5% faster steps).
+    Elsewhere 'auto' is one-pass: with H = 8 the phase-1 backward's per-head coefficients
+    cost about what the saved source reads do (the 350M step was 0-7% slower), at
+    d = 512 the step is host-bound, and on the CPU (the reference path) the bytes do not
+    matter."""
     if schedule == "auto":
-        return x.is_cuda
+        return x.is_cuda and heads == 1 and x.shape[-1] >= 1024
     return schedule == "two-phase"
 
 

@@ -12,7 +12,7 @@ before it and its raw output becomes a new source; nothing is added back.
 
 Every site (each sublayer, plus a final one before the output norm) owns a query
 (zero-initialised: every read starts as the uniform mean) and a key-norm weight
-(ones). With the two-phase schedule (``schedule='two-phase'``; 'auto' is two-phase on CUDA) the
+(ones). With the two-phase schedule (``schedule='two-phase'``; for 'auto' see ``base.uses_two_phase``) the
 reads of a chunk of sublayers (a block, or ``chunk`` sublayers of full routing) over
 the sources that exist when the chunk starts are done in one batched partial read;
 each sublayer then merges, exactly, the sources created inside the chunk. Results
@@ -45,7 +45,7 @@ class _RoutedState(StreamState):
     def __init__(self, stream: "RoutedStream", embedding: Tensor):
         self.s = stream
         self.shape, self.dtype = embedding.shape, autocast_dtype(embedding)
-        self.two_phase = uses_two_phase(stream.schedule, embedding)
+        self.two_phase = uses_two_phase(stream.schedule, embedding, stream.heads)
         # Full routing: every source. Block routing: completed block summaries.
         self.sources = SourceList()
         self.sources.add(embedding.to(self.dtype))
