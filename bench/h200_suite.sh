@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Re-measure issues 5 and 6 on one H200 in a single device call (its time limits add up
-# to 580 s; it has not run yet): the CUDA routing tests, the routing benchmark (H = 1 and
+# Re-measure issues 5 and 6 on one H200 in a single device call (keep the parts' time
+# limits under the call's 600 s; runs A-F of session 5 used it): the CUDA routing tests, the routing benchmark (H = 1 and
 # 8, peers last, whole step), and the step benchmark at the three paper sizes. Everything
 # lands in $OUT/suite/ and is packed into $OUT/suite.tar.gz, because the device tool
 # returns at most 8 files.
@@ -10,6 +10,7 @@
 # ROUTING_ARGS adds options to bench/routing.py (e.g. "--no-peers --step-only").
 # PRESETS and METHODS choose the step benchmark's rows (METHOD@two-phase sets a schedule);
 # PRESETS_Q with T_STEPQ re-runs METHODS_Q with the phase-1 kernel config Q_CONFIG (JSON).
+# PHASE1_PICKS=1 runs the step with bench/routing.py's --write-phase1-config picks.
 set -uo pipefail
 export PYTHONPATH="$PWD/src" PYTHONUNBUFFERED=1 MHAR_COMMIT=${MHAR_COMMIT:-unknown}
 OUT=${OUT:-bench/results/suite_local}
@@ -33,17 +34,17 @@ for p in ${PRESETS:-paper-100m paper-350m paper-1b}; do
     --steps 5 --warmup 3 --out "$R" --tag "$p" > "$R/step_$p.log" 2>&1
 done
 
-# the two-phase methods again with other phase-1 kernels (op._QUERIES; Q_CONFIG, default
-# the two-pass backward), tagged Q_TAG
-echo "${Q_CONFIG:-{\"*\": {\"bwd_twopass\": true\}\}}" > "$R/phase1.json"
-for p in ${PRESETS_Q:-}; do  # (two-pass is the default since session 5)
+# the methods again with another phase-1 kernel config Q_CONFIG (JSON for
+# MHAR_ROUTING_CONFIG, e.g. {"*": {"bwd_twopass": false}}), tagged Q_TAG
+echo "${Q_CONFIG:-{\}}" > "$R/phase1.json"
+for p in ${PRESETS_Q:-}; do
   part "${T_STEPQ:-0}" && MHAR_ROUTING_CONFIG="$R/phase1.json" timeout "${T_STEPQ:-0}" python3 -m mhar bench step \
     --preset "$p" --methods "${METHODS_Q:-baseline,mhar@two-phase,mhar-block@two-phase}" \
-    --steps 5 --warmup 3 --out "$R" --tag "$p-${Q_TAG:-twopass}" > "$R/step_$p-${Q_TAG:-twopass}.log" 2>&1
+    --steps 5 --warmup 3 --out "$R" --tag "$p-${Q_TAG:-q}" > "$R/step_$p-${Q_TAG:-q}.log" 2>&1
 done
 
 tar czf "$OUT/suite.tar.gz" -C "$OUT" suite
-tail -n 1 "$R/routing_gpu_tests.log"
+tail -n 1 "$R/routing_gpu_tests.log" 2>/dev/null
 grep -hE "^\| [0-9]+/" "$R"/routing_*.md 2>/dev/null | cut -c1-140
 grep -h "^| [0-9]" "$R/host.log" 2>/dev/null
 grep -h "| paper" "$R"/step_*.md 2>/dev/null

@@ -402,7 +402,7 @@ BWD_CONFIGS = [(1024, 1, 1, 16), (1024, 2, 1, 16), (1024, 4, 1, 8), (1024, 4, 2,
 # the whole step's two-phase rows: the phase-1 backward each uses (op._QUERIES): the
 # default two passes (gather over blocks of 4 sources, 4 warps) and other gather blocks.
 # Session 4's other candidates (split-column, tensor-core, queries-tile, token-major
-# gather) were slower and are gone; their runs are in bench/results/routing_h200.md.
+# gather) were slower and are gone; their runs are in bench/results/history/routing_h200_session4.md.
 PHASE1 = [("", None), (", gather 1 source, 1 warp", {"gather_sources": 1, "gather_warps": 1}),
           (", gather 2 sources, 2 warps", {"gather_sources": 2, "gather_warps": 2}),
           (", gather 2 sources, 4 warps", {"gather_sources": 2, "gather_warps": 4}),

@@ -100,7 +100,7 @@ def _pow2(n: int) -> int:
 # head and one for several; CONFIG_TABLE[(padded width, heads > 1)] overrides them (and
 # MHAR_ROUTING_CONFIG adds entries from a sweep file); TUNE, when not None, overrides
 # everything (the sweep uses that). The values are bench/routing.py --tune's picks on an
-# H200 at 9f66467 (bench/results/routing_h200.md): one or two warps per token row, so
+# H200 at 9f66467 (bench/results/history/routing_h200_session3.md): one or two warps per token row, so
 # that every reduction stays inside a warp, and no deeper prefetch.
 #
 # Phase 1 of two-phase (S queries): the forward is ``_fwd_kernel`` with one program per
@@ -112,7 +112,7 @@ def _pow2(n: int) -> int:
 # the S queries' upstream gradients and the coefficients). With "bwd_twopass" False,
 # ``_bwd_kernel`` loops over the S queries per source instead: it holds a token's S
 # upstream-gradient rows while streaming its sources, is latency-bound, and measured
-# 1.6-2x slower in the whole step at 9ca617b (bench/results/routing_h200.md). Kernels
+# 1.6-2x slower in the whole step at 9ca617b and cf14cbd (bench/results/routing_h200.md). Kernels
 # that held every query in registers (queries-tile, and a token-major gather) were
 # slower still and are gone (their code is at 9ca617b).
 # 4 sources x 4 warps: no spills at any paper width in an offline sm_90 compile (72-212

@@ -40,11 +40,12 @@ source and query). The query/norm-weight gradient ``dw = d(q*g)`` is
 reduced per program into its own row of a ``(programs, S, d)`` buffer and summed
 afterwards by torch: no atomics, so gradients are bitwise reproducible.
 
-Two-pass S-query backward (``op``'s "bwd_twopass", off by default): ``_bwd_kernel`` with
+Two-pass S-query backward (``op``'s "bwd_twopass", the default): ``_bwd_kernel`` with
 ``COEF`` runs one program per query and stores, per source and token, the coefficients
-of the source's gradient; ``_bwd_gather_kernel`` runs one program per source and forms
-its gradient from them and the queries' upstream gradients. Each pass parallelises over
-the axis that owns its output, so neither holds all S queries' rows per token.
+of the source's gradient; ``_bwd_gather_kernel`` runs one program per block of sources
+and token tile and forms their gradients from them and the queries' upstream gradients.
+Each pass parallelises over the axis that owns its output, so neither holds all S
+queries' rows per token.
 """
 
 from __future__ import annotations

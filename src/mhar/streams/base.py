@@ -74,7 +74,7 @@ class SourceList(list):
 def uses_two_phase(schedule: str, x: Tensor, heads: int) -> bool:
     """Resolve a schedule for a forward on ``x`` (..., d): 'auto' is two-phase where it
     measured faster on an H200 (bench/results/step_h200.md, session 5): on CUDA with one
-    routing head at d >= 1024 (attention residuals at 350M and 1B: 3-5% faster steps).
+    routing head at d >= 1024 (attention residuals at 350M and 1B: 3-6% faster steps).
     Elsewhere 'auto' is one-pass: with H = 8 the phase-1 backward's per-head coefficients
     cost about what the saved source reads do (the 350M step was 0-7% slower), at
     d = 512 the step is host-bound, and on the CPU (the reference path) the bytes do not
