@@ -76,7 +76,8 @@ def uses_two_phase(schedule: str, x: Tensor, heads: int) -> bool:
     measured faster on an H200 (bench/results/step_h200.md, session 5): on CUDA with one
     routing head at d >= 1024 (attention residuals at 350M and 1B: 3-6% faster steps).
     Elsewhere 'auto' is one-pass: with H = 8 the phase-1 backward's per-head coefficients
-    cost about what the saved source reads do (the 350M step was 0-7% slower), at
+    cost about what the saved source reads do (whole-step kernels slower at every width;
+    the 350M step from 4% faster to 7% slower across runs), at
     d = 512 the step is host-bound, and on the CPU (the reference path) the bytes do not
     matter."""
     if schedule == "auto":
