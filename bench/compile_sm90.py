@@ -7,7 +7,7 @@ The numbers quoted in docs/kernels.md and bench/results/ for register pressure c
 this script (run with triton 3.6, the GPU machine's version).
 
     PYTHONPATH=src python bench/compile_sm90.py                    # every kernel below
-    PYTHONPATH=src python bench/compile_sm90.py --kernels twopass --gather-sources 8 --gather-warps 4
+    PYTHONPATH=src python bench/compile_sm90.py --kernels twopass --gather-sources 4 --gather-warps 2
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def main() -> None:
     ap.add_argument("--kernels", default="single,twopass", help="single: the one-query kernels (backward with and "
                     "without running sums); twopass: the two-pass phase-1 backward (COEF pass and gather)")
     ap.add_argument("--warps", default="1", help="comma list of warps for the source-loop kernels")
-    ap.add_argument("--gather-sources", type=int, default=8, help="sources per gather program (KS)")
+    ap.add_argument("--gather-sources", type=int, default=4, help="sources per gather program (KS)")
     ap.add_argument("--gather-warps", type=int, default=4)
     ap.add_argument("--stages", type=int, default=0, help="num_stages (default: triton's)")
     args = ap.parse_args()
