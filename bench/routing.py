@@ -238,7 +238,7 @@ def write_phase1_config(results, path):
         two_phase = [r for r in rows if r["schedule"] != "one-pass"]
         if two_phase:
             best = min(two_phase, key=lambda r: r["kernel_ms"])
-            picks[f"{d},{int(int(h[1:]) > 1)}"] = {**rop._QUERIES, **best["phase1"]}
+            picks[f"{d},{int(int(h[1:]) > 1)}"] = best["phase1"]
     with open(path, "w") as f:
         json.dump(picks, f, indent=1)
     log(f"phase-1 picks -> {path}: {picks}")
@@ -363,7 +363,9 @@ def main():
                         t, kern = whole_step(case, h, chunk)
                         name = "one-pass" if chunk is None else f"two-phase S={chunk}{label}"
                         results["whole_step"].setdefault(f"{d}/{n}/H{h}", []).append(
-                            {"schedule": name, "fwdbwd_ms": t, **kern, "phase1": override or {}})
+                            {"schedule": name, "fwdbwd_ms": t, **kern,
+                             # the phase-1 config it ran (the paper widths are their padded widths)
+                             "phase1": {k: rop._cfg(d, h > 1)[k] for k in rop._QUERIES}})
                         log(f"  whole step H={h} {name}: {t:.2f} ms wall, {kern['kernel_ms']:.2f} ms kernels")
                         for k in kern["top"]:
                             log(f"    {k['ms']:8.3f} ms {k['calls']:4d}x {k['name']}")
@@ -402,7 +404,8 @@ BWD_CONFIGS = [(1024, 1, 1, 16), (1024, 2, 1, 16), (1024, 4, 1, 8), (1024, 4, 2,
 # the whole step's two-phase rows: the phase-1 backward each uses (op._QUERIES): the
 # default two passes (gather over blocks of 4 sources, 4 warps) and other gather blocks.
 # Session 4's other candidates (split-column, tensor-core, queries-tile, token-major
-# gather) were slower and are gone; their runs are in bench/results/history/routing_h200_session4.md.
+# gather) were slower and are gone; their runs are in
+# bench/results/history/routing_h200_session4.md.
 PHASE1 = [("", None), (", gather 1 source, 1 warp", {"gather_sources": 1, "gather_warps": 1}),
           (", gather 2 sources, 2 warps", {"gather_sources": 2, "gather_warps": 2}),
           (", gather 2 sources, 4 warps", {"gather_sources": 2, "gather_warps": 4}),

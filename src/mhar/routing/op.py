@@ -100,8 +100,8 @@ def _pow2(n: int) -> int:
 # head and one for several; CONFIG_TABLE[(padded width, heads > 1)] overrides them (and
 # MHAR_ROUTING_CONFIG adds entries from a sweep file); TUNE, when not None, overrides
 # everything (the sweep uses that). The values are bench/routing.py --tune's picks on an
-# H200 at 9f66467 (bench/results/history/routing_h200_session3.md): one or two warps per token row, so
-# that every reduction stays inside a warp, and no deeper prefetch.
+# H200 at 9f66467 (bench/results/history/routing_h200_session3.md): one or two warps per
+# token row, so that every reduction stays inside a warp, and no deeper prefetch.
 #
 # Phase 1 of two-phase (S queries): the forward is ``_fwd_kernel`` with one program per
 # query (the S programs of a token tile share its sources in L2). The backward
@@ -112,9 +112,9 @@ def _pow2(n: int) -> int:
 # the S queries' upstream gradients and the coefficients). With "bwd_twopass" False,
 # ``_bwd_kernel`` loops over the S queries per source instead: it holds a token's S
 # upstream-gradient rows while streaming its sources, is latency-bound, and measured
-# 1.6-2x slower in the whole step at 9ca617b and cf14cbd (bench/results/routing_h200.md). Kernels
-# that held every query in registers (queries-tile, and a token-major gather) were
-# slower still and are gone (their code is at 9ca617b).
+# 1.6-2x slower in the whole step at 9ca617b and cf14cbd (bench/results/routing_h200.md).
+# Kernels that held every query in registers (queries-tile, and a token-major gather)
+# were slower still and are gone (their code is at 9ca617b).
 # 4 sources x 4 warps: no spills at any paper width in an offline sm_90 compile (72-212
 # registers; 8 x 4 spills at 1024 and 1280 with H = 8), and the fastest at d = 1024.
 _QUERIES = {"bwd_twopass": True, "gather_sources": 4, "gather_warps": 4}
@@ -288,7 +288,7 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
             parts = dict(H=heads, HP=tile["HP"], DA=tile["DA"], DB=tile["DB"], HAS_B=tile["HAS_B"],
                          ALIGN=tile["ALIGN"], ACCUM=n_acc > 0)
             ks = cfg["gather_sources"]
-            if ks & (ks - 1) or ks < 1:
+            if ks < 1 or ks & (ks - 1):
                 raise ValueError(f"routing config: gather_sources must be a power of two, got {ks}")
             _bwd_gather_kernel[(-(-len(srcs) // ks), n_tiles)](
                 src_table, srcs[0], dest_table, w, grad, coef_a, coef_b, coef_c, len(srcs), n_acc, n_tok, S, d, dh,
