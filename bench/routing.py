@@ -228,6 +228,49 @@ def whole_step(case, heads, chunk):
     return t, kernel_breakdown(step)
 
 
+def whole_step_floor(d, n, tokens, chunk=None, heads=1):
+    """Bytes the routing kernels of ``whole_step`` must move (bf16 sources, fp32 partials),
+    as a dict: 'total', and for two-phase 'gather' (the phase-1 gather passes alone) and
+    'forward' (phase 1 and phase 2's forward kernels).
+    One-pass, per site: its sources read, their running sums read and written, the
+    output written, and in backward its gradient and the output read. Two-phase, per
+    chunk: phase 1 reads the old sources once and writes S fp32 partial rows; the COEF
+    pass reads the sources and the S fp32 upstream-gradient rows; the gather reads both
+    again plus the running sums (read and write) and the coefficients; per site, phase 2
+    reads the new sources (and their sums in backward), its fp32 phase-1 row, and writes
+    the output and the row's fp32 gradient."""
+    r2, r4 = tokens * d * 2, tokens * d * 4
+    if chunk is None:
+        return {"total": sum(j * r2 + r2 + 2 * r2 + 3 * j * r2 for j in range(1, n + 1))}
+    total = gather = forward = 0
+    for j0 in range(1, n + 1, chunk):
+        s = min(n + 1, j0 + chunk) - j0
+        forward += j0 * r2 + s * r4 + sum(k * r2 + r4 + r2 for k in range(s))  # phase 1, phase 2
+        total += j0 * r2 + s * r4  # phase 1
+        if s == 1:  # one query: the one-query backward (sources, sums, upstream row)
+            total += 3 * j0 * r2 + r4
+        else:
+            coef = j0 * s * tokens * (2 * heads + 1) * 4  # a and r dz per head, c per token
+            g = j0 * r2 + s * r4 + 2 * j0 * r2 + coef  # gather: sources, upstream rows, sums, coefficients
+            total += j0 * r2 + s * r4 + coef + g  # the COEF pass, then the gather
+            gather += g
+        for k in range(s):  # k new sources at the chunk's (k+1)-th site
+            total += k * r2 + r4 + r2 + 2 * r2 + 3 * k * r2 + r4
+    return {"total": total, "gather": gather, "forward": forward}
+
+
+def print_floors(tokens, copy_gbs, chunk):
+    print(f"| d/N/H | one-pass GB (ms) | two-phase S={chunk} GB (ms) | its forward GB (ms) | its gather passes GB (ms) |")
+    print("|---|---|---|---|---|")
+    for d, L in SHAPES:
+        n = 2 * L + 1
+        for h in (1, 8):
+            one = whole_step_floor(d, n, tokens)["total"]
+            two = whole_step_floor(d, n, tokens, chunk, h)
+            ms = lambda b: f"{b / 1e9:.1f} ({b / copy_gbs / 1e6:.1f})"  # noqa: E731
+            print(f"| {d}/{n}/H{h} | {ms(one)} | {ms(two['total'])} | {ms(two['forward'])} | {ms(two['gather'])} |")
+
+
 def write_phase1_config(results, path):
     """The fastest phase-1 backward config (kernel time) for each width and head kind of
     the whole-step rows so far, as MHAR_ROUTING_CONFIG entries ("WIDTH,MULTI_HEAD"; the
@@ -284,9 +327,13 @@ def main():
     ap.add_argument("--write-phase1-config", default="",
                     help="after the whole step, write the fastest phase-1 backward per width and head kind "
                          "(least kernel time among the two-phase rows) here (JSON for MHAR_ROUTING_CONFIG)")
+    ap.add_argument("--floors", type=float, default=0, metavar="COPY_GBS",
+                    help="print the whole step's byte floors at this copy bandwidth (GB/s) and exit (no GPU)")
     ap.add_argument("--compiled-keys", default="512/25/H1,512/25/H8,1024/49/H1",
                     help="d/N/H cases to run torch.compile of the reference on (compiling is slow); 'all'")
     args = ap.parse_args()
+    if args.floors:
+        return print_floors(args.tokens, args.floors, args.chunk)
     assert torch.cuda.is_available(), "bench/routing.py needs a CUDA GPU"
     routing.set_backend("auto")
     import triton
