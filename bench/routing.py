@@ -403,7 +403,7 @@ def main():
             del refy
         if not args.no_step:
             for h in (1, 8):
-                # one-pass, then two-phase with each phase-1 backward (see op._QUERIES)
+                # one-pass, then two-phase with each phase-1 backward (see op._PHASE1_BACKWARD)
                 for chunk, label, override in ((None, "", None), *((args.chunk, lab, t) for lab, t in PHASE1)):
                     rop.TUNE = override
                     try:
@@ -412,7 +412,7 @@ def main():
                         results["whole_step"].setdefault(f"{d}/{n}/H{h}", []).append(
                             {"schedule": name, "fwdbwd_ms": t, **kern,
                              # the phase-1 config it ran (the paper widths are their padded widths)
-                             "phase1": {k: rop._cfg(d, h > 1)[k] for k in rop._QUERIES}})
+                             "phase1": {k: rop._cfg(d, h > 1)[k] for k in rop._PHASE1_BACKWARD}})
                         log(f"  whole step H={h} {name}: {t:.2f} ms wall, {kern['kernel_ms']:.2f} ms kernels")
                         for k in kern["top"]:
                             log(f"    {k['ms']:8.3f} ms {k['calls']:4d}x {k['name']}")
@@ -448,8 +448,8 @@ VARIANTS = [("mhar-triton pf1", {"fwd_pf": 1, "bwd_pf": 1})]
 FWD_CONFIGS = [(1024, 1, 1), (1024, 2, 1), (1024, 4, 1), (2048, 4, 1), (1024, 2, 2)]
 BWD_CONFIGS = [(1024, 1, 1, 16), (1024, 2, 1, 16), (1024, 4, 1, 8), (1024, 4, 2, 8), (2048, 4, 1, 8),
                (1024, 2, 2, 16)]
-# the whole step's two-phase rows: the phase-1 backward each uses (op._QUERIES): the
-# default two passes (gather over blocks of 4 sources, 4 warps) and other gather blocks.
+# the whole step's two-phase rows: the phase-1 backward each uses
+# (op._PHASE1_BACKWARD): the default two passes (gather over blocks of 4 sources, 4 warps) and other gather blocks.
 # Session 4's other candidates (split-column, tensor-core, queries-tile, token-major
 # gather) were slower and are gone; their runs are in
 # bench/results/history/routing_h200_session4.md.

@@ -349,7 +349,7 @@ def test_model_gradient_sink(method, overrides, gen, monkeypatch):
 
 
 @pytest.fixture(params=["s-loop", "blocks-of-1", "blocks-of-2"])
-def queries_kernel(request):
+def other_phase1_backward(request):
     # phase 1's backward other than the default (two passes, the gather over blocks of 4
     # sources): _bwd_kernel's loop over the S queries per source, or the gather over
     # blocks of 1 or 2 sources (2 leaves a partial last block at odd source counts)
@@ -361,15 +361,15 @@ def queries_kernel(request):
 
 @pytest.mark.parametrize("n,lead,d,heads,S", [(1, (3,), 1, 1, 2), (3, (5,), 123, 1, 3), (4, (2, 3), 32, 8, 4),
                                               (6, (7,), 80, 4, 5), (73, (2,), 16, 4, 2)])
-def test_partial_queries_kernel(n, lead, d, heads, S, gen, queries_kernel):
+def test_partial_other_backward(n, lead, d, heads, S, gen, other_phase1_backward):
     check_partial(n, lead, d, heads, S, gen=gen)
 
 
-def test_partial_queries_kernel_bf16(gen, queries_kernel):
+def test_partial_other_backward_bf16(gen, other_phase1_backward):
     check_partial(4, (6,), 64, 8, 3, dtype=torch.bfloat16, tol=1e-2, gen=gen)
 
 
-def test_queries_kernel_deterministic_and_summing(gen, queries_kernel):
+def test_other_backward_deterministic_and_summing(gen, other_phase1_backward):
     check_deterministic(4, (5,), 24, 2, S=3, gen=gen)
     check_sink_chain(5, (5,), 32, 4, gen=gen, chunk=2, extra=False)
     check_two_phase(3, 2, (5,), 40, 8, 3, gen=gen, fused=True)

@@ -113,7 +113,6 @@ def check_deterministic(n, lead, d, heads, S=1, device="cpu", dtype=torch.float3
         assert torch.equal(x, y)
 
 
-
 def _chain(emb, leaves, q, g, heads, extra, chunk, sink):
     """The miniature stream of :func:`check_sink_chain`; sink None: plain autograd (and
     the reference read when the inputs are fp64)."""

@@ -177,9 +177,9 @@ def test_gradient_sink(n_sites, d, heads, extra, chunk, gen):
 @pytest.mark.parametrize("tune", [dict(bwd_twopass=False), dict(gather_sources=2)],
                          ids=["s-loop", "blocks-of-2"])
 @pytest.mark.parametrize("n,d,heads,S", [(25, 512, 8, 8), (49, 1024, 1, 8), (17, 1280, 8, 6), (9, 1280, 1, 3)])
-def test_partial_queries_kernel(n, d, heads, S, tune, gen):
-    # phase 1's backward other than the default (op._QUERIES): the loop over the S queries
-    # per source, or the two-pass gather over blocks of 2 sources
+def test_partial_other_backward(n, d, heads, S, tune, gen):
+    # phase 1's backward other than the default (op._PHASE1_BACKWARD): the loop over the
+    # S queries per source, or the two-pass gather over blocks of 2 sources
     rop.TUNE = tune
     try:
         check_partial(n, (300,), d, heads, S, device=DEV, gen=gen)

@@ -117,12 +117,12 @@ def _pow2(n: int) -> int:
 # were slower still and are gone (their code is at 9ca617b).
 # 4 sources x 4 warps: no spills at any paper width in an offline sm_90 compile (72-212
 # registers; 8 x 4 spills at 1024 and 1280 with H = 8), and the fastest at d = 1024.
-_QUERIES = {"bwd_twopass": True, "gather_sources": 4, "gather_warps": 4}
+_PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 4, "gather_warps": 4}
 _DEFAULTS = {
     False: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1,
-            "bwd_elems": 1024, "bwd_warps": 2, "bwd_pf": 1, "bwd_progs_per_sm": 16, **_QUERIES},
+            "bwd_elems": 1024, "bwd_warps": 2, "bwd_pf": 1, "bwd_progs_per_sm": 16, **_PHASE1_BACKWARD},
     True: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1,
-           "bwd_elems": 1024, "bwd_warps": 2, "bwd_pf": 1, "bwd_progs_per_sm": 16, **_QUERIES},
+           "bwd_elems": 1024, "bwd_warps": 2, "bwd_pf": 1, "bwd_progs_per_sm": 16, **_PHASE1_BACKWARD},
 }
 # The sweep's picks at the paper widths where they differ from the defaults.
 # The phase-1 gather entries are the whole-step picks at e88ebdb (bench/routing.py
@@ -285,14 +285,12 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
                                      len(srcs), 0, n_tok, S, d, dh, eps, n_tiles, n_prog,
                                      **tile, SINGLE=True, FINAL=False, PF=cfg["bwd_pf"], COEF=True,
                                      num_warps=cfg["bwd_warps"])
-            parts = dict(H=heads, HP=tile["HP"], DA=tile["DA"], DB=tile["DB"], HAS_B=tile["HAS_B"],
-                         ALIGN=tile["ALIGN"], ACCUM=n_acc > 0)
             ks = cfg["gather_sources"]
             if ks < 1 or ks & (ks - 1):
                 raise ValueError(f"routing config: gather_sources must be a power of two, got {ks}")
             _bwd_gather_kernel[(-(-len(srcs) // ks), n_tiles)](
                 src_table, srcs[0], dest_table, w, grad, coef_a, coef_b, coef_c, len(srcs), n_acc, n_tok, S, d, dh,
-                BM=tile["BM"], KS=ks, EVEN=tile["EVEN"], **parts, num_warps=cfg["gather_warps"])
+                **tile, KS=ks, ACCUM=n_acc > 0, num_warps=cfg["gather_warps"])
     else:
         n_tiles = -(-n_tok // tile["BM"])
         n_prog = _n_programs(dev, n_tiles, cfg["bwd_progs_per_sm"])
