@@ -2,9 +2,8 @@
 # Re-measure issues 5 and 6 on one H200 in a single device call (keep the parts' time
 # limits under the call's 600 s; runs A-F of session 5 used it): the CUDA routing tests,
 # the routing benchmark (H = 1 and 8, peers last, whole step), and the step benchmark at
-# the three paper sizes. Everything
-# lands in $OUT/suite/ and is packed into $OUT/suite.tar.gz, because the device tool
-# returns at most 8 files.
+# the three paper sizes. Everything lands in $OUT/suite/ and is packed into
+# $OUT/suite.tar.gz, because the device tool returns at most 8 files.
 # Usage (repository root, device machine): MHAR_COMMIT=<sha> bash bench/h200_suite.sh
 # Time limits per part (seconds): T_TESTS, T_ROUTING, T_HOST (bench/host_overhead.py; off by
 # default), T_STEP (per preset); 0 skips a part. TEST_K selects CUDA tests (pytest -k);
