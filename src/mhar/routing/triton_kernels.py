@@ -390,9 +390,9 @@ def _bwd_gather_kernel(table, ref, gtable, W, G, CA, CB, CC, n_src, n_acc, n_tok
     grad_x = sum over queries q of (a_q g_q + r dz_q w_q) per head - (sum_q c_q) x. Grid
     (blocks of KS sources, token tiles), the source axis first. A program forms KS
     sources' gradients at once, so each upstream-gradient row G[q] (fp32, one per query)
-    is loaded once per KS sources: with one source per program these L2 reads were 8x the
-    device-memory bytes at S = 8 and bounded the pass. Each source's gradient is written
-    once (added into a running sum for the first n_acc when ACCUM)."""
+    is loaded once per KS sources: with one source per program these L2 reads were 16x
+    the source's own bytes at S = 8 (bf16 sources) and bounded the pass. Each source's
+    gradient is written once (added into a running sum for the first n_acc when ACCUM)."""
     blk = tl.program_id(0)
     tile = tl.program_id(1)
     elem = ref.dtype.element_ty
