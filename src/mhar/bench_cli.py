@@ -32,11 +32,13 @@ import torch
 from mhar.model import Decoder, apply_overrides, get_preset, method_stream
 from mhar.model.config import SCHEDULES
 from mhar.model.loss import linear_cross_entropy
+from mhar.train.graphs import GraphedStep
 
 PEAK_FLOPS = 989e12
 # The paper's microbatches (from the issue): tokens per step = batch x seq.
 PAPER_MICROBATCH = {"paper-100m": (8, 2048), "paper-350m": (16, 1024), "paper-1b": (16, 1024)}
 DEFAULT_METHODS = "baseline,hyper,attnres,mhar,mhar-block"
+GRAPH_MODES = {"off": (False,), "on": (True,), "both": (False, True)}
 
 
 def build(preset: str, method: str, seq_len: int, overrides: list[str], chunk: int, device: str) -> Decoder:
@@ -55,7 +57,7 @@ def build(preset: str, method: str, seq_len: int, overrides: list[str], chunk: i
 
 
 def time_step(model: Decoder, batch: int, seq_len: int, steps: int, warmup: int, compile_mode: str,
-              loss_chunk: int, device: str) -> dict:
+              loss_chunk: int, device: str, cuda_graphs: bool = False) -> dict:
     torch.manual_seed(0)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1,
                             fused=device == "cuda")
@@ -65,20 +67,40 @@ def time_step(model: Decoder, batch: int, seq_len: int, steps: int, warmup: int,
     elif compile_mode == "regions":
         model.compile_regions()
     vocab = model.config.vocab_size
-    def step(x, y):
-        with torch.autocast(device, dtype=torch.bfloat16, enabled=device == "cuda"):
+
+    def loss_fn(x, y):
+        # autocast's weight-cast cache must be off under a CUDA graph's capture
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=device == "cuda", cache_enabled=not cuda_graphs):
             h = body(x).flatten(0, 1)
-            loss = linear_cross_entropy(h, model.output_weight, y.flatten(), loss_chunk)
-        loss.backward()
+            return linear_cross_entropy(h, model.output_weight, y.flatten(), loss_chunk)
+
+    def update():
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+
+    def eager_step(x, y):
+        loss = loss_fn(x, y)
+        loss.backward()
+        update()
         opt.zero_grad(set_to_none=True)
         return loss
 
     data = [torch.randint(0, vocab, (batch, seq_len + 1), device=device) for _ in range(4)]
     t_compile = time.perf_counter()
-    for i in range(warmup):
-        step(data[i % 4][:, :-1], data[i % 4][:, 1:])
+    for i in range(warmup):  # compiles, and creates the optimiser's state
+        eager_step(data[i % 4][:, :-1], data[i % 4][:, 1:])
+    step, capture_peak = eager_step, 0
+    if cuda_graphs:
+        graphed = GraphedStep(loss_fn, model.parameters(), data[0][:, :-1], data[0][:, 1:], warmup=1)
+        capture_peak = graphed.capture_peak_bytes
+
+        def graphed_step(x, y):
+            loss = graphed.run(x, y)
+            update()
+            graphed.zero_grad()
+            return loss
+        step = graphed_step
+        step(data[0][:, :-1], data[0][:, 1:])
     sync(device)
     t_compile = time.perf_counter() - t_compile
     if device == "cuda":
@@ -93,14 +115,17 @@ def time_step(model: Decoder, batch: int, seq_len: int, steps: int, warmup: int,
     median = times[len(times) // 2]
     tokens = batch * seq_len
     flops = model.flops_per_token(seq_len)
+    # under a graph the activations were allocated once, at capture: its peak is the step's
+    peak = max(torch.cuda.max_memory_allocated(), capture_peak) if device == "cuda" else float("nan")
     return {
         "step_ms": 1e3 * median,
         "tokens_per_s": tokens / median,
         "mfu": flops * tokens / median / PEAK_FLOPS,
-        "peak_mem_gb": torch.cuda.max_memory_allocated() / 1e9 if device == "cuda" else float("nan"),
+        "peak_mem_gb": peak / 1e9,
         "flops_per_token": flops,
         "warmup_s": t_compile,
         "loss": float(loss.detach()),
+        "cuda_graphs": cuda_graphs,
     }
 
 
@@ -128,7 +153,9 @@ def run_bench_step(args: argparse.Namespace) -> int:
     for preset in args.preset.split(","):
         batch, seq_len = PAPER_MICROBATCH.get(preset, (4, 128))
         batch, seq_len = args.batch or batch, args.seq_len or seq_len
-        for method in methods:
+        for method, graphs in [(m, g) for m in methods for g in GRAPH_MODES[args.cuda_graphs]]:
+            if graphs and device != "cuda":
+                raise SystemExit("--cuda-graphs needs a CUDA device")
             # The previous method's model is freed only by the cycle collector (compiled
             # modules refer back to themselves): without this, its weights (1.5 GB at
             # 350M) were still allocated and counted in this method's peak memory.
@@ -139,16 +166,17 @@ def run_bench_step(args: argparse.Namespace) -> int:
             model.activation_checkpointing = args.activation_checkpointing
             try:
                 r = time_step(model, batch, seq_len, args.steps, args.warmup, args.compile, args.loss_chunk,
-                              device)
+                              device, cuda_graphs=graphs)
             except torch.OutOfMemoryError as err:
                 r = {"error": f"out of memory: {err}"[:200]}
-            r.update(preset=preset, method=method, batch=batch, seq_len=seq_len)
+            r.update(preset=preset, method=method, batch=batch, seq_len=seq_len, cuda_graphs=graphs)
             results.append(r)
             print(json.dumps(r), flush=True)
             del model
-    base = {r["preset"]: r for r in results if r["method"] == "baseline" and "error" not in r}
+    # ratios against the baseline of the same preset, run the same way (graphed or not)
+    base = {(r["preset"], r["cuda_graphs"]): r for r in results if r["method"] == "baseline" and "error" not in r}
     for r in results:
-        b = base.get(r["preset"])
+        b = base.get((r["preset"], r["cuda_graphs"]))
         if b and "error" not in r:
             r["throughput_vs_baseline"] = r["tokens_per_s"] / b["tokens_per_s"]
             r["memory_vs_baseline"] = r["peak_mem_gb"] / b["peak_mem_gb"] if device == "cuda" else float("nan")
@@ -170,10 +198,11 @@ def run_bench_step(args: argparse.Namespace) -> int:
              "| preset | method | batch x seq | step ms | tokens/s | MFU | peak GB | x baseline tput | x baseline mem |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
+        label = r["method"] + (" (graph)" if r["cuda_graphs"] else "")
         if "error" in r:
-            lines.append(f"| {r['preset']} | {r['method']} | {r['batch']}x{r['seq_len']} | {r['error']} |")
+            lines.append(f"| {r['preset']} | {label} | {r['batch']}x{r['seq_len']} | {r['error']} |")
             continue
-        lines.append(f"| {r['preset']} | {r['method']} | {r['batch']}x{r['seq_len']} | {r['step_ms']:.1f} | "
+        lines.append(f"| {r['preset']} | {label} | {r['batch']}x{r['seq_len']} | {r['step_ms']:.1f} | "
                      f"{r['tokens_per_s']:,.0f} | {100 * r['mfu']:.1f}% | {r['peak_mem_gb']:.2f} | "
                      f"{r.get('throughput_vs_baseline', float('nan')):.3f} | {r.get('memory_vs_baseline', float('nan')):.3f} |")
     stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
@@ -197,6 +226,9 @@ def register(sub) -> None:
     s.add_argument("--compile", choices=("regions", "full", "off"), default="regions",
                    help="regions: compile each sublayer once (fast to compile); full: the whole model")
     s.add_argument("--activation-checkpointing", action="store_true")
+    s.add_argument("--cuda-graphs", choices=tuple(GRAPH_MODES), default="off",
+                   help="replay each step's forward and backward as a CUDA graph (no host time); "
+                        "both: every method twice, eager then graphed")
     s.add_argument("--out", default="bench/results")
     s.add_argument("--tag", default="")
     s.add_argument("overrides", nargs="*", help="dotted model overrides")

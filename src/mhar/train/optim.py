@@ -23,4 +23,7 @@ def build_optimizer(model: nn.Module, lr: float, weight_decay: float, betas: tup
         groups = [{"params": [p for n, p in params if not no_decay(n, p)], "weight_decay": weight_decay},
                   {"params": [p for n, p in params if no_decay(n, p)], "weight_decay": 0.0}]
         groups = [g for g in groups if g["params"]]
-    return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps)
+    # the fused CUDA kernel (one launch for all parameters) where every parameter is a
+    # plain CUDA tensor; FSDP2's sharded DTensors and the CPU keep the default
+    fused = all(p.is_cuda and type(p.data) is torch.Tensor for _, p in params)
+    return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=fused or None)

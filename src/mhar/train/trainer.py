@@ -37,6 +37,7 @@ from mhar.train import checkpoint as ckpt
 from mhar.train.config import TrainConfig, config_diff
 from mhar.train.data import TrainData, build_data
 from mhar.train.errors import DivergenceError, TrainingError
+from mhar.train.graphs import GraphedStep
 from mhar.train.metrics import (CHECKPOINTS, CONFIG, PLOT, SUMMARY, MetricsLog, memory_mb, plot_runs, tail_mean,
                                 write_json)
 from mhar.train.optim import build_optimizer
@@ -133,6 +134,9 @@ class Trainer:
         self.loss_module = self.wrap_model(LossModule(self.model, cfg.loss_chunk))
         self.optimizer = build_optimizer(self.model, cfg.lr, cfg.weight_decay, (cfg.beta1, cfg.beta2), cfg.eps,
                                          cfg.decay_all)
+        if cfg.cuda_graphs and self.device.type != "cuda":
+            raise ValueError(f"cuda_graphs=true needs a CUDA device; this run is on {self.device}")
+        self.graphed: GraphedStep | None = None  # captured on the first step (cuda_graphs=true)
         if resume_state is not None:
             self.load_state_dict(resume_state)
         self.log = MetricsLog(self.run_dir, resume_step=self.step if resume_state is not None else None,
@@ -289,22 +293,42 @@ class Trainer:
         for _ in range(c.grad_accum):
             x, y = self.data.loader.next_batch()
             x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
-            with self.autocast():
-                loss = self.compute_loss(x, y)
-            (loss / c.grad_accum).backward()
+            if c.cuda_graphs:
+                loss = self._graphed_step(x, y).run(x, y)
+            else:
+                with self.autocast():
+                    loss = self.compute_loss(x, y)
+                (loss / c.grad_accum).backward()
             loss_sum += loss.detach().float()
         loss_value = float(self.reduce_loss(loss_sum)) / c.grad_accum
         if not math.isfinite(loss_value):
-            self.optimizer.zero_grad(set_to_none=True)
+            self.zero_grad()
             raise DivergenceError(self._divergence_message("loss", loss_value))
         max_norm = c.grad_clip if c.grad_clip > 0 else math.inf
         grad_norm = float(self.clip_gradients(max_norm))
         if not math.isfinite(grad_norm):
-            self.optimizer.zero_grad(set_to_none=True)
+            self.zero_grad()
             raise DivergenceError(self._divergence_message("gradient norm", grad_norm))
         self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        self.zero_grad()
         return loss_value, grad_norm, lr
+
+    def zero_grad(self) -> None:
+        if self.graphed is not None:  # the graph adds into these very tensors
+            self.graphed.zero_grad()
+        else:
+            self.optimizer.zero_grad(set_to_none=True)
+
+    def _graphed_step(self, x: Tensor, y: Tensor) -> GraphedStep:
+        """The forward+backward graph, captured on the first micro-batch."""
+        if self.graphed is None:
+            def loss_fn(xb: Tensor, yb: Tensor) -> Tensor:
+                # autocast's weight-cast cache must be off under a capture
+                with torch.autocast("cuda", dtype=self.amp_dtype, enabled=self.amp_dtype is not None,
+                                    cache_enabled=False):
+                    return self.compute_loss(xb, yb)
+            self.graphed = GraphedStep(loss_fn, self.model.parameters(), x, y, scale=1.0 / self.cfg.grad_accum)
+        return self.graphed
 
     def _divergence_message(self, what: str, value: float) -> str:
         last = self.last_checkpoint()

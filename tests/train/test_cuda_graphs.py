@@ -1,0 +1,98 @@
+"""CUDA-graph training steps (mhar.train.graphs): a replayed step gives the eager
+step's loss and gradients, for the baseline and for routed streams (fused routing
+kernels, gradient sink, both schedules); the Trainer with cuda_graphs=true follows the
+eager run's losses. The CUDA cases skip without a GPU; the errors are checked anywhere."""
+
+import pytest
+import torch
+
+from train_helpers import SMALL
+
+from mhar.model import Decoder, get_preset, method_stream
+from mhar.model.loss import linear_cross_entropy
+from mhar.train import Trainer, apply_train_overrides, train_preset
+from mhar.train.graphs import GraphedStep
+from mhar.train.metrics import read_metrics
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def _model(method: str, schedule: str) -> Decoder:
+    cfg = get_preset("tiny", "baseline")
+    cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.d_ff = 64, 3, 4, 2, 128
+    stream = method_stream(method, cfg.num_sublayers, cfg.d_model)
+    if hasattr(stream, "schedule"):
+        stream.schedule, stream.chunk = schedule, 2
+    cfg.stream = stream
+    torch.manual_seed(0)
+    model = Decoder(cfg).cuda()
+    with torch.no_grad():  # non-zero queries: every routing weight matters
+        for name, p in model.named_parameters():
+            if name.startswith("residual."):
+                p.add_(0.3 * torch.randn_like(p))
+    return model
+
+
+def _loss_fn(model: Decoder, cache_enabled: bool = True):
+    def loss_fn(x, y):
+        with torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=cache_enabled):
+            h = model.hidden_states(x).flatten(0, 1)
+            return linear_cross_entropy(h, model.output_weight, y.flatten(), 64)
+    return loss_fn
+
+
+@cuda
+@pytest.mark.cuda
+@pytest.mark.parametrize("method, schedule", [("baseline", ""), ("mhar", "one-pass"), ("mhar", "two-phase"),
+                                              ("mhar-block", "two-phase"), ("hyper", "")])
+def test_replay_matches_eager(method, schedule):
+    model = _model(method, schedule)
+    vocab = model.config.vocab_size
+    batches = [torch.randint(0, vocab, (2, 33), device="cuda") for _ in range(2)]
+    graphed = GraphedStep(_loss_fn(model, cache_enabled=False), model.parameters(), batches[0][:, :-1],
+                          batches[0][:, 1:], scale=0.5)
+    # two replays on two batches accumulate, as gradient accumulation does
+    losses = [graphed.run(b[:, :-1], b[:, 1:]).clone() for b in batches]
+    got = [p.grad.clone() for p in model.parameters()]
+    graphed.zero_grad()
+    assert all(float(g.abs().max()) == 0 for g in (p.grad for p in model.parameters()))
+
+    for p in model.parameters():
+        p.grad = None
+    want_losses = []
+    for b in batches:
+        loss = _loss_fn(model)(b[:, :-1], b[:, 1:])
+        (loss * 0.5).backward()
+        want_losses.append(loss.detach())
+    for a, b in zip(losses, want_losses):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    for (name, p), g in zip(model.named_parameters(), got):
+        torch.testing.assert_close(g, p.grad, rtol=1e-3, atol=1e-5, msg=name)
+    assert any(float(g.abs().max()) > 0 for g in got[-3:])
+
+
+@cuda
+@pytest.mark.cuda
+@pytest.mark.parametrize("method", ["baseline", "mhar"])
+def test_trainer_with_cuda_graphs_follows_eager(tmp_path, method):
+    run = SMALL + ["steps=5", "grad_accum=2", "eval_every=5", "checkpoint_every=5", "device=cuda"]
+    losses = {}
+    for graphs in ("false", "true"):
+        cfg = apply_train_overrides(train_preset("tiny", method), run + [f"cuda_graphs={graphs}"])
+        Trainer(cfg, tmp_path / graphs, progress=False).fit()
+        losses[graphs] = [r["loss"] for r in read_metrics(tmp_path / graphs)]
+    assert len(losses["true"]) == 5
+    for a, b in zip(losses["true"], losses["false"]):
+        assert abs(a - b) <= 2e-3 * abs(b), losses
+
+
+def test_cuda_graphs_errors(tmp_path):
+    with pytest.raises(ValueError, match="one process"):
+        apply_train_overrides(train_preset("tiny", "baseline"), SMALL + ["cuda_graphs=true", "parallel=ddp"])
+    if not torch.cuda.is_available():
+        cfg = apply_train_overrides(train_preset("tiny", "baseline"), SMALL + ["cuda_graphs=true", "device=cpu"])
+        with pytest.raises(ValueError, match="needs a CUDA device"):
+            Trainer(cfg, tmp_path / "run", progress=False)
+        x = torch.zeros(2, 4, dtype=torch.long)
+        with pytest.raises(ValueError, match="need a CUDA device"):
+            GraphedStep(lambda a, b: a.float().sum(), [], x, x)
