@@ -4,7 +4,9 @@ side by side in one run, at the paper's shapes.
 One step = forward + backward + fused AdamW update of one microbatch, bf16 autocast,
 fp32 master weights, ``torch.compile`` of the decoder (regional by default: each
 sublayer kind compiles once), the LM head fused with the
-loss in chunks (no full logits). Routed methods use the routing op (fused kernels on
+loss in chunks (no full logits). On a GPU the forward and backward are replayed as one
+CUDA graph by default (``--cuda-graphs``; ``both`` times every method both ways), so
+the host's launch time is not what is measured. Routed methods use the routing op (fused kernels on
 CUDA) with the stream's default schedule; ``METHOD@two-phase`` (or ``@one-pass``) picks
 the schedule per method, so both can be compared in one run.
 
@@ -38,7 +40,7 @@ PEAK_FLOPS = 989e12
 # The paper's microbatches (from the issue): tokens per step = batch x seq.
 PAPER_MICROBATCH = {"paper-100m": (8, 2048), "paper-350m": (16, 1024), "paper-1b": (16, 1024)}
 DEFAULT_METHODS = "baseline,hyper,attnres,mhar,mhar-block"
-GRAPH_MODES = {"off": (False,), "on": (True,), "both": (False, True)}
+GRAPH_MODES = {"off": (False,), "on": (True,), "both": (False, True), "auto": (True,)}
 
 
 def build(preset: str, method: str, seq_len: int, overrides: list[str], chunk: int, device: str) -> Decoder:
@@ -153,7 +155,8 @@ def run_bench_step(args: argparse.Namespace) -> int:
     for preset in args.preset.split(","):
         batch, seq_len = PAPER_MICROBATCH.get(preset, (4, 128))
         batch, seq_len = args.batch or batch, args.seq_len or seq_len
-        for method, graphs in [(m, g) for m in methods for g in GRAPH_MODES[args.cuda_graphs]]:
+        graph_modes = (False,) if args.cuda_graphs == "auto" and device != "cuda" else GRAPH_MODES[args.cuda_graphs]
+        for method, graphs in [(m, g) for m in methods for g in graph_modes]:
             if graphs and device != "cuda":
                 raise SystemExit("--cuda-graphs needs a CUDA device")
             # The previous method's model is freed only by the cycle collector (compiled
@@ -226,9 +229,9 @@ def register(sub) -> None:
     s.add_argument("--compile", choices=("regions", "full", "off"), default="regions",
                    help="regions: compile each sublayer once (fast to compile); full: the whole model")
     s.add_argument("--activation-checkpointing", action="store_true")
-    s.add_argument("--cuda-graphs", choices=tuple(GRAPH_MODES), default="off",
+    s.add_argument("--cuda-graphs", choices=tuple(GRAPH_MODES), default="auto",
                    help="replay each step's forward and backward as a CUDA graph (no host time); "
-                        "both: every method twice, eager then graphed")
+                        "auto: on with a GPU; both: every method twice, eager then graphed")
     s.add_argument("--out", default="bench/results")
     s.add_argument("--tag", default="")
     s.add_argument("overrides", nargs="*", help="dotted model overrides")

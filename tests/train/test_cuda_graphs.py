@@ -1,7 +1,7 @@
 """CUDA-graph training steps (mhar.train.graphs): a replayed step gives the eager
 step's loss and gradients, for the baseline and for routed streams (fused routing
-kernels, gradient sink, both schedules); the Trainer with cuda_graphs=true follows the
-eager run's losses. The CUDA cases skip without a GPU; the errors are checked anywhere."""
+kernels, gradient sink, both schedules); the Trainer with cuda_graphs=on follows the
+eager run's losses (cuda_graphs=off), compiled or not. The CUDA cases skip without a GPU; the errors are checked anywhere."""
 
 import pytest
 import torch
@@ -21,7 +21,7 @@ def _model(method: str, schedule: str) -> Decoder:
     cfg = get_preset("tiny", "baseline")
     cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.d_ff = 64, 3, 4, 2, 128
     stream = method_stream(method, cfg.num_sublayers, cfg.d_model)
-    if hasattr(stream, "schedule"):
+    if schedule:
         stream.schedule, stream.chunk = schedule, 2
     cfg.stream = stream
     torch.manual_seed(0)
@@ -73,24 +73,27 @@ def test_replay_matches_eager(method, schedule):
 
 @cuda
 @pytest.mark.cuda
-@pytest.mark.parametrize("method", ["baseline", "mhar"])
-def test_trainer_with_cuda_graphs_follows_eager(tmp_path, method):
-    run = SMALL + ["steps=5", "grad_accum=2", "eval_every=5", "checkpoint_every=5", "device=cuda"]
+@pytest.mark.parametrize("method, compile", [("baseline", "false"), ("mhar", "false"), ("mhar-block", "true")])
+def test_trainer_with_cuda_graphs_follows_eager(tmp_path, method, compile):
+    run = SMALL + ["steps=5", "grad_accum=2", "eval_every=5", "checkpoint_every=5", "device=cuda",
+                   f"compile={compile}"]
     losses = {}
-    for graphs in ("false", "true"):
+    for graphs in ("off", "on"):
         cfg = apply_train_overrides(train_preset("tiny", method), run + [f"cuda_graphs={graphs}"])
         Trainer(cfg, tmp_path / graphs, progress=False).fit()
         losses[graphs] = [r["loss"] for r in read_metrics(tmp_path / graphs)]
-    assert len(losses["true"]) == 5
-    for a, b in zip(losses["true"], losses["false"]):
+    assert len(losses["on"]) == 5
+    for a, b in zip(losses["on"], losses["off"]):
         assert abs(a - b) <= 2e-3 * abs(b), losses
 
 
 def test_cuda_graphs_errors(tmp_path):
     with pytest.raises(ValueError, match="one process"):
-        apply_train_overrides(train_preset("tiny", "baseline"), SMALL + ["cuda_graphs=true", "parallel=ddp"])
+        apply_train_overrides(train_preset("tiny", "baseline"), SMALL + ["cuda_graphs=on", "parallel=ddp"])
+    with pytest.raises(ValueError, match="is not one of"):
+        apply_train_overrides(train_preset("tiny", "baseline"), SMALL + ["cuda_graphs=yes"])
     if not torch.cuda.is_available():
-        cfg = apply_train_overrides(train_preset("tiny", "baseline"), SMALL + ["cuda_graphs=true", "device=cpu"])
+        cfg = apply_train_overrides(train_preset("tiny", "baseline"), SMALL + ["cuda_graphs=on", "device=cpu"])
         with pytest.raises(ValueError, match="needs a CUDA device"):
             Trainer(cfg, tmp_path / "run", progress=False)
         x = torch.zeros(2, 4, dtype=torch.long)

@@ -23,6 +23,7 @@ DATA_SOURCES = ("builtin", "synthetic")  # or a path to a dataset folder
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "bfloat16")
 PARALLEL = ("none", "ddp", "fsdp")  # multi-process training: mhar.train.distributed
+CUDA_GRAPHS = ("auto", "on", "off")  # mhar.train.graphs
 
 
 @dataclass
@@ -92,7 +93,9 @@ class TrainConfig:
     device: str = "auto"
     dtype: str = "auto"  # auto: bf16 autocast on CUDA, fp32 on CPU
     compile: bool = False
-    cuda_graphs: bool = False  # replay each micro-batch's forward+backward as a CUDA graph (one process)
+    # replay each micro-batch's forward+backward as a CUDA graph (mhar.train.graphs):
+    # auto = on for one process on a CUDA device, off otherwise
+    cuda_graphs: str = "auto"
     loss_chunk: int = 0  # >0: LM head + loss in chunks of this many tokens
     threads: int = 0  # >0: torch.set_num_threads on the CPU
     vocab_from_data: bool = True  # set model.vocab_size to the dataset's vocabulary
@@ -131,9 +134,11 @@ class TrainConfig:
             raise ValueError(f"parallel={self.parallel!r} is not one of {', '.join(PARALLEL)}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype={self.dtype!r} is not one of {', '.join(DTYPES)}")
-        if self.cuda_graphs and self.parallel != "none":
-            raise ValueError(f"cuda_graphs=true runs in one process; parallel={self.parallel!r} is not supported "
-                             "with it (use cuda_graphs=false)")
+        if self.cuda_graphs not in CUDA_GRAPHS:
+            raise ValueError(f"cuda_graphs={self.cuda_graphs!r} is not one of {', '.join(CUDA_GRAPHS)}")
+        if self.cuda_graphs == "on" and self.parallel != "none":
+            raise ValueError(f"cuda_graphs=on runs in one process; parallel={self.parallel!r} is not supported "
+                             "with it (use cuda_graphs=auto or off)")
         if self.seq_len > self.model.max_seq_len:
             raise ValueError(f"seq_len={self.seq_len} exceeds model.max_seq_len={self.model.max_seq_len}")
         self.data.validate()

@@ -134,9 +134,11 @@ class Trainer:
         self.loss_module = self.wrap_model(LossModule(self.model, cfg.loss_chunk))
         self.optimizer = build_optimizer(self.model, cfg.lr, cfg.weight_decay, (cfg.beta1, cfg.beta2), cfg.eps,
                                          cfg.decay_all)
-        if cfg.cuda_graphs and self.device.type != "cuda":
-            raise ValueError(f"cuda_graphs=true needs a CUDA device; this run is on {self.device}")
-        self.graphed: GraphedStep | None = None  # captured on the first step (cuda_graphs=true)
+        if cfg.cuda_graphs == "on" and self.device.type != "cuda":
+            raise ValueError(f"cuda_graphs=on needs a CUDA device; this run is on {self.device}")
+        self.use_graphs = cfg.cuda_graphs == "on" or (
+            cfg.cuda_graphs == "auto" and self.device.type == "cuda" and cfg.parallel == "none" and world_size == 1)
+        self.graphed: GraphedStep | None = None  # captured on the first step when use_graphs
         if resume_state is not None:
             self.load_state_dict(resume_state)
         self.log = MetricsLog(self.run_dir, resume_step=self.step if resume_state is not None else None,
@@ -293,7 +295,7 @@ class Trainer:
         for _ in range(c.grad_accum):
             x, y = self.data.loader.next_batch()
             x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
-            if c.cuda_graphs:
+            if self.use_graphs:
                 loss = self._graphed_step(x, y).run(x, y)
             else:
                 with self.autocast():
