@@ -45,6 +45,16 @@ def bench(fn, warmup=25, rep=150):
     return tt.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
 
 
+GRAPH_REPLAY = [False]  # --graph-replay
+
+
+def bench_graph(fn, rep=100):
+    """Median ms of ``fn`` replayed from a CUDA graph (``triton.testing.do_bench_cudagraph``
+    captures it and replays it; nothing of the host's time is in the result)."""
+    import triton.testing as tt
+    return tt.do_bench_cudagraph(fn, rep=rep, return_mode="median")
+
+
 def copy_bandwidth():
     n = 1 << 30  # 1 Gi bf16 elements = 2 GiB
     x = torch.randn(n // 1024, 1024, device="cuda").to(torch.bfloat16)
@@ -164,6 +174,14 @@ def measure(name, case, fn_factory, results, key, check=None, slow=False, mem=Fa
                "fwd_GBs": case.bytes_fwd() / (tf * 1e-3) / 1e9,
                "fwdbwd_GBs": (case.bytes_fwd() + case.bytes_bwd()) / (tb * 1e-3) / 1e9,
                "setup_s": time.time() - t0}
+        if GRAPH_REPLAY[0]:
+            # the same call replayed from a CUDA graph: no host time, for ours and the peers alike
+            try:
+                row["fwdbwd_graph_ms"] = bench_graph(fwdbwd)
+                row["fwdbwd_graph_GBs"] = (case.bytes_fwd() + case.bytes_bwd()) / (row["fwdbwd_graph_ms"] * 1e-3) / 1e9
+            except Exception as e:
+                row["graph_skipped"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+                log(f"  {name:>22}: graph replay failed ({row['graph_skipped']})")
         if mem:
             row["peak_extra_x_sources"] = peak_extra(case, route_fn)
         if name.startswith("mhar-triton"):
@@ -327,6 +345,8 @@ def main():
     ap.add_argument("--write-phase1-config", default="",
                     help="after the whole step, write the fastest phase-1 backward per width and head kind "
                          "(least kernel time among the two-phase rows) here (JSON for MHAR_ROUTING_CONFIG)")
+    ap.add_argument("--graph-replay", action="store_true",
+                    help="also time each per-call fwd+bwd replayed from a CUDA graph (host time excluded), peers too")
     ap.add_argument("--floors", type=float, default=0, metavar="COPY_GBS",
                     help="print the whole step's byte floors at this copy bandwidth (GB/s) and exit (no GPU)")
     ap.add_argument("--compiled-keys", default="512/25/H1,512/25/H8,1024/49/H1",
@@ -335,6 +355,7 @@ def main():
     if args.floors:
         return print_floors(args.tokens, args.floors, args.chunk)
     assert torch.cuda.is_available(), "bench/routing.py needs a CUDA GPU"
+    GRAPH_REPLAY[0] = args.graph_replay
     routing.set_backend("auto")
     import triton
 
@@ -515,6 +536,12 @@ def _git_commit():
         return "unknown"
 
 
+def _graph_cell(row, copy):
+    if "fwdbwd_graph_ms" in row:
+        return f"{row['fwdbwd_graph_ms']:.3f} ({100 * row['fwdbwd_graph_GBs'] / copy:.0f}%)"
+    return f"failed: {row['graph_skipped']}" if "graph_skipped" in row else ""
+
+
 def write_md(results, path):
     meta = results["meta"]
     copy = meta.get("copy_GBs", float("nan"))
@@ -525,14 +552,15 @@ def write_md(results, path):
              f"- device-to-device copy: {copy:.0f} GB/s (bytes read + written)", "",
              "## Per call (one site over N = 2L+1 sources)", "",
              "Wall times are CUDA-event medians of the whole call (host overhead included); "
-             "kernel ms is device time from the profiler (ours only).", "",
+             "kernel ms is device time from the profiler (ours only); graph replay (with --graph-replay) is "
+             "the call replayed from a CUDA graph, host time excluded, for every implementation.", "",
              "| d/N/H | impl | fwd ms | fwd+bwd ms | fwd+bwd GB/s | % of copy | kernel fwd / fwd+bwd ms | kernel % of copy "
-             "| peak extra (x sources) | rel err |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| peak extra (x sources) | rel err | graph replay fwd+bwd ms (% of copy) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for key, rows in results["per_call"].items():
         for r in rows:
             if "skipped" in r:
-                lines.append(f"| {key} | {r['impl']} | skipped: {r['skipped']} | | | | | | | |")
+                lines.append(f"| {key} | {r['impl']} | skipped: {r['skipped']} | | | | | | | | |")
                 continue
             pk = r.get("peak_extra_x_sources")
             err = r.get("rel_err_vs_ref")
@@ -540,7 +568,7 @@ def write_md(results, path):
             kp = f"{100 * r['fwdbwd_gpu_GBs'] / copy:.0f}%" if "fwdbwd_gpu_GBs" in r else ""
             lines.append(f"| {key} | {r['impl']} | {r['fwd_ms']:.3f} | {r['fwdbwd_ms']:.3f} | {r['fwdbwd_GBs']:.0f} | "
                          f"{100 * r['fwdbwd_GBs'] / copy:.0f}% | {kg} | {kp} | {'' if pk is None else f'{pk:.2f}'} | "
-                         f"{'' if err is None else f'{err:.1e}'} |")
+                         f"{'' if err is None else f'{err:.1e}'} | {_graph_cell(r, copy)} |")
     if results.get("tune"):
         lines += ["", "## Tile configs chosen by the sweep (per d, the fastest at H = 1 and at H = 8)", ""]
         for key, t in results["tune"].items():
