@@ -73,13 +73,14 @@ class SourceList(list):
 
 def uses_two_phase(schedule: str, x: Tensor, heads: int) -> bool:
     """Resolve a schedule for a forward on ``x`` (..., d): 'auto' is two-phase where it
-    measured faster on an H200 (bench/results/step_h200.md, session 5): on CUDA with one
-    routing head at d >= 1024 (attention residuals at 350M and 1B: 3-6% faster steps).
-    Elsewhere 'auto' is one-pass: with H = 8 the phase-1 backward's per-head coefficients
-    cost about what the saved source reads do (whole-step kernels slower at every width;
-    the 350M step from 4% faster to 7% slower across runs), at
-    d = 512 the step is host-bound, and on the CPU (the reference path) the bytes do not
-    matter."""
+    measured faster on an H200: on CUDA with one routing head at d >= 1024 (attention
+    residuals at 350M and 1B: 3-6% faster eager steps in session 5,
+    bench/results/history/step_h200_session5.md; 4.7% and 6.6% more tokens/s graphed in
+    session 6, bench/results/step_h200.md). Elsewhere 'auto' is one-pass: with H = 8 the
+    phase-1 backward's per-head coefficients cost about what the saved source reads do
+    (whole-step kernels slower at every width; the graphed 350M step equal within 0.3%),
+    at d = 512 two-phase was slower (session 5, eager), and on the CPU (the reference
+    path) the bytes do not matter."""
     if schedule == "auto":
         return x.is_cuda and heads == 1 and x.shape[-1] >= 1024
     return schedule == "two-phase"
