@@ -58,3 +58,14 @@ def test_schedule_warmup_then_cosine_to_min():
     mid = 10 + (total - 1 - 10) / 2
     assert lr_at(int(mid), peak, warm, total) == pytest.approx(0.55, abs=0.01)
     assert all(math.isfinite(x) for x in lrs)
+
+
+def test_compile_modes_and_legacy_bools():
+    cfg = train_preset("tiny", "baseline")
+    assert cfg.compile == "auto" and cfg.cuda_graphs == "auto"
+    assert apply_train_overrides(cfg, ["compile=regions"]).compile == "regions"
+    # older run folders saved compile as a bool: true meant the whole loss module
+    assert apply_train_overrides(cfg, ["compile=true"]).compile == "full"
+    assert TrainConfig.from_dict({**cfg.to_dict(), "compile": False}).compile == "off"
+    with pytest.raises(ValueError, match="compile='fast' is not one of"):
+        apply_train_overrides(cfg, ["compile=fast"])

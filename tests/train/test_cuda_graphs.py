@@ -73,7 +73,7 @@ def test_replay_matches_eager(method, schedule):
 
 @cuda
 @pytest.mark.cuda
-@pytest.mark.parametrize("method, compile", [("baseline", "false"), ("mhar", "false"), ("mhar-block", "true")])
+@pytest.mark.parametrize("method, compile", [("baseline", "off"), ("mhar", "regions"), ("mhar-block", "full")])
 def test_trainer_with_cuda_graphs_follows_eager(tmp_path, method, compile):
     run = SMALL + ["steps=5", "grad_accum=2", "eval_every=5", "checkpoint_every=5", "device=cuda",
                    f"compile={compile}"]

@@ -24,6 +24,8 @@ DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "bfloat16")
 PARALLEL = ("none", "ddp", "fsdp")  # multi-process training: mhar.train.distributed
 CUDA_GRAPHS = ("auto", "on", "off")  # mhar.train.graphs
+COMPILE = ("auto", "regions", "full", "off")
+_LEGACY_COMPILE = {True: "full", False: "off", "true": "full", "false": "off"}  # compile was a bool
 
 
 @dataclass
@@ -92,7 +94,10 @@ class TrainConfig:
     log_every: int = 1
     device: str = "auto"
     dtype: str = "auto"  # auto: bf16 autocast on CUDA, fp32 on CPU
-    compile: bool = False
+    # auto: regions for one process on CUDA, off otherwise; regions: each sublayer kind
+    # compiled once (Decoder.compile_regions); full: the whole loss module (slow to compile
+    # at depth, measured no faster); off. true / false (older configs) mean full / off.
+    compile: str = "auto"
     # replay each micro-batch's forward+backward as a CUDA graph (mhar.train.graphs):
     # auto = on for one process on a CUDA device, off otherwise
     cuda_graphs: str = "auto"
@@ -102,6 +107,7 @@ class TrainConfig:
     parallel: str = "none"  # ddp | fsdp: one process per GPU under torchrun (docs/distributed.md)
 
     def __post_init__(self):
+        self.compile = _LEGACY_COMPILE.get(self.compile, self.compile)
         if isinstance(self.model, dict):
             self.model = ModelConfig.from_dict(self.model)
         if isinstance(self.data, dict):
@@ -134,6 +140,9 @@ class TrainConfig:
             raise ValueError(f"parallel={self.parallel!r} is not one of {', '.join(PARALLEL)}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype={self.dtype!r} is not one of {', '.join(DTYPES)}")
+        self.compile = _LEGACY_COMPILE.get(self.compile, self.compile)
+        if self.compile not in COMPILE:
+            raise ValueError(f"compile={self.compile!r} is not one of {', '.join(COMPILE)}")
         if self.cuda_graphs not in CUDA_GRAPHS:
             raise ValueError(f"cuda_graphs={self.cuda_graphs!r} is not one of {', '.join(CUDA_GRAPHS)}")
         if self.cuda_graphs == "on" and self.parallel != "none":

@@ -190,7 +190,7 @@ class DistributedTrainer(Trainer):
             module = self._ddp = DDP(module, device_ids=ids, gradient_as_bucket_view=True)
         else:
             apply_fsdp(self.model, param_dtype=self.amp_dtype)
-        return torch.compile(module) if self.cfg.compile else module
+        return self.compile_module(module)
 
     def compute_loss(self, x: Tensor, y: Tensor) -> Tensor:
         """Gradients are synchronised on the last micro-batch of a step only."""

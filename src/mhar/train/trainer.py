@@ -6,7 +6,7 @@ benchmarks) instead of copying the loop:
 * :meth:`Trainer.build_model` - the ``nn.Module`` to train (default: a seeded
   :class:`~mhar.model.Decoder` of ``cfg.model``);
 * :meth:`Trainer.wrap_model` - the parallel / compiled wrapper around the loss
-  module (default: ``torch.compile`` when ``cfg.compile``);
+  module (default: regional compilation of the decoder on CUDA, see ``cfg.compile``);
 * :meth:`Trainer.compute_loss` - one micro-batch's loss;
 * :meth:`Trainer.build_data` - loader, validation windows and vocabulary;
 * ``rank`` / ``world_size`` and :meth:`Trainer.is_main` - who logs and checkpoints.
@@ -154,8 +154,23 @@ class Trainer:
         weights for the parameters that methods share."""
         return Decoder(self.cfg.model)
 
+    def compile_mode(self) -> str:
+        """The resolved ``compile`` setting: 'auto' is regions for one process on CUDA."""
+        if self.cfg.compile != "auto":
+            return self.cfg.compile
+        regional = hasattr(self.model, "compile_regions")
+        return "regions" if regional and self.device.type == "cuda" and self.cfg.parallel == "none" else "off"
+
+    def compile_module(self, module: nn.Module) -> nn.Module:
+        """Compile as ``compile_mode()`` says: the decoder's regions in place, or the
+        whole ``module`` wrapped."""
+        mode = self.compile_mode()
+        if mode == "regions":
+            self.model.compile_regions()
+        return torch.compile(module) if mode == "full" else module
+
     def wrap_model(self, module: nn.Module) -> nn.Module:
-        return torch.compile(module) if self.cfg.compile else module
+        return self.compile_module(module)
 
     def compute_loss(self, x: Tensor, y: Tensor) -> Tensor:
         return self.loss_module(x, y)
