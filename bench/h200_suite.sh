@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Re-measure issues 5 and 6 on one H200 in a single device call (keep the parts' time
-# limits under the call's 600 s; runs A-F of session 5 used it): the CUDA routing tests,
+# limits under the call's 600 s; runs A-F of session 5 used it): the CUDA routing and graph tests,
 # the routing benchmark (H = 1 and 8, peers last, whole step), and the step benchmark at
 # the three paper sizes. Everything lands in $OUT/suite/ and is packed into
 # $OUT/suite.tar.gz, because the device tool returns at most 8 files.
@@ -20,7 +20,7 @@ python3 -m pip install -q --no-deps .whl/*.whl > "$R/pip.log" 2>&1  # the peers,
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used --format=csv,noheader > "$R/gpu.txt" 2>&1
 
 part() { [ "${1:-0}" != 0 ]; }
-part "${T_TESTS:-80}" && timeout "${T_TESTS:-80}" python3 -m pytest tests/routing/test_triton_cuda.py -q -p no:cacheprovider ${TEST_K:+-k "$TEST_K"} \
+part "${T_TESTS:-80}" && timeout "${T_TESTS:-80}" python3 -m pytest tests/routing/test_triton_cuda.py tests/train/test_cuda_graphs.py -q -p no:cacheprovider ${TEST_K:+-k "$TEST_K"} \
   > "$R/routing_gpu_tests.log" 2>&1
 part "${T_ROUTING:-200}" && timeout "${T_ROUTING:-200}" python3 bench/routing.py --heads 1,8 --no-eager --no-compiled ${ROUTING_ARGS:-} \
   --out "$R/routing_$MHAR_COMMIT.json" > "$R/routing.log" 2>&1

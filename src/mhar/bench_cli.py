@@ -209,8 +209,46 @@ def run_bench_step(args: argparse.Namespace) -> int:
                      f"{r['tokens_per_s']:,.0f} | {100 * r['mfu']:.1f}% | {r['peak_mem_gb']:.2f} | "
                      f"{r.get('throughput_vs_baseline', float('nan')):.3f} | {r.get('memory_vs_baseline', float('nan')):.3f} |")
     stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    plot_ratios(results, stem.with_suffix(".png"), meta)
     print("\n".join(lines))
+    print(f"plot: {stem.with_suffix('.png')}")
     return 0
+
+
+def plot_ratios(results: list[dict], path: Path, meta: dict) -> None:
+    """Throughput and peak memory of each method as a multiple of its preset's baseline,
+    one panel each, a group of bars per preset."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in results if "throughput_vs_baseline" in r]
+    if not rows:
+        return
+    presets = list(dict.fromkeys(r["preset"] for r in rows))
+    labels = list(dict.fromkeys(r["method"] + (" (graph)" if r["cuda_graphs"] else "") for r in rows))
+    fig, axes = plt.subplots(1, 2, figsize=(min(14.0, 4.0 + 1.6 * len(presets) + 0.3 * len(labels)), 4.6))
+    width = 0.8 / len(labels)
+    for ax, key, title in ((axes[0], "throughput_vs_baseline", "tokens/s ÷ baseline"),
+                           (axes[1], "memory_vs_baseline", "peak memory ÷ baseline")):
+        for j, label in enumerate(labels):
+            xs, ys = [], []
+            for i, preset in enumerate(presets):
+                for r in rows:
+                    if r["preset"] == preset and r["method"] + (" (graph)" if r["cuda_graphs"] else "") == label:
+                        xs.append(i + (j - (len(labels) - 1) / 2) * width)
+                        ys.append(r[key])
+            ax.bar(xs, ys, width, label=label)
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_xticks(range(len(presets)), presets)
+        ax.set_title(title)
+    handles, names = axes[0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="lower center", ncol=min(4, len(names)), fontsize=8, frameon=False)
+    fig.suptitle(f"mhar bench step on {meta['device']} (commit {meta['commit']})", fontsize=10)
+    fig.tight_layout(rect=(0, 0.06 * (1 + (len(names) - 1) // 4), 1, 1))
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def register(sub) -> None:

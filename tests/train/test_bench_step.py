@@ -1,0 +1,29 @@
+"""`mhar bench step` on the CPU: every method in one run, ratios against the baseline,
+JSON, Markdown and the ratio plot written; --cuda-graphs on refuses without a GPU."""
+
+import json
+
+import pytest
+import torch
+
+from mhar.cli import main
+
+
+def test_bench_step_writes_table_json_and_plot(tmp_path):
+    rc = main(["bench", "step", "--preset", "tiny", "--methods", "baseline,mhar,mhar-block@two-phase", "--steps", "1",
+               "--warmup", "1", "--compile", "off", "--out", str(tmp_path), "--tag", "t", "n_layers=2", "d_model=64",
+               "n_heads=2", "n_kv_heads=1", "d_ff=128", "vocab_size=256"])
+    assert rc == 0
+    results = json.loads((tmp_path / "step_t.json").read_text())["results"]
+    assert [r["method"] for r in results] == ["baseline", "mhar", "mhar-block@two-phase"]
+    assert results[0]["throughput_vs_baseline"] == 1.0
+    assert all(r["tokens_per_s"] > 0 and not r["cuda_graphs"] for r in results)
+    assert "| tiny | mhar-block@two-phase |" in (tmp_path / "step_t.md").read_text()
+    assert (tmp_path / "step_t.png").stat().st_size > 10_000
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU refusal")
+def test_bench_step_cuda_graphs_needs_a_gpu(tmp_path):
+    with pytest.raises(SystemExit, match="needs a CUDA device"):
+        main(["bench", "step", "--preset", "tiny", "--methods", "baseline", "--cuda-graphs", "on",
+              "--out", str(tmp_path)])
