@@ -48,7 +48,6 @@ class GraphedStep:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
         self.x, self.y = x.clone(), y.clone()
-        self.scale = scale
 
         # compile, autotune and fill every cache off the capture (side stream, as the recipe says)
         side = torch.cuda.Stream()
@@ -61,7 +60,6 @@ class GraphedStep:
 
         torch.cuda.synchronize()
         torch.cuda.empty_cache()  # the warm-up's cached blocks: the capture allocates from its own pool
-        before = torch.cuda.max_memory_allocated()
         torch.cuda.reset_peak_memory_stats()
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
@@ -69,7 +67,6 @@ class GraphedStep:
             (self.loss * scale).backward()
         torch.cuda.synchronize()
         self.capture_peak_bytes = torch.cuda.max_memory_allocated()
-        self.earlier_peak_bytes = before  # the warm-up's peak (eager, outside the graph)
 
     def zero_grad(self) -> None:
         """Zero the gradients in place (their addresses are baked into the graph)."""
