@@ -156,9 +156,14 @@ def run_bench_step(args: argparse.Namespace) -> int:
         batch, seq_len = PAPER_MICROBATCH.get(preset, (4, 128))
         batch, seq_len = args.batch or batch, args.seq_len or seq_len
         graph_modes = (False,) if args.cuda_graphs == "auto" and device != "cuda" else GRAPH_MODES[args.cuda_graphs]
-        for method, graphs in [(m, g) for m in methods for g in graph_modes]:
+        runs = [(m, g) for m in methods for g in graph_modes]
+        for k, (method, graphs) in enumerate(runs, 1):
             if graphs and device != "cuda":
                 raise SystemExit("--cuda-graphs needs a CUDA device")
+            # compiling and warming up take from seconds to minutes: say what is running
+            stages = "build, " + ("" if args.compile == "off" else "compile, ") + ("capture, " if graphs else "")
+            print(f"[{k}/{len(runs)}] {preset} {method}{' (graph)' if graphs else ''}: {stages}"
+                  f"{args.warmup} warm-up and {args.steps} timed steps", file=sys.stderr, flush=True)
             # The previous method's model is freed only by the cycle collector (compiled
             # modules refer back to themselves): without this, its weights (1.5 GB at
             # 350M) were still allocated and counted in this method's peak memory.
