@@ -1,7 +1,8 @@
 """CUDA-graph training steps (mhar.train.graphs): a replayed step gives the eager
 step's loss and gradients, for the baseline and for routed streams (fused routing
 kernels, gradient sink, both schedules); the Trainer with cuda_graphs=on follows the
-eager run's losses (cuda_graphs=off), compiled or not. The CUDA cases skip without a GPU; the errors are checked anywhere."""
+eager run's losses (cuda_graphs=off), compiled or not. The CUDA cases skip without a
+GPU; the errors are checked anywhere."""
 
 import pytest
 import torch
