@@ -16,7 +16,6 @@ AdamW), with the CUDA allocator read at each phase boundary:
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 from collections import Counter
 
@@ -24,6 +23,7 @@ import torch
 
 from mhar.bench_cli import PAPER_MICROBATCH, build
 from mhar.model.loss import linear_cross_entropy
+from mhar.train.trainer import release_memory
 
 GB = 1e9
 
@@ -95,8 +95,7 @@ def main() -> None:
     args = ap.parse_args()
     rows = []
     for m in args.methods.split(","):
-        gc.collect()  # the previous model sits in reference cycles: free it before this one
-        torch.cuda.empty_cache()
+        release_memory()  # the previous model (compiled modules sit in reference cycles)
         rows.append(probe(args.preset, m, args.warmup))
         print(json.dumps(rows[-1]), flush=True)
     if args.out:

@@ -10,13 +10,12 @@ each method finishes, and prints a one-line summary per method last.
 from __future__ import annotations
 
 import argparse
-import gc
 from pathlib import Path
 
-import torch
 from torch.profiler import ProfilerActivity, profile
 
 from mhar.bench_cli import PAPER_MICROBATCH, build, time_step
+from mhar.train.trainer import release_memory
 
 
 def main() -> None:
@@ -34,8 +33,7 @@ def main() -> None:
     batch, seq = PAPER_MICROBATCH[args.preset]
     summary = []
     for method in args.methods.split(","):
-        gc.collect()  # the previous model (compiled modules sit in reference cycles)
-        torch.cuda.empty_cache()
+        release_memory()  # the previous model (compiled modules sit in reference cycles)
         model = build(args.preset, method, seq, [], args.chunk, "cuda")
         timed = time_step(model, batch, seq, steps=4, warmup=3, compile_mode=args.compile,
                           loss_chunk=args.loss_chunk, device="cuda")

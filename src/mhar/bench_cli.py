@@ -20,7 +20,6 @@ the overhead being measured. Peak: 989 TFLOP/s (H100/H200 SXM dense bf16).
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import platform
@@ -35,6 +34,7 @@ from mhar.model import Decoder, apply_overrides, get_preset, method_stream
 from mhar.model.config import SCHEDULES
 from mhar.model.loss import linear_cross_entropy
 from mhar.train.graphs import GraphedStep
+from mhar.train.trainer import release_memory
 
 PEAK_FLOPS = 989e12
 # The paper's microbatches (from the issue): tokens per step = batch x seq.
@@ -167,9 +167,7 @@ def run_bench_step(args: argparse.Namespace) -> int:
             # The previous method's model is freed only by the cycle collector (compiled
             # modules refer back to themselves): without this, its weights (1.5 GB at
             # 350M) were still allocated and counted in this method's peak memory.
-            gc.collect()
-            if device == "cuda":
-                torch.cuda.empty_cache()
+            release_memory()
             model = build(preset, method, seq_len, args.overrides, args.chunk, device)
             model.activation_checkpointing = args.activation_checkpointing
             try:

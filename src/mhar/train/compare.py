@@ -19,7 +19,7 @@ import torch
 from mhar.train import checkpoint as ckpt
 from mhar.train.config import TrainConfig, apply_train_overrides, train_preset
 from mhar.train.metrics import CHECKPOINTS, CONFIG, SUMMARY, plot_runs, write_json
-from mhar.train.trainer import Trainer
+from mhar.train.trainer import Trainer, release_memory
 
 DEFAULT_METHODS = ("baseline", "hyper", "attnres", "mhar")
 
@@ -70,6 +70,8 @@ def run_methods(preset: str, methods: list[str], out: str | Path, overrides: lis
         trainer = trainer_cls(cfg, run_dir, resume=again, quiet=quiet, progress=progress, label=method)
         trainer.desc = label
         results.append(trainer.fit())
+        del trainer
+        release_memory()  # this method's weights, optimiser state and graph, before the next one
     return results
 
 

@@ -292,6 +292,8 @@ def midtrain(model_path: str | Path, out: str | Path, opts: MidtrainOptions | No
              overrides: list[str] | None = None, resume: bool = False, progress: bool = True,
              log=print) -> dict[str, Any]:
     """Mid-train the converted model at ``model_path`` (and its control) into ``out``."""
+    from mhar.train.trainer import release_memory
+
     opts = opts or MidtrainOptions()
     opts.validate()
     out = Path(out)
@@ -350,6 +352,7 @@ def midtrain(model_path: str | Path, out: str | Path, opts: MidtrainOptions | No
             row["hf"] = str(run_dir / "hf")
         rows.append(row)
         del trainer
+        release_memory()
     table = comparison_table(rows)
     downstream = ""
     if opts.tasks:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import gc
 import math
 import random
 import sys
@@ -70,6 +71,15 @@ def set_rng_state(state: dict[str, Any]) -> None:
     random.setstate(state["python"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def release_memory() -> None:
+    """Free what finished models and trainers still hold: a compiled model sits in
+    reference cycles (freed only by the cycle collector), and PyTorch keeps freed GPU
+    memory cached. Call between runs that train one after another in one process."""
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def seed_everything(seed: int) -> None:
@@ -394,6 +404,7 @@ class Trainer:
         return self.finish()
 
     def finish(self) -> dict[str, Any]:
+        self.graphed = None  # the graph's memory pool holds a step's activations; a later step captures again
         summary = self.summary()
         if self.is_main():
             write_json(self.run_dir / SUMMARY, summary)
