@@ -40,7 +40,7 @@ PEAK_FLOPS = 989e12
 # The paper's microbatches (from the issue): tokens per step = batch x seq.
 PAPER_MICROBATCH = {"paper-100m": (8, 2048), "paper-350m": (16, 1024), "paper-1b": (16, 1024)}
 DEFAULT_METHODS = "baseline,hyper,attnres,mhar,mhar-block"
-GRAPH_MODES = {"off": (False,), "on": (True,), "both": (False, True), "auto": (True,)}
+GRAPH_MODES = {"off": (False,), "on": (True,), "both": (False, True)}
 
 
 def build(preset: str, method: str, seq_len: int, overrides: list[str], chunk: int, device: str) -> Decoder:
@@ -149,17 +149,17 @@ def _commit() -> str:
 def run_bench_step(args: argparse.Namespace) -> int:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     methods = args.methods.split(",")
+    graph_mode = ("on" if device == "cuda" else "off") if args.cuda_graphs == "auto" else args.cuda_graphs
+    if graph_mode != "off" and device != "cuda":
+        raise SystemExit("--cuda-graphs needs a CUDA device")
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     results = []
     for preset in args.preset.split(","):
         batch, seq_len = PAPER_MICROBATCH.get(preset, (4, 128))
         batch, seq_len = args.batch or batch, args.seq_len or seq_len
-        graph_modes = (False,) if args.cuda_graphs == "auto" and device != "cuda" else GRAPH_MODES[args.cuda_graphs]
-        runs = [(m, g) for m in methods for g in graph_modes]
+        runs = [(m, g) for m in methods for g in GRAPH_MODES[graph_mode]]
         for k, (method, graphs) in enumerate(runs, 1):
-            if graphs and device != "cuda":
-                raise SystemExit("--cuda-graphs needs a CUDA device")
             # compiling and warming up take from seconds to minutes: say what is running
             stages = "build, " + ("" if args.compile == "off" else "compile, ") + ("capture, " if graphs else "")
             print(f"[{k}/{len(runs)}] {preset} {method}{' (graph)' if graphs else ''}: {stages}"
@@ -270,7 +270,7 @@ def register(sub) -> None:
     s.add_argument("--compile", choices=("regions", "full", "off"), default="regions",
                    help="regions: compile each sublayer once (fast to compile); full: the whole model")
     s.add_argument("--activation-checkpointing", action="store_true")
-    s.add_argument("--cuda-graphs", choices=tuple(GRAPH_MODES), default="auto",
+    s.add_argument("--cuda-graphs", choices=("auto", *GRAPH_MODES), default="auto",
                    help="replay each step's forward and backward as a CUDA graph (no host time); "
                         "auto: on with a GPU; both: every method twice, eager then graphed")
     s.add_argument("--out", default="bench/results")

@@ -107,7 +107,6 @@ class TrainConfig:
     parallel: str = "none"  # ddp | fsdp: one process per GPU under torchrun (docs/distributed.md)
 
     def __post_init__(self):
-        self.compile = _LEGACY_COMPILE.get(self.compile, self.compile)
         if isinstance(self.model, dict):
             self.model = ModelConfig.from_dict(self.model)
         if isinstance(self.data, dict):
