@@ -3,8 +3,11 @@
 
     PYTHONPATH=src python bench/profile_step.py --preset paper-100m --methods baseline,mhar --out $OUT
 
-Writes ``<out>/profile_<preset>_<method>_<compile>.txt`` (the key-averages table) as
-each method finishes, and prints a one-line summary per method last.
+Writes ``<out>/profile_<preset>_<method>_<compile>.txt`` (the key-averages table, then
+the kernel time per step by kind: matrix products, attention, routing, compiled regions,
+loss, optimiser, the rest) as each method finishes, and prints a summary last: the
+graphed step time and the kernels by kind per method, and each kind's difference from
+the first method's (put the baseline first).
 """
 
 from __future__ import annotations
@@ -12,10 +15,36 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
 from mhar.bench_cli import PAPER_MICROBATCH, build, time_step
 from mhar.train.trainer import release_memory
+
+
+# kernel name fragments per kind, first match wins (lower-cased names)
+KINDS = [
+    ("routing", ("_fwd_kernel", "_bwd_kernel", "_bwd_gather_kernel")),
+    ("loss", ("_ce_",)),
+    ("attention", ("sdpa", "flash", "fmha", "cudnn", "attention")),
+    ("matmul", ("nvjet", "gemm", "cutlass", "xmma", "cublas")),
+    ("optimizer", ("adam", "multi_tensor")),
+    ("compiled", ("triton_",)),
+    ("memset/copy", ("memset", "memcpy")),
+]
+
+
+def kernel_kinds(prof, steps: int) -> dict[str, float]:
+    """Kernel time in ms per step by kind, from the profiler's device events."""
+    out = {k: 0.0 for k, _ in KINDS} | {"other": 0.0}
+    for e in prof.events():
+        if e.device_type != DeviceType.CUDA:
+            continue
+        name = e.name.lower()
+        kind = next((k for k, frags in KINDS if any(f in name for f in frags)), "other")
+        out[kind] += e.time_range.elapsed_us() / 1e3 / steps
+    out["total"] = sum(out.values())
+    return out
 
 
 def main() -> None:
@@ -31,25 +60,33 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     batch, seq = PAPER_MICROBATCH[args.preset]
-    summary = []
+    summary, kinds = [], {}
     for method in args.methods.split(","):
         release_memory()  # the previous model (compiled modules sit in reference cycles)
         model = build(args.preset, method, seq, [], args.chunk, "cuda")
         timed = time_step(model, batch, seq, steps=4, warmup=3, compile_mode=args.compile,
-                          loss_chunk=args.loss_chunk, device="cuda")
+                          loss_chunk=args.loss_chunk, device="cuda", cuda_graphs=True)
         # time_step compiled the model in place (regions) or returns; profile 2 more steps
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             time_step(model, batch, seq, steps=2, warmup=0, compile_mode="off" if args.compile == "regions"
                       else args.compile, loss_chunk=args.loss_chunk, device="cuda")
         table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=args.rows, max_name_column_width=70)
+        kinds[method] = kernel_kinds(prof, steps=2)
+        by_kind = "\n".join(f"  {k:12s} {ms:8.2f} ms" for k, ms in kinds[method].items())
         path = out / f"profile_{args.preset}_{method}_{args.compile}.txt"
-        path.write_text(f"{method} {args.preset} compile={args.compile}: {timed['step_ms']:.1f} ms/step, "
-                        f"MFU {100 * timed['mfu']:.1f}%, peak {timed['peak_mem_gb']:.1f} GB\n\n{table}\n")
+        path.write_text(f"{method} {args.preset} compile={args.compile}: {timed['step_ms']:.1f} ms/step graphed, "
+                        f"MFU {100 * timed['mfu']:.1f}%, peak {timed['peak_mem_gb']:.1f} GB\n\n{table}\n\n"
+                        f"kernel time per (eager, profiled) step by kind:\n{by_kind}\n")
         summary.append(f"{args.preset} {method} compile={args.compile}: {timed['step_ms']:.1f} ms, "
                        f"MFU {100 * timed['mfu']:.1f}%, peak {timed['peak_mem_gb']:.1f} GB")
-        print(table, flush=True)
+        print(summary[-1], flush=True)
         del model
     print("\n".join(summary))
+    first = next(iter(kinds))
+    print(f"\nkernel ms per step by kind (difference from {first}):")
+    print(f"{'kind':12s} " + " ".join(f"{m:>20s}" for m in kinds))
+    for k in kinds[first]:
+        print(f"{k:12s} " + " ".join(f"{v[k]:8.2f} ({v[k] - kinds[first][k]:+7.2f})" for v in kinds.values()))
 
 
 if __name__ == "__main__":

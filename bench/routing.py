@@ -340,6 +340,9 @@ def main():
     ap.add_argument("--tune", action="store_true", help="sweep kernel tile sizes first")
     ap.add_argument("--profile", action="store_true", help="print a kernel-time breakdown of one fwd+bwd")
     ap.add_argument("--variants", action="store_true", help="also time our kernels with other tile configs")
+    ap.add_argument("--variant-configs", default="", metavar="JSON",
+                    help='with --variants: the configs to time, {"name": {config}, ...} (a JSON string or @file), '
+                         'e.g. \'{"pad": {"pad_heads": true}, "bwd 2 warps": {"bwd_warps": 2}}\'')
     ap.add_argument("--write-config", default="", help="after --tune, write the chosen tile configs here (JSON for "
                     "MHAR_ROUTING_CONFIG / mhar.routing.op.load_config_table)")
     ap.add_argument("--write-phase1-config", default="",
@@ -356,6 +359,10 @@ def main():
         return print_floors(args.tokens, args.floors, args.chunk)
     assert torch.cuda.is_available(), "bench/routing.py needs a CUDA GPU"
     GRAPH_REPLAY[0] = args.graph_replay
+    if args.variant_configs:
+        text = args.variant_configs
+        text = open(text[1:]).read() if text.startswith("@") else text
+        VARIANTS[:] = [(f"mhar-triton {name}", cfg) for name, cfg in json.loads(text).items()]
     routing.set_backend("auto")
     import triton
 

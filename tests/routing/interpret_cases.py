@@ -31,7 +31,7 @@ from routing_checks import (check_deterministic, check_partial, check_route, che
 @pytest.fixture(scope="module", autouse=True)
 def interpreter():
     assert os.environ.get("TRITON_INTERPRET") == "1", "run through test_triton_interpret.py (sets TRITON_INTERPRET=1)"
-    os.environ["MHAR_ROUTING_POISON"] = "1"
+    rop.POISON = True
     routing.set_backend("triton")
     yield
     routing.set_backend(None)
@@ -87,6 +87,19 @@ def test_prefetch_depths(pf, gen, small_tiles):
     for n in (1, 2, 3, 5):
         check_route(n, (9,), 24, 4, gen=gen)
         check_partial(n, (7,), 16, 2, 3, gen=gen)
+
+
+@pytest.mark.parametrize("n,lead,d,heads", [(3, (4,), 80, 1), (2, (3,), 160, 8), (6, (5,), 40, 8), (2, (5,), 123, 1)])
+def test_padded_heads(n, lead, d, heads, gen):
+    # pad_heads: a head width that is not a power of two as one padded part, every path
+    rop.TUNE = dict(pad_heads=True)
+    try:
+        check_route(n, lead, d, heads, gen=gen)
+        check_partial(n, lead, d, heads, 3, gen=gen)
+        check_sink_chain(n + 2, lead, d, heads, gen=gen, chunk=2, extra=False)
+        check_two_phase(n, 2, lead, d, heads, 3, gen=gen, fused=True)
+    finally:
+        rop.TUNE = None
 
 
 def test_partial_many_tiles(gen, small_tiles):

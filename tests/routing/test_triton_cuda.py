@@ -26,15 +26,12 @@ DEV = "cuda"
 def poison():
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         pytest.skip("compiled-kernel tests; unset TRITON_INTERPRET")
-    old = os.environ.get("MHAR_ROUTING_POISON")
-    os.environ["MHAR_ROUTING_POISON"] = "1"
+    old = rop.POISON
+    rop.POISON = True
     routing.set_backend("auto")
     yield
     routing.set_backend(None)
-    if old is None:
-        os.environ.pop("MHAR_ROUTING_POISON", None)
-    else:
-        os.environ["MHAR_ROUTING_POISON"] = old
+    rop.POISON = old
 
 
 @pytest.fixture

@@ -88,6 +88,50 @@ def test_trainer_with_cuda_graphs_follows_eager(tmp_path, method, compile):
         assert abs(a - b) <= 2e-3 * abs(b), losses
 
 
+@cuda
+@pytest.mark.cuda
+def test_replayed_routing_survives_pointer_table_churn():
+    """A captured routing call's pointer tables are read on every replay (a pinned host
+    buffer by the copy node, the device table by the kernels). Eager calls made between
+    replays, each with new pointers (every table cache entry evicted, pinned buffers of
+    the same size allocated and freed), must not change what a replay reads."""
+    from mhar import routing
+    from mhar.routing import op as rop
+    from mhar.routing.reference import route as ref_route
+
+    torch.manual_seed(0)
+    n, tokens, d, heads = 5, 64, 128, 4
+    srcs = [torch.randn(tokens, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(n)]
+    q = torch.randn(d, device="cuda", requires_grad=True)
+    g = (1 + 0.1 * torch.randn(d, device="cuda")).requires_grad_()
+    gy = torch.randn(tokens, d, device="cuda", dtype=torch.bfloat16)
+
+    def call():
+        y = routing.route(srcs, q, g, heads)
+        return (y, *torch.autograd.grad(y, [*srcs, q, g], gy))
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        call()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = call()
+    tables = rop.take_captured_tables()
+    assert len(tables) == 2 and not rop._CAPTURED_TABLES  # the forward's and the backward's
+    calls = 2 * 512 + 8  # more new tables than the cache holds: windows over one buffer
+    pool = torch.randn(calls + n, tokens, d, device="cuda", dtype=torch.bfloat16)
+    for i in range(calls):
+        routing.route(list(pool[i:i + n].unbind(0)), q.detach(), g.detach(), heads)
+    graph.replay()
+    torch.cuda.synchronize()
+    y = ref_route([s.double() for s in srcs], q.double(), g.double(), heads)
+    want = (y, *torch.autograd.grad(y, [*srcs, q, g], gy.double()))
+    for got, ref in zip(outs, want):
+        torch.testing.assert_close(got.double(), ref.double(), rtol=2e-2, atol=2e-2)
+
+
 def test_cuda_graphs_errors(tmp_path):
     with pytest.raises(ValueError, match="one process"):
         apply_train_overrides(train_preset("tiny", "baseline"), SMALL + ["cuda_graphs=on", "parallel=ddp"])

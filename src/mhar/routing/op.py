@@ -55,13 +55,13 @@ def _use_triton(t: Tensor) -> bool:
     return _BACKEND.use_triton(t.is_cuda, t.dtype)
 
 
-def _poison() -> bool:
-    # tests: fill outputs with NaN before the kernels write them (catches unwritten elements)
-    return os.environ.get("MHAR_ROUTING_POISON", "0") not in ("", "0")
+# Tests: fill outputs with NaN before the kernels write them (catches unwritten
+# elements). Read once: an environment lookup per allocation was measurable host time.
+POISON = os.environ.get("MHAR_ROUTING_POISON", "0") not in ("", "0")
 
 
 def _new(shape, dtype, device) -> Tensor:
-    if _poison():
+    if POISON:
         return torch.full(shape, float("nan"), dtype=dtype, device=device)
     return torch.empty(shape, dtype=dtype, device=device)
 
@@ -69,26 +69,50 @@ def _new(shape, dtype, device) -> Tensor:
 # ---------------------------------------------------------------- Triton launchers
 
 _PTR_CACHE: OrderedDict = OrderedDict()
+# Tables made while a CUDA graph is being captured. The capture records the table's
+# host-to-device copy as a graph node that reads the pinned host buffer again on every
+# replay, and bakes in the device table's address, so both must outlive the graph and
+# never be reused: such tables bypass the cache (whose entries are evicted and freed)
+# and wait here until the graph's owner takes them (:func:`take_captured_tables`).
+_CAPTURED_TABLES: list[tuple[Tensor, Tensor]] = []
 
 
 def _ptr_table(tensors: Sequence[Tensor]) -> tuple[Tensor, int]:
     """int64 table of data pointers on the tensors' device, and their alignment: 16 when
     every tensor starts on a 16-byte boundary (the kernels may then use 16-byte vector
     loads), else 1. Cached by pointer values (the table's content is exactly its key, so
-    reuse is always valid)."""
+    reuse is always valid), except under a CUDA graph capture (see ``_CAPTURED_TABLES``)."""
     dev = tensors[0].device
-    key = (dev, tuple(t.data_ptr() for t in tensors))
+    ptrs = tuple(t.data_ptr() for t in tensors)
+    if dev.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        host = torch.tensor(ptrs, dtype=torch.int64).pin_memory()
+        tab = host.to(dev, non_blocking=True)
+        _CAPTURED_TABLES.append((host, tab))
+        return tab, _alignment(ptrs)
+    key = (dev, ptrs)
     hit = _PTR_CACHE.get(key)
     if hit is None:
-        tab = torch.tensor(key[1], dtype=torch.int64)
+        tab = torch.tensor(ptrs, dtype=torch.int64)
         if dev.type == "cuda":
             tab = tab.pin_memory().to(dev, non_blocking=True)
-        hit = _PTR_CACHE[key] = (tab, 16 if all(p % 16 == 0 for p in key[1]) else 1)
+        hit = _PTR_CACHE[key] = (tab, _alignment(ptrs))
         if len(_PTR_CACHE) > 512:
             _PTR_CACHE.popitem(last=False)
     else:
         _PTR_CACHE.move_to_end(key)
     return hit
+
+
+def _alignment(ptrs: tuple[int, ...]) -> int:
+    return 16 if all(p % 16 == 0 for p in ptrs) else 1
+
+
+def take_captured_tables() -> list[tuple[Tensor, Tensor]]:
+    """The pointer tables (pinned host copy, device copy) made during CUDA graph captures
+    since the last call. Whoever owns the graph keeps them for as long as it may replay."""
+    taken = list(_CAPTURED_TABLES)
+    _CAPTURED_TABLES.clear()
+    return taken
 
 
 def _pow2(n: int) -> int:
@@ -118,11 +142,14 @@ def _pow2(n: int) -> int:
 # 4 sources x 4 warps: no spills at any paper width in an offline sm_90 compile (72-212
 # registers; 8 x 4 spills at 1024 and 1280 with H = 8), and the fastest at d = 1024.
 _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 4, "gather_warps": 4}
+# pad_heads: a head width that is not a power of two as one padded part (see _geometry)
 _DEFAULTS = {
     False: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1,
-            "bwd_elems": 1024, "bwd_warps": 2, "bwd_pf": 1, "bwd_progs_per_sm": 16, **_PHASE1_BACKWARD},
+            "bwd_elems": 1024, "bwd_warps": 2, "bwd_pf": 1, "bwd_progs_per_sm": 16, "pad_heads": False,
+            **_PHASE1_BACKWARD},
     True: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1,
-           "bwd_elems": 1024, "bwd_warps": 2, "bwd_pf": 1, "bwd_progs_per_sm": 16, **_PHASE1_BACKWARD},
+           "bwd_elems": 1024, "bwd_warps": 2, "bwd_pf": 1, "bwd_progs_per_sm": 16, "pad_heads": False,
+            **_PHASE1_BACKWARD},
 }
 # The sweep's picks at the paper widths where they differ from the defaults.
 # The phase-1 gather entries are the whole-step picks at e88ebdb (bench/routing.py
@@ -185,9 +212,13 @@ def _geometry(d: int, heads: int, n_tok: int, kind: str, align: int):
     dh = d // heads
     HP = _pow2(heads)
     DA, DB = _split_width(dh)
-    width = padded_width(d, heads)
-    cfg = _cfg(width, heads > 1)
-    BM = max(1, min(_pow2_floor(max(1, cfg[kind + "_elems"] // width)), _pow2(max(n_tok, 1))))
+    cfg = _cfg(padded_width(d, heads), heads > 1)
+    if cfg["pad_heads"] and DB:
+        # one part of pow2(dh) lanes per head: masked lanes instead of the two parts'
+        # layout conversions (each reduction's sums meet in one register layout)
+        DA, DB = _pow2(dh), 0
+    lanes = HP * (DA + DB)
+    BM = max(1, min(_pow2_floor(max(1, cfg[kind + "_elems"] // lanes)), _pow2(max(n_tok, 1))))
     # every lane valid (no padded heads, columns or tokens): the kernels drop their masks
     even = n_tok % BM == 0 and HP == heads and DA + DB == dh
     tile = dict(H=heads, HP=HP, DA=DA, DB=DB, HAS_B=DB > 0, EVEN=even, ALIGN=align, BM=BM)

@@ -15,7 +15,10 @@ What the capture needs, and how it is met here:
 * everything compiled or autotuned beforehand: a few eager warm-up passes on a side
   stream before the capture (as the PyTorch CUDA-graph recipe does);
 * no host synchronisation inside: the forward, the loss and the backward have none
-  (the optimiser step and any check of the loss run outside the graph).
+  (the optimiser step and any check of the loss run outside the graph);
+* host memory the graph reads stays put: the routing kernels' pointer tables made in
+  the capture are copied from pinned host buffers by graph nodes on every replay, so
+  the graph keeps them (``routing.op.take_captured_tables``).
 
 The memory the captured step needs lives in the graph's private pool for as long as
 the graph does; :attr:`GraphedStep.capture_peak_bytes` is the allocator's peak during
@@ -29,6 +32,8 @@ from typing import Callable, Iterable
 
 import torch
 from torch import Tensor
+
+from mhar.routing.op import take_captured_tables
 
 
 class GraphedStep:
@@ -66,6 +71,8 @@ class GraphedStep:
             self.loss = loss_fn(self.x, self.y)
             (self.loss * scale).backward()
         torch.cuda.synchronize()
+        # the routing kernels' pointer tables made in the capture: every replay reads them
+        self.routing_tables = take_captured_tables()
         self.capture_peak_bytes = torch.cuda.max_memory_allocated()
 
     def zero_grad(self) -> None:
