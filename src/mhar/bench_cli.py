@@ -59,7 +59,9 @@ def build(preset: str, method: str, seq_len: int, overrides: list[str], chunk: i
 
 
 def time_step(model: Decoder, batch: int, seq_len: int, steps: int, warmup: int, compile_mode: str,
-              loss_chunk: int, device: str, cuda_graphs: bool = False) -> dict:
+              loss_chunk: int, device: str, cuda_graphs: bool = False, trace_steps: int = 0) -> dict:
+    """Median step time, MFU and peak memory. ``trace_steps``: that many more steps run,
+    the same way, under ``torch.profiler`` (returned as "profiler"; bench/profile_step.py)."""
     torch.manual_seed(0)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1,
                             fused=device == "cuda")
@@ -113,6 +115,14 @@ def time_step(model: Decoder, batch: int, seq_len: int, steps: int, warmup: int,
         loss = step(data[i % 4][:, :-1], data[i % 4][:, 1:])
         sync(device)
         times.append(time.perf_counter() - start)
+    profiler = None
+    if trace_steps:
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiler:
+            for i in range(trace_steps):
+                step(data[i % 4][:, :-1], data[i % 4][:, 1:])
+            sync(device)
     times.sort()
     median = times[len(times) // 2]
     tokens = batch * seq_len
@@ -128,6 +138,7 @@ def time_step(model: Decoder, batch: int, seq_len: int, steps: int, warmup: int,
         "warmup_s": t_compile,
         "loss": float(loss.detach()),
         "cuda_graphs": cuda_graphs,
+        **({"profiler": profiler} if trace_steps else {}),
     }
 
 

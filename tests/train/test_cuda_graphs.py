@@ -119,7 +119,7 @@ def test_replayed_routing_survives_pointer_table_churn():
     with torch.cuda.graph(graph):
         outs = call()
     tables = rop.take_captured_tables()
-    assert len(tables) == 2 and not rop._CAPTURED_TABLES  # the forward's and the backward's
+    assert len(tables) == 3 and not rop._CAPTURED_TABLES  # the forward's, the backward's sources and gradients
     calls = 2 * 512 + 8  # more new tables than the cache holds: windows over one buffer
     pool = torch.randn(calls + n, tokens, d, device="cuda", dtype=torch.bfloat16)
     for i in range(calls):

@@ -155,6 +155,9 @@ _DEFAULTS = {
 # The phase-1 gather entries are the whole-step picks at e88ebdb (bench/routing.py
 # --write-phase1-config; bench/results/routing_h200.md).
 CONFIG_TABLE: dict[tuple[int, bool], dict] = {
+    # one head at 512: one token per backward program, measured with the host removed
+    # (CUDA-graph replay; session 7): 0.374 ms per fwd+bwd call against 0.421 with two
+    (512, False): {"bwd_elems": 512},
     (512, True): {"gather_sources": 1, "gather_warps": 1},
     (1024, True): {"fwd_warps": 2},
     (1280, False): {"bwd_warps": 1, "gather_sources": 4, "gather_warps": 2},
