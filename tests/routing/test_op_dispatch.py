@@ -139,6 +139,23 @@ def test_config_file_star_key_sets_every_default(tmp_path, monkeypatch):
     assert not rop._cfg(1024, False)["bwd_twopass"] and not rop._cfg(1280, True)["bwd_twopass"]
 
 
+def test_tiles_of_the_two_backward_kinds_and_padded_heads(monkeypatch):
+    from mhar.routing import op as rop
+    monkeypatch.setattr(rop, "CONFIG_TABLE", {(512, False): {"bwd_elems": 512, "bwd_sum_elems": 1024}})
+    monkeypatch.setattr(rop, "TUNE", None)
+    rows = lambda kind, d=512, heads=1: rop._geometry(d, heads, 4096, kind, 16)[2]["BM"]  # noqa: E731
+    assert (rows("bwd"), rows("bwd_sum"), rows("fwd")) == (1, 2, 2)
+    assert rows("bwd_sum", 1024) == rows("bwd", 1024) == 1  # no sum entry: the backward's tile
+    monkeypatch.setattr(rop, "TUNE", {"bwd_elems": 2048})  # a sweep's tile: both backward kinds
+    assert rows("bwd") == rows("bwd_sum") == 4
+    # pad_heads: 160-wide heads as one 256-lane part instead of 128 + 32
+    monkeypatch.setattr(rop, "TUNE", {"pad_heads": True})
+    tile = rop._geometry(1280, 8, 4096, "fwd", 16)[2]
+    assert (tile["DA"], tile["DB"], tile["HAS_B"], tile["EVEN"]) == (256, 0, False, False)
+    monkeypatch.setattr(rop, "TUNE", None)
+    assert rop._geometry(1280, 8, 4096, "fwd", 16)[2]["DB"] == 32
+
+
 @pytest.mark.parametrize("extra,chunk", [(False, 0), (True, 0), (False, 2)])
 def test_gradient_sink_reference_backend(extra, chunk):
     # off the kernels, a GradientSink adds the reference's per-site gradients in Python;

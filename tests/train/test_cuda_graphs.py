@@ -128,8 +128,9 @@ def test_replayed_routing_survives_pointer_table_churn():
     torch.cuda.synchronize()
     y = ref_route([s.double() for s in srcs], q.double(), g.double(), heads)
     want = (y, *torch.autograd.grad(y, [*srcs, q, g], gy.double()))
-    for got, ref in zip(outs, want):
-        torch.testing.assert_close(got.double(), ref.double(), rtol=2e-2, atol=2e-2)
+    for got, ref in zip(outs, want):  # bf16 against fp64: relative error of the whole tensor
+        err = float((got.double() - ref.double()).norm() / ref.double().norm())
+        assert err < 1e-2, err
 
 
 def test_cuda_graphs_errors(tmp_path):

@@ -121,7 +121,8 @@ def _pow2(n: int) -> int:
 
 # Tile configuration: elements per program tile, warps, prefetch depth (tiles in flight
 # ahead of the one being reduced) and backward programs per SM. One default for a single
-# head and one for several; CONFIG_TABLE[(padded width, heads > 1)] overrides them (and
+# head and one for several ("bwd_sum_elems", when set, is the tile of a backward that
+# adds into running sums); CONFIG_TABLE[(padded width, heads > 1)] overrides them (and
 # MHAR_ROUTING_CONFIG adds entries from a sweep file); TUNE, when not None, overrides
 # everything (the sweep uses that). The values are bench/routing.py --tune's picks on an
 # H200 at 9f66467 (bench/results/history/routing_h200_session3.md): one or two warps per
@@ -155,9 +156,11 @@ _DEFAULTS = {
 # The phase-1 gather entries are the whole-step picks at e88ebdb (bench/routing.py
 # --write-phase1-config; bench/results/routing_h200.md).
 CONFIG_TABLE: dict[tuple[int, bool], dict] = {
-    # one head at 512: one token per backward program, measured with the host removed
-    # (CUDA-graph replay; session 7): 0.374 ms per fwd+bwd call against 0.421 with two
-    (512, False): {"bwd_elems": 512},
+    # One head at 512, measured with the host removed (session 7): a backward that writes
+    # fresh gradients is faster with one token per program (0.371 ms per fwd+bwd call
+    # against 0.421 with two), one that adds into running sums (training) with two
+    # (the whole step's routing kernels: 8.76 ms against 9.34).
+    (512, False): {"bwd_elems": 512, "bwd_sum_elems": 1024},
     (512, True): {"gather_sources": 1, "gather_warps": 1},
     (1024, True): {"fwd_warps": 2},
     (1280, False): {"bwd_warps": 1, "gather_sources": 4, "gather_warps": 2},
@@ -188,7 +191,11 @@ if os.environ.get("MHAR_ROUTING_CONFIG"):
 
 def _cfg(padded_width: int, multi_head: bool) -> dict:
     base = {**_DEFAULTS[multi_head], **CONFIG_TABLE.get((padded_width, multi_head), {})}
-    return {**base, **TUNE} if TUNE is not None else base
+    if TUNE is None:
+        return base
+    if "bwd_elems" in TUNE:  # a sweep's backward tile applies to both backward kinds
+        base.pop("bwd_sum_elems", None)
+    return {**base, **TUNE}
 
 
 def _pow2_floor(n: int) -> int:
@@ -221,7 +228,8 @@ def _geometry(d: int, heads: int, n_tok: int, kind: str, align: int):
         # layout conversions (each reduction's sums meet in one register layout)
         DA, DB = _pow2(dh), 0
     lanes = HP * (DA + DB)
-    BM = max(1, min(_pow2_floor(max(1, cfg[kind + "_elems"] // lanes)), _pow2(max(n_tok, 1))))
+    elems = cfg.get(kind + "_elems", cfg["bwd_elems"])  # "bwd_sum" (adding into sums) falls back to "bwd"
+    BM = max(1, min(_pow2_floor(max(1, elems // lanes)), _pow2(max(n_tok, 1))))
     # every lane valid (no padded heads, columns or tokens): the kernels drop their masks
     even = n_tok % BM == 0 and HP == heads and DA + DB == dh
     tile = dict(H=heads, HP=HP, DA=DA, DB=DB, HAS_B=DB > 0, EVEN=even, ALIGN=align, BM=BM)
@@ -301,7 +309,7 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
     dests = [*sums, *grads]
     src_table, src_align = _ptr_table(srcs)
     dest_table, dest_align = _ptr_table(dests)
-    dh, cfg, tile = _geometry(d, heads, n_tok, "bwd", min(src_align, dest_align))
+    dh, cfg, tile = _geometry(d, heads, n_tok, "bwd_sum" if n_acc else "bwd", min(src_align, dest_align))
     stat = stat.contiguous()
     if S > 1 and cfg["bwd_twopass"]:  # per-query coefficients, then per-source gradients
         from mhar.routing.triton_kernels import _bwd_gather_kernel
