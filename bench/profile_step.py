@@ -33,17 +33,29 @@ KINDS = [
 ]
 
 
-def kernel_kinds(prof, steps: int) -> dict[str, float]:
-    """Kernel time in ms per step by kind, from the profiler's device events."""
+def kernel_kinds(prof, steps: int) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """Kernel time in ms per step by kind, from the profiler's device events, and per
+    kind the time of each kernel name."""
     out = {k: 0.0 for k, _ in KINDS} | {"other": 0.0}
+    names: dict[str, dict[str, float]] = {k: {} for k in out}
     for e in prof.events():
         if e.device_type != DeviceType.CUDA:
             continue
         name = e.name.lower()
         kind = next((k for k, frags in KINDS if any(f in name for f in frags)), "other")
-        out[kind] += e.time_range.elapsed_us() / 1e3 / steps
+        ms = e.time_range.elapsed_us() / 1e3 / steps
+        out[kind] += ms
+        names[kind][e.name] = names[kind].get(e.name, 0.0) + ms
     out["total"] = sum(out.values())
-    return out
+    return out, names
+
+
+def top_names(names: dict[str, dict[str, float]], per_kind: int = 4) -> str:
+    lines = []
+    for kind, by_name in names.items():
+        for name, ms in sorted(by_name.items(), key=lambda kv: -kv[1])[:per_kind]:
+            lines.append(f"  {kind:12s} {ms:8.2f} ms  {name[:160]}")
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -69,8 +81,9 @@ def main() -> None:
                           device="cuda", cuda_graphs=not args.eager, trace_steps=2)
         prof = timed.pop("profiler")
         table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=args.rows, max_name_column_width=70)
-        kinds[method] = kernel_kinds(prof, steps=2)
+        kinds[method], names = kernel_kinds(prof, steps=2)
         by_kind = "\n".join(f"  {k:12s} {ms:8.2f} ms" for k, ms in kinds[method].items())
+        by_kind += "\n\nthe longest kernels of each kind (ms per step):\n" + top_names(names)
         path = out / f"profile_{args.preset}_{method}_{args.compile}.txt"
         how = "" if args.eager else " graphed"
         path.write_text(f"{method} {args.preset} compile={args.compile}: {timed['step_ms']:.1f} ms/step{how}, "
@@ -78,7 +91,7 @@ def main() -> None:
                         f"kernel time per profiled step by kind:\n{by_kind}\n")
         summary.append(f"{args.preset} {method} compile={args.compile}: {timed['step_ms']:.1f} ms, "
                        f"MFU {100 * timed['mfu']:.1f}%, peak {timed['peak_mem_gb']:.1f} GB")
-        print(summary[-1], flush=True)
+        print(summary[-1] + "\n" + top_names(names, 3), flush=True)
         del model
     print("\n".join(summary))
     first = next(iter(kinds))

@@ -1,0 +1,105 @@
+"""What the optimiser phase of a training step costs on a GPU, part by part, against its bytes.
+
+After the (graphed) forward and backward, every step runs: the gradient-norm clip
+(``clip_grad_norm_``: a norm over every gradient, then every gradient scaled), AdamW
+(fused: one multi-tensor kernel) and the gradients' zeroing. Each part reads or writes
+every parameter's fp32 state, so at 350M and 1B they are a visible share of the step.
+This times each part alone on a model's real parameter shapes (random gradients), as
+CUDA-event medians, next to its byte floor at the copy bandwidth measured in the same
+run, and one alternative: the clip's scale folded into the fused AdamW kernel
+(``grad_scale``, the AMP unscale path: the kernel divides each gradient as it reads
+it), which drops the clip's separate read and write of every gradient.
+
+    PYTHONPATH=src python bench/optimizer_bench.py --presets paper-350m,paper-1b
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from mhar.bench_cli import PAPER_MICROBATCH, build
+from mhar.train.trainer import release_memory
+
+
+def timed(fn, reps: int = 10, warmup: int = 3) -> float:
+    """Median ms of fn over reps, CUDA events around each call."""
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        out.append(start.elapsed_time(end))
+    return sorted(out)[len(out) // 2]
+
+
+def copy_gbs() -> float:
+    x = torch.empty(2**28, dtype=torch.float32, device="cuda")
+    y = torch.empty_like(x)
+    ms = timed(lambda: y.copy_(x))
+    return 2 * x.numel() * 4 / (ms * 1e-3) / 1e9
+
+
+def total_norm(grads: list[torch.Tensor]) -> torch.Tensor:
+    return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+
+
+def bench_preset(preset: str, bw: float) -> list[tuple[str, str, float, float]]:
+    model = build(preset, "baseline", PAPER_MICROBATCH[preset][1], [], 8, "cuda")
+    params = [p for p in model.parameters() if p.requires_grad]
+    n = sum(p.numel() for p in params)
+    for p in params:
+        p.grad = torch.randn_like(p) * 1e-3
+    grads = [p.grad for p in params]
+    fused = torch.optim.AdamW(params, lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
+    foreach = torch.optim.AdamW(params, lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1, foreach=True)
+
+    def folded():  # the clip's scale applied inside the fused kernel (grad / grad_scale)
+        fused.grad_scale = torch.clamp(total_norm(grads) / 1.0, min=1.0).float()
+        fused.step()
+        del fused.grad_scale
+
+    gb = n * 4 / 1e9  # one fp32 pass over every parameter
+    parts = [
+        ("clip_grad_norm_ (norm + scale)", lambda: torch.nn.utils.clip_grad_norm_(params, 1.0), 3 * gb),
+        ("  its norm alone", lambda: total_norm(grads), gb),
+        ("AdamW fused step", fused.step, 7 * gb),
+        ("AdamW foreach step", foreach.step, 7 * gb),
+        ("zero the gradients (foreach)", lambda: torch._foreach_zero_(grads), gb),
+        ("clip + fused step + zero (the step's optimiser phase)",
+         lambda: (torch.nn.utils.clip_grad_norm_(params, 1.0), fused.step(), torch._foreach_zero_(grads)), 11 * gb),
+        ("clip folded into the fused step + zero", lambda: (folded(), torch._foreach_zero_(grads)), 9 * gb),
+    ]
+    print(f"\n{preset}: {n / 1e6:.0f}M parameters, {len(params)} tensors")
+    rows = []
+    for name, fn, nbytes in parts:
+        ms = timed(fn)
+        floor = nbytes / bw * 1e3
+        rows.append((preset, name, ms, floor))
+        print(f"  {name:55s} {ms:7.2f} ms   floor {floor:6.2f} ms ({100 * floor / ms:3.0f}% of copy bandwidth)",
+              flush=True)
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--presets", default="paper-350m,paper-1b")
+    args = ap.parse_args()
+    bw = copy_gbs()
+    print(f"device-to-device copy: {bw:.0f} GB/s")
+    rows = []
+    for preset in args.presets.split(","):
+        release_memory()
+        rows += bench_preset(preset, bw)
+    print("\n| preset | part | ms | byte floor ms |\n|---|---|---|---|")
+    for preset, name, ms, floor in rows:
+        print(f"| {preset} | {name.strip()} | {ms:.2f} | {floor:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
