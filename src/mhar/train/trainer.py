@@ -41,7 +41,6 @@ from mhar.train.errors import DivergenceError, TrainingError
 from mhar.train.graphs import GraphedStep
 from mhar.train.metrics import (CHECKPOINTS, CONFIG, PLOT, SUMMARY, MetricsLog, memory_mb, plot_runs, tail_mean,
                                 write_json)
-from mhar.train import optim
 from mhar.train.optim import build_optimizer
 from mhar.train.schedule import lr_at
 
@@ -143,7 +142,6 @@ class Trainer:
         seed_everything(cfg.seed)
         self.model = self.build_model().to(self.device)
         self.loss_module = self.wrap_model(LossModule(self.model, cfg.loss_chunk))
-        self._grad_divisor: Tensor | None = None  # a fused AdamW's clip (clip_gradients)
         self.optimizer = build_optimizer(self.model, cfg.lr, cfg.weight_decay, (cfg.beta1, cfg.beta2), cfg.eps,
                                          cfg.decay_all)
         if cfg.cuda_graphs == "on" and self.device.type != "cuda":
@@ -197,19 +195,8 @@ class Trainer:
         return loss
 
     def clip_gradients(self, max_norm: float) -> Tensor:
-        """Clip the gradients to ``max_norm``; returns the total norm before clipping. With a
-        fused AdamW the gradients are divided inside its step instead (``optim.fused_step``):
-        here only the norm is taken, and the divisor kept for :meth:`optimizer_step`."""
-        params = [p for p in self.model.parameters() if p.grad is not None]
-        if not optim.is_fused(self.optimizer):
-            return torch.nn.utils.clip_grad_norm_(params, max_norm)
-        norm = torch.nn.utils.get_total_norm([p.grad for p in params])
-        self._grad_divisor = optim.clip_divisor(norm, max_norm) if math.isfinite(max_norm) else None
-        return norm
-
-    def optimizer_step(self) -> None:
-        divisor, self._grad_divisor = self._grad_divisor, None
-        optim.fused_step(self.optimizer, divisor)
+        """Clip the gradients to ``max_norm``; returns the total norm before clipping."""
+        return torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
 
     # ------------------------------------------------------------------ setup
     def _amp_dtype(self) -> torch.dtype | None:
@@ -349,7 +336,7 @@ class Trainer:
         if not math.isfinite(grad_norm):
             self.zero_grad()
             raise DivergenceError(self._divergence_message("gradient norm", grad_norm))
-        self.optimizer_step()
+        self.optimizer.step()
         self.zero_grad()
         return loss_value, grad_norm, lr
 
