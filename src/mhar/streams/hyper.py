@@ -14,7 +14,28 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from mhar.streams.base import ResidualStream, StreamState
+from mhar.streams.base import ResidualStream, StreamState, autocast_dtype
+
+
+def _mix(alpha: Tensor, X: Tensor) -> Tensor:
+    """The (1 + n) weighted sums of the n streams: row 0 the branch input, rows 1..n the
+    mixed streams, as one contraction (eager)."""
+    return torch.einsum("st,s...->t...", alpha.to(X.dtype), X)
+
+
+def _mix_pointwise(alpha: Tensor, X: Tensor) -> Tensor:
+    """:func:`_mix` as broadcast products summed over the streams, for torch.compile: it
+    becomes one pass over X forward, and backward one pass for X's gradient plus one
+    reduction for alpha's. The contraction would lower to matrix products of 4-5 rows,
+    whose alpha gradient reduces over every element of the stream (K = tokens x d)."""
+    dtype = autocast_dtype(X)  # what the contraction gives under autocast (its inputs' dtype otherwise)
+    a = alpha.to(dtype).t().reshape(alpha.shape[1], alpha.shape[0], *([1] * (X.dim() - 1)))
+    return (a * X.to(dtype).unsqueeze(0)).sum(1)
+
+
+def _update(mixed: Tensor, beta: Tensor, output: Tensor) -> Tensor:
+    """The streams after a sublayer: the mixed streams plus beta_i times its output."""
+    return mixed + beta.to(output.dtype).view(-1, *([1] * output.dim())) * output.unsqueeze(0)
 
 
 class _HyperState(StreamState):
@@ -24,15 +45,12 @@ class _HyperState(StreamState):
         self.mixed: Tensor | None = None
 
     def read(self, i: int) -> Tensor:
-        alpha = self.s.static_alpha[i].to(self.X.dtype)
-        # one contraction gives the branch input (column 0) and the mixed streams (1..n)
-        mix = torch.einsum("st,s...->t...", alpha, self.X)
+        mix = self.s.mix(self.s.static_alpha[i], self.X)
         self.mixed = mix[1:]
         return mix[0]
 
     def write(self, i: int, output: Tensor) -> None:
-        beta = self.s.static_beta[i].to(output.dtype)
-        self.X = self.mixed + beta.view(-1, *([1] * output.dim())) * output.unsqueeze(0)
+        self.X = self.s.update(self.mixed, self.s.static_beta[i], output)
         self.mixed = None
 
     def final(self) -> Tensor:
@@ -51,6 +69,11 @@ class HyperStream(ResidualStream):
             alpha[i, :, 1:] = torch.eye(n)
         self.static_alpha = nn.Parameter(alpha)
         self.static_beta = nn.Parameter(torch.ones(num_sublayers, n))
+        self.mix, self.update = _mix, _update
+
+    def compile_regions(self, **compile_kwargs) -> None:
+        self.mix = torch.compile(_mix_pointwise, **compile_kwargs)
+        self.update = torch.compile(_update, **compile_kwargs)
 
     def start(self, embedding: Tensor) -> StreamState:
         return _HyperState(self, embedding)

@@ -1,0 +1,53 @@
+"""One hyper-connection sublayer's stream glue on a GPU, forward + backward: the eager
+contraction against the compiled pointwise form (``mhar.streams.hyper``), at the paper
+widths, next to the bytes it must move.
+
+Per sublayer (n = 4 streams of M x d): the mix reads X and writes the branch input and
+the n mixed streams; the update reads those and the sublayer's output and writes the
+new streams; backward moves about twice that, plus the reductions for alpha and beta.
+About 46 stream-sized (M x d, bf16) passes in all.
+
+    PYTHONPATH=src python bench/hyper_mix.py
+"""
+
+from __future__ import annotations
+
+import torch
+
+from mhar.streams import hyper
+from optimizer_bench import copy_gbs, timed
+
+TOKENS, N = 16384, 4
+
+
+def sublayer(mix, update, alpha, beta, X, G):
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        m = mix(alpha, X)
+        out = m[0] * 1.0  # stands for the sublayer
+        new = update(m[1:], beta, out)
+    return torch.autograd.grad(new, [X, alpha, beta], G)
+
+
+def main() -> None:
+    bw = copy_gbs()
+    print(f"device-to-device copy: {bw:.0f} GB/s")
+    variants = {"eager contraction (einsum)": (hyper._mix, hyper._update),
+                "compiled pointwise (compile_regions)": (torch.compile(hyper._mix_pointwise), torch.compile(hyper._update))}
+    rows = []
+    for d in (512, 1024, 1280):
+        X = torch.randn(N, TOKENS, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        alpha = torch.randn(N, N + 1, device="cuda", requires_grad=True)
+        beta = torch.randn(N, device="cuda", requires_grad=True)
+        G = torch.randn_like(X)
+        floor = 46 * TOKENS * d * 2 / bw / 1e6
+        for name, (mix, update) in variants.items():
+            ms = timed(lambda: sublayer(mix, update, alpha, beta, X, G), reps=20, warmup=5)
+            rows.append((d, name, ms, floor))
+            print(f"d={d:5d} {name:40s} {ms:7.3f} ms per sublayer, floor {floor:.3f} ms", flush=True)
+    print("\n| d | glue | fwd+bwd ms per sublayer | byte floor ms |\n|---|---|---|---|")
+    for d, name, ms, floor in rows:
+        print(f"| {d} | {name} | {ms:.3f} | {floor:.3f} |")
+
+
+if __name__ == "__main__":
+    main()
