@@ -1,6 +1,6 @@
-"""One hyper-connection sublayer's stream glue on a GPU, forward + backward: the eager
-contraction against the compiled pointwise form (``mhar.streams.hyper``), at the paper
-widths, next to the bytes it must move.
+"""One hyper-connection sublayer's stream glue on a GPU, forward + backward: the
+library's eager contraction (``mhar.streams.hyper``) and, as an alternative, a pointwise
+form under torch.compile, at the paper widths, next to the bytes the glue must move.
 
 Per sublayer (n = 4 streams of M x d): the mix reads X and writes the branch input and
 the n mixed streams; the update reads those and the sublayer's output and writes the
@@ -15,9 +15,17 @@ from __future__ import annotations
 import torch
 
 from mhar.streams import hyper
+from mhar.streams.base import autocast_dtype
 from optimizer_bench import copy_gbs, timed
 
 TOKENS, N = 16384, 4
+
+
+def mix_pointwise(alpha, X):
+    """``hyper._mix`` as broadcast products summed over the streams (for torch.compile)."""
+    dtype = autocast_dtype(X)
+    a = alpha.to(dtype).t().reshape(alpha.shape[1], alpha.shape[0], *([1] * (X.dim() - 1)))
+    return (a * X.to(dtype).unsqueeze(0)).sum(1)
 
 
 def sublayer(mix, update, alpha, beta, X, G):
@@ -32,7 +40,7 @@ def main() -> None:
     bw = copy_gbs()
     print(f"device-to-device copy: {bw:.0f} GB/s")
     variants = {"eager contraction (einsum)": (hyper._mix, hyper._update),
-                "compiled pointwise (compile_regions)": (torch.compile(hyper._mix_pointwise), torch.compile(hyper._update))}
+                "compiled pointwise": (torch.compile(mix_pointwise), torch.compile(hyper._update))}
     rows = []
     for d in (512, 1024, 1280):
         X = torch.randn(N, TOKENS, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)

@@ -101,27 +101,6 @@ def test_hyper_matches_the_hyper_connections_package():
     torch.testing.assert_close(X.view(B, n, T, D).mean(1), final, rtol=1e-5, atol=1e-5)
 
 
-def test_hyper_compiled_glue_matches_eager():
-    """compile_regions swaps the contraction for a pointwise form (one fused pass under
-    torch.compile): the same reads, final state and gradients."""
-    torch.manual_seed(4)
-    eager, compiled = HyperStream(D, L2, n=4), HyperStream(D, L2, n=4)
-    with torch.no_grad():
-        eager.static_alpha.add_(0.3 * torch.randn(eager.static_alpha.shape))
-        eager.static_beta.add_(0.3 * torch.randn(eager.static_beta.shape))
-    compiled.load_state_dict(eager.state_dict())
-    compiled.compile_regions()
-    emb, outputs = torch.randn(2, 3, D), [torch.randn(2, 3, D) for _ in range(L2)]
-    results = []
-    for stream in (eager, compiled):
-        e = emb.clone().requires_grad_()
-        reads, final, _ = drive(stream, e, outputs)
-        loss = final.square().sum() + sum(r.sum() for r in reads)
-        results.append([*reads, final, *torch.autograd.grad(loss, [e, stream.static_alpha, stream.static_beta])])
-    for a, b in zip(*results):
-        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
-
-
 def test_delta_block_delta_is_end_minus_start_of_that_block():
     """Would fail for 'subtract the previous delta' from the second block on."""
     torch.manual_seed(4)
