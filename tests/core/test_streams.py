@@ -101,6 +101,15 @@ def test_hyper_matches_the_hyper_connections_package():
     torch.testing.assert_close(X.view(B, n, T, D).mean(1), final, rtol=1e-5, atol=1e-5)
 
 
+def test_hyper_branch_input_owns_its_storage():
+    """The sublayer saves its input for backward: a view of the (1 + n)-row mix would keep
+    every row alive, n stream copies per sublayer."""
+    state = HyperStream(D, L2, n=4).start(torch.randn(3, D))
+    x = state.read(0)
+    assert x.untyped_storage().nbytes() == x.numel() * x.element_size()
+    assert x.untyped_storage().data_ptr() != state.mixed.untyped_storage().data_ptr()
+
+
 def test_delta_block_delta_is_end_minus_start_of_that_block():
     """Would fail for 'subtract the previous delta' from the second block on."""
     torch.manual_seed(4)

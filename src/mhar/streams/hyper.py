@@ -39,7 +39,9 @@ class _HyperState(StreamState):
     def read(self, i: int) -> Tensor:
         mix = _mix(self.s.static_alpha[i], self.X)
         self.mixed = mix[1:]
-        return mix[0]
+        # the branch input as its own tensor: the sublayer saves its input for backward,
+        # and a view would keep all 1 + n rows of the mix alive (n stream copies per sublayer)
+        return mix[0].clone()
 
     def write(self, i: int, output: Tensor) -> None:
         self.X = _update(self.mixed, self.s.static_beta[i], output)
