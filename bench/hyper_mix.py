@@ -1,6 +1,7 @@
 """One hyper-connection sublayer's stream glue on a GPU, forward + backward: the
-library's eager contraction (``mhar.streams.hyper``) and, as an alternative, a pointwise
-form under torch.compile, at the paper widths, next to the bytes the glue must move.
+library's reference ops (a contraction and broadcast ops), a pointwise form under
+torch.compile, and the Triton kernels (``mhar/streams/hyper_kernels.py``), at the paper
+widths, next to the bytes the glue must move.
 
 Per sublayer (n = 4 streams of M x d): the mix reads X and writes the branch input and
 the n mixed streams; the update reads those and the sublayer's output and writes the
@@ -22,25 +23,32 @@ TOKENS, N = 16384, 4
 
 
 def mix_pointwise(alpha, X):
-    """``hyper._mix`` as broadcast products summed over the streams (for torch.compile)."""
+    """The mix as broadcast products summed over the streams (tried under torch.compile
+    in session 7: slower than the contraction)."""
     dtype = autocast_dtype(X)
     a = alpha.to(dtype).t().reshape(alpha.shape[1], alpha.shape[0], *([1] * (X.dim() - 1)))
-    return (a * X.to(dtype).unsqueeze(0)).sum(1)
+    mix = (a * X.to(dtype).unsqueeze(0)).sum(1)
+    return mix[0], mix[1:]
+
+
+def mix_triton(alpha, X):
+    return hyper._MixFn.apply(alpha, X, autocast_dtype(X))
 
 
 def sublayer(mix, update, alpha, beta, X, G):
     with torch.autocast("cuda", dtype=torch.bfloat16):
-        m = mix(alpha, X)
-        out = m[0] * 1.0  # stands for the sublayer
-        new = update(m[1:], beta, out)
+        x, mixed = mix(alpha, X)
+        out = x * 1.0  # stands for the sublayer
+        new = update(mixed, beta, out)
     return torch.autograd.grad(new, [X, alpha, beta], G)
 
 
 def main() -> None:
     bw = copy_gbs()
     print(f"device-to-device copy: {bw:.0f} GB/s")
-    variants = {"eager contraction (einsum)": (hyper._mix, hyper._update),
-                "compiled pointwise": (torch.compile(mix_pointwise), torch.compile(hyper._update))}
+    variants = {"reference: contraction (einsum), eager": (hyper._mix_reference, hyper._update_reference),
+                "pointwise under torch.compile": (torch.compile(mix_pointwise), torch.compile(hyper._update_reference)),
+                "Triton kernels (MHAR_HYPER_BACKEND=triton)": (mix_triton, hyper._UpdateFn.apply)}
     rows = []
     for d in (512, 1024, 1280):
         X = torch.randn(N, TOKENS, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)

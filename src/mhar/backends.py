@@ -1,7 +1,8 @@
 """Choosing between a plain-PyTorch reference and Triton kernels, for one fused op family.
 
-The routing op and the fused loss each own a :class:`BackendChoice`: "auto" (Triton on
-CUDA tensors when triton imports, the reference elsewhere), "reference", or "triton"
+The routing op, the fused loss and the hyper-connection glue each own a
+:class:`BackendChoice`: "auto" (Triton on CUDA tensors when triton imports, the
+reference elsewhere; the default unless the owner sets another), "reference", or "triton"
 (everywhere; CPU tensors only under ``TRITON_INTERPRET=1``, for tests). A choice set in
 code wins over the environment variable.
 """
@@ -22,8 +23,8 @@ def interpreting() -> bool:
 
 
 class BackendChoice:
-    def __init__(self, what: str, env_var: str, kernel_module: str):
-        self.what, self.env_var, self.kernel_module = what, env_var, kernel_module
+    def __init__(self, what: str, env_var: str, kernel_module: str, default: str = "auto"):
+        self.what, self.env_var, self.kernel_module, self.default = what, env_var, kernel_module, default
         self.chosen: str | None = None
         self._importable: bool | None = None
 
@@ -33,7 +34,7 @@ class BackendChoice:
         self.chosen = name
 
     def get(self) -> str:
-        name = self.chosen or os.environ.get(self.env_var, "auto")
+        name = self.chosen or os.environ.get(self.env_var, self.default)
         if name not in BACKENDS:
             raise ValueError(f"{self.env_var} must be one of {BACKENDS}; got {name!r}")
         return name

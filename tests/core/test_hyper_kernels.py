@@ -1,0 +1,202 @@
+"""The hyper-connection glue's Triton kernels (mhar/streams/hyper_kernels.py, the
+``triton`` backend of mhar/streams/hyper.py) against the reference contraction and
+broadcast ops: forward values and every gradient, for 1-5 streams, sizes that are not a
+multiple of the kernels' block, a stride-0 expanded start, fp32 and bf16, a whole
+stream under autocast, and bitwise reproducibility. Kernel outputs are filled with NaN
+before each call, so an element a kernel never writes fails the comparison.
+
+The cases run on the CPU through Triton's interpreter in a subprocess (this file again,
+with TRITON_INTERPRET=1, which triton reads when first imported); in the parent process
+they are skipped and ``test_cases_under_interpreter`` reports them. Relative error =
+||a - b|| / ||b|| against an fp64 reference: 1e-5 for fp32, 1e-2 for bf16."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from mhar.streams import HyperStream
+from mhar.streams import hyper as HY
+
+HERE = Path(__file__).resolve()
+INNER = os.environ.get("MHAR_HYPER_INTERPRET_CASES") == "1"
+interp = pytest.mark.skipif(not INNER, reason="runs inside test_cases_under_interpreter (TRITON_INTERPRET=1)")
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.detach().double(), b.detach().double()
+    assert torch.isfinite(a).all(), "non-finite values (an unwritten output?)"
+    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
+
+
+@pytest.fixture
+def triton_backend(monkeypatch):
+    monkeypatch.setattr(HY, "_alloc", lambda shape, dtype, device: torch.full(shape, float("nan"), dtype=dtype,
+                                                                            device=device))
+    HY.set_backend("triton")
+    yield
+    HY.set_backend(None)
+
+
+def _mix_case(n, lead, dtype, expanded, gen):
+    alpha = torch.randn(n, n + 1, generator=gen)
+    if expanded:  # the stream's start: n copies of the embedding as a stride-0 view
+        X = torch.randn(*lead, generator=gen).to(dtype)
+    else:
+        X = torch.randn(n, *lead, generator=gen).to(dtype)
+    gx = torch.randn(*lead, generator=gen).to(dtype)
+    gm = torch.randn(n, *lead, generator=gen).to(dtype)
+    return alpha, X, gx, gm
+
+
+def _mix_grads(fn, alpha, X, gx, gm, n, expanded, use_mixed=True):
+    alpha = alpha.clone().requires_grad_()
+    X = X.clone().requires_grad_()
+    streams = X.unsqueeze(0).expand(n, *X.shape) if expanded else X
+    x, mixed = fn(alpha, streams)
+    loss = (x * gx).sum() + ((mixed * gm).sum() if use_mixed else 0)
+    return (x, mixed, *torch.autograd.grad(loss, [alpha, X]))
+
+
+@interp
+@pytest.mark.parametrize("n,lead", [(1, (3, 5)), (2, (7,)), (3, (2, 7, 40)), (4, (5, 123)), (5, (300,)),
+                                    (4, (2, 3, 64))])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("expanded", [False, True])
+def test_interp_mix(n, lead, dtype, expanded, triton_backend):
+    gen = torch.Generator().manual_seed(hash((n, lead, str(dtype), expanded)) % 2**31)
+    alpha, X, gx, gm = _mix_case(n, lead, dtype, expanded, gen)
+    got = _mix_grads(HY._mix, alpha, X, gx, gm, n, expanded)
+    want = _mix_grads(HY._mix_reference, alpha.double(), X.double(), gx.double(), gm.double(), n, expanded)
+    tol = 1e-5 if dtype == torch.float32 else 1e-2
+    for name, a, b in zip(("x", "mixed", "grad alpha", "grad X"), got, want):
+        assert rel(a, b) < tol, (name, rel(a, b))
+    assert got[0].dtype == got[1].dtype == dtype and got[3].dtype == dtype
+
+
+@interp
+def test_interp_mix_with_one_output_unused(triton_backend):
+    gen = torch.Generator().manual_seed(1)
+    alpha, X, gx, gm = _mix_case(4, (3, 50), torch.float32, False, gen)
+    got = _mix_grads(HY._mix, alpha, X, gx, gm, 4, False, use_mixed=False)
+    want = _mix_grads(HY._mix_reference, alpha.double(), X.double(), gx.double(), gm.double(), 4, False,
+                      use_mixed=False)
+    for a, b in zip(got[2:], want[2:]):
+        assert rel(a, b) < 1e-5
+
+
+@interp
+@pytest.mark.parametrize("n,lead", [(1, (3, 5)), (3, (2, 7, 40)), (4, (5, 123)), (5, (300,))])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_interp_update(n, lead, dtype, triton_backend):
+    gen = torch.Generator().manual_seed(hash((n, lead, str(dtype))) % 2**31)
+    mixed = torch.randn(n, *lead, generator=gen).to(dtype)
+    beta = torch.randn(n, generator=gen)
+    y = torch.randn(*lead, generator=gen).to(dtype)
+    g = torch.randn(n, *lead, generator=gen).to(dtype)
+
+    def run(fn, mixed, beta, y, g):
+        mixed, beta, y = (t.clone().requires_grad_() for t in (mixed, beta, y))
+        out = fn(mixed, beta, y)
+        return (out, *torch.autograd.grad((out * g).sum(), [mixed, beta, y]))
+
+    got = run(HY._update, mixed, beta, y, g)
+    want = run(HY._update_reference, mixed.double(), beta.double(), y.double(), g.double())
+    tol = 1e-5 if dtype == torch.float32 else 1e-2
+    for name, a, b in zip(("out", "grad mixed", "grad beta", "grad y"), got, want):
+        assert rel(a, b) < tol, (name, rel(a, b))
+
+
+def _stream_run(stream, emb, outputs, autocast):
+    emb = emb.clone().requires_grad_()
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        state = stream.start(emb)
+        reads = []
+        for i, y in enumerate(outputs):
+            x = state.read(i)
+            reads.append(x)
+            state.write(i, torch.tanh(x) + y)  # the sublayer: depends on its input
+        final = state.final()
+    loss = final.float().square().sum() + sum(r.float().sum() for r in reads)
+    return (*reads, final, *torch.autograd.grad(loss, [emb, stream.static_alpha, stream.static_beta]))
+
+
+@interp
+@pytest.mark.parametrize("autocast", [False, True])
+def test_interp_whole_stream(autocast, triton_backend):
+    """Six sublayers, against the fp64 reference. Under bf16 autocast rounding compounds
+    over the chain, and Triton's interpreter truncates fp32 to bf16 (a GPU rounds to
+    nearest), which doubles the kernels' rounding error here: 2e-2."""
+    torch.manual_seed(5)
+    stream = HyperStream(48, 6, n=4)
+    with torch.no_grad():
+        stream.static_alpha.add_(0.3 * torch.randn(stream.static_alpha.shape))
+        stream.static_beta.add_(0.3 * torch.randn(stream.static_beta.shape))
+    emb, outputs = torch.randn(2, 9, 48), [torch.randn(2, 9, 48) for _ in range(6)]
+    got = _stream_run(stream, emb, outputs, autocast)
+    HY.set_backend("reference")
+    ref = _stream_run(stream, emb, outputs, autocast)
+    exact = _stream_run(stream.double(), emb.double(), [y.double() for y in outputs], False)
+    for i, (a, r, e) in enumerate(zip(got, ref, exact)):
+        assert a.dtype == r.dtype, i
+        tol = 2e-2 if autocast else 1e-5
+        assert rel(a, e) < tol and rel(r, e) < tol, (i, rel(a, e), rel(r, e))
+
+
+@interp
+def test_interp_deterministic(triton_backend):
+    gen = torch.Generator().manual_seed(2)
+    alpha, X, gx, gm = _mix_case(4, (3, 700), torch.bfloat16, False, gen)
+    a = _mix_grads(HY._mix, alpha, X, gx, gm, 4, False)
+    b = _mix_grads(HY._mix, alpha, X, gx, gm, 4, False)
+    assert all(torch.equal(u, v) for u, v in zip(a, b))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.cuda
+@pytest.mark.parametrize("autocast", [False, True])
+def test_cuda_whole_stream(autocast, triton_backend):
+    """The compiled kernels on a GPU, a wider stream (several programs per stream)."""
+    torch.manual_seed(6)
+    stream = HyperStream(256, 6, n=4).cuda()
+    with torch.no_grad():
+        stream.static_alpha.add_(0.3 * torch.randn_like(stream.static_alpha))
+        stream.static_beta.add_(0.3 * torch.randn_like(stream.static_beta))
+    emb, outputs = torch.randn(2, 65, 256, device="cuda"), [torch.randn(2, 65, 256, device="cuda") for _ in range(6)]
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+        got = _stream_run(stream, emb, outputs, False)
+    exact = _stream_run(stream.double(), emb.double(), [y.double() for y in outputs], False)
+    for i, (a, e) in enumerate(zip(got, exact)):
+        assert rel(a, e) < (2e-2 if autocast else 1e-5), (i, rel(a, e))
+
+
+# ------------------------------------------------------------------ parent process
+
+
+def test_cases_under_interpreter():
+    pytest.importorskip("triton")
+    if INNER:
+        pytest.skip("already inside the interpreter run")
+    env = dict(os.environ, TRITON_INTERPRET="1", MHAR_HYPER_INTERPRET_CASES="1")
+    src = str(HERE.parents[2] / "src")
+    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", "-k", "interp_",
+                        str(HERE)], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
+    assert " passed" in r.stdout and "skipped" not in r.stdout.splitlines()[-1], r.stdout[-2000:]
+
+
+def test_backend_default_is_the_reference(monkeypatch):
+    monkeypatch.delenv("MHAR_HYPER_BACKEND", raising=False)
+    HY.set_backend(None)
+    assert not HY._BACKEND.use_triton(True, torch.bfloat16)  # not on CUDA either, until timed on a GPU
+    monkeypatch.setenv("MHAR_HYPER_BACKEND", "auto")
+    assert not HY._BACKEND.use_triton(False, torch.float32)
+    monkeypatch.setenv("MHAR_HYPER_BACKEND", "nope")
+    with pytest.raises(ValueError, match="MHAR_HYPER_BACKEND"):
+        HY._BACKEND.get()
