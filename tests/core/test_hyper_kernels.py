@@ -149,6 +149,30 @@ def test_interp_whole_stream(autocast, triton_backend):
 
 
 @interp
+def test_interp_decoder(triton_backend):
+    """A whole hyper-connection decoder (embedding, sublayers, the stream's start as a
+    stride-0 expand, its final mean), loss and every parameter's gradient."""
+    from mhar.model import Decoder, ModelConfig, method_stream
+
+    cfg = ModelConfig(vocab_size=61, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=48, max_seq_len=16,
+                      stream=method_stream("hyper", 4, 32))
+    torch.manual_seed(7)
+    model = Decoder(cfg)
+    with torch.no_grad():
+        model.residual.static_alpha.add_(0.3 * torch.randn_like(model.residual.static_alpha))
+    ids = torch.randint(0, 61, (2, 11))
+    runs = []
+    for backend in ("triton", "reference"):
+        HY.set_backend(backend)
+        model.zero_grad(set_to_none=True)
+        loss = model(ids).float().logsumexp(-1).mean()
+        loss.backward()
+        runs.append([loss.detach()] + [p.grad.clone() for p in model.parameters()])
+    for i, (a, b) in enumerate(zip(*runs)):
+        assert rel(a, b) < 1e-5, (i, rel(a, b))
+
+
+@interp
 def test_interp_deterministic(triton_backend):
     gen = torch.Generator().manual_seed(2)
     alpha, X, gx, gm = _mix_case(4, (3, 700), torch.bfloat16, False, gen)

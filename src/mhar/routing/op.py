@@ -56,7 +56,7 @@ def _use_triton(t: Tensor) -> bool:
 
 
 # Tests: fill outputs with NaN before the kernels write them (catches unwritten
-# elements). Read once: an environment lookup per allocation was measurable host time.
+# elements). Read once, at import, instead of an environment lookup per allocation.
 POISON = os.environ.get("MHAR_ROUTING_POISON", "0") not in ("", "0")
 
 
@@ -150,7 +150,7 @@ _DEFAULTS = {
             **_PHASE1_BACKWARD},
     True: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1,
            "bwd_elems": 1024, "bwd_warps": 2, "bwd_pf": 1, "bwd_progs_per_sm": 16, "pad_heads": False,
-            **_PHASE1_BACKWARD},
+           **_PHASE1_BACKWARD},
 }
 # The sweep's picks at the paper widths where they differ from the defaults.
 # The phase-1 gather entries are the whole-step picks at e88ebdb (bench/routing.py

@@ -7,6 +7,9 @@ Per sublayer, learned scalars in the layout of the ``hyper-connections`` package
 package: alpha[:, 0] one-hot at (sublayer index mod n), the mixing block the
 identity, beta ones, so at step 0 every stream equals the standard residual. The
 streams start as n copies of the embedding; the output is their mean.
+
+The mix and the update run as torch ops (the reference, the default) or as Triton
+kernels (``set_backend("triton")`` or ``MHAR_HYPER_BACKEND``; ``hyper_kernels.py``).
 """
 
 from __future__ import annotations
@@ -129,15 +132,27 @@ class _UpdateFn(torch.autograd.Function):
         return g, pb.sum(0)[:n].to(ctx.beta_dtype), dy
 
 
+# The kernels run eagerly under torch.compile (a graph break), as the fused loss does.
+@torch.compiler.disable
+def _mix_triton(alpha: Tensor, X: Tensor) -> tuple[Tensor, Tensor]:
+    return _MixFn.apply(alpha, X, autocast_dtype(X))
+
+
+@torch.compiler.disable
+def _update_triton(mixed: Tensor, beta: Tensor, output: Tensor) -> Tensor:
+    return _UpdateFn.apply(mixed, beta, output)
+
+
 def _mix(alpha: Tensor, X: Tensor) -> tuple[Tensor, Tensor]:
+    """The branch input and the n mixed streams (the Triton kernels or the reference)."""
     if _BACKEND.use_triton(X.is_cuda, X.dtype) and X[0].numel():
-        return _MixFn.apply(alpha, X, autocast_dtype(X))
+        return _mix_triton(alpha, X)
     return _mix_reference(alpha, X)
 
 
 def _update(mixed: Tensor, beta: Tensor, output: Tensor) -> Tensor:
     if _BACKEND.use_triton(output.is_cuda, output.dtype) and output.numel():
-        return _UpdateFn.apply(mixed, beta, output)
+        return _update_triton(mixed, beta, output)
     return _update_reference(mixed, beta, output)
 
 
