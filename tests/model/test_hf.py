@@ -71,6 +71,34 @@ def test_forward_matches_decoder_and_loss(method):
     torch.testing.assert_close(out.loss, want)
 
 
+@pytest.mark.parametrize("method", ["mhar", "hyper"])
+def test_gradient_checkpointing_enable(method):
+    """transformers' switch turns on the decoder's per-sublayer recompute; gradients are
+    unchanged, and generation (a cache) still runs without it."""
+    model = tiny(method).train()
+    ids = torch.randint(0, 97, (2, 9))
+    calls = []  # calls of one sublayer: twice per step when it is recomputed (a pre-hook: the
+    # recompute stops early, once it has what backward needs, so a forward hook may not run)
+    model.model.sublayers[1].register_forward_pre_hook(lambda *_: calls.append(1))
+    # transformers 5.24 renamed the switch (the old name warns); 5.17 has only the old one
+    enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+    disable = getattr(model, "activation_checkpointing_disable", None) or model.gradient_checkpointing_disable
+    grads = []
+    for on in (False, True):
+        if on:
+            enable()
+        assert model.model.activation_checkpointing is on
+        calls.clear()
+        model.zero_grad(set_to_none=True)
+        model(input_ids=ids, labels=ids, use_cache=False).loss.backward()
+        assert len(calls) == (2 if on else 1)
+        grads.append([p.grad.clone() for p in model.parameters()])
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    disable()
+    assert not model.model.activation_checkpointing
+
+
 @pytest.mark.parametrize("method", METHODS)
 def test_generate_kv_cache_equals_recomputation(method):
     """Greedy generate with the KV cache = generate without it = a manual loop that

@@ -35,6 +35,16 @@ class Decoder(nn.Module):
         self.activation_checkpointing = False
         self.reset_parameters()
 
+    @property
+    def gradient_checkpointing(self) -> bool:
+        """``activation_checkpointing`` under the name transformers' ``*_checkpointing_enable``
+        sets on every module that has it."""
+        return self.activation_checkpointing
+
+    @gradient_checkpointing.setter
+    def gradient_checkpointing(self, enable: bool) -> None:
+        self.activation_checkpointing = bool(enable)
+
     def reset_parameters(self) -> None:
         """N(0, init_std^2) for every matrix and the embedding; norms ones; biases zero.
         The stream strategies initialise their own parameters (queries zero, ...)."""
@@ -74,7 +84,10 @@ class Decoder(nn.Module):
         for i, sublayer in enumerate(self.sublayers):
             x = state.read(i)
             if recompute:
-                y = torch.utils.checkpoint.checkpoint(sublayer, x, cos, sin, use_reentrant=False)
+                # no RNG to replay (no dropout): nothing to save, and nothing a CUDA graph
+                # capture would forbid
+                y = torch.utils.checkpoint.checkpoint(sublayer, x, cos, sin, use_reentrant=False,
+                                                      preserve_rng_state=False)
             else:
                 y = sublayer(x, cos, sin, cache)
             state.write(i, y)

@@ -126,7 +126,7 @@ class _CacheAdapter:
 class MharPreTrainedModel(PreTrainedModel):
     config_class = MharConfig
     base_model_prefix = "model"
-    supports_gradient_checkpointing = False
+    supports_gradient_checkpointing = True  # the Decoder recomputes each sublayer (its gradient_checkpointing)
     _no_split_modules = ["AttentionSublayer", "MLPSublayer"]
     _supports_cache_class = True
     _supports_static_cache = False

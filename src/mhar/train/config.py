@@ -101,6 +101,10 @@ class TrainConfig:
     # replay each micro-batch's forward+backward as a CUDA graph (mhar.train.graphs):
     # auto = on for one process on a CUDA device, off otherwise
     cuda_graphs: str = "auto"
+    # recompute each sublayer in backward instead of keeping its activations: less
+    # memory for about a third more compute (the stream's sources are kept either way).
+    # cuda_graphs=auto is off with it (the two have not been timed together on a GPU)
+    activation_checkpointing: bool = False
     loss_chunk: int = 0  # >0: LM head + loss in chunks of this many tokens
     threads: int = 0  # >0: torch.set_num_threads on the CPU
     vocab_from_data: bool = True  # set model.vocab_size to the dataset's vocabulary

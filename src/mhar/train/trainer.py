@@ -141,13 +141,15 @@ class Trainer:
 
         seed_everything(cfg.seed)
         self.model = self.build_model().to(self.device)
+        self.model.activation_checkpointing = cfg.activation_checkpointing
         self.loss_module = self.wrap_model(LossModule(self.model, cfg.loss_chunk))
         self.optimizer = build_optimizer(self.model, cfg.lr, cfg.weight_decay, (cfg.beta1, cfg.beta2), cfg.eps,
                                          cfg.decay_all)
         if cfg.cuda_graphs == "on" and self.device.type != "cuda":
             raise ValueError(f"cuda_graphs=on needs a CUDA device; this run is on {self.device}")
         self.use_graphs = cfg.cuda_graphs == "on" or (
-            cfg.cuda_graphs == "auto" and self.device.type == "cuda" and cfg.parallel == "none" and world_size == 1)
+            cfg.cuda_graphs == "auto" and self.device.type == "cuda" and cfg.parallel == "none" and world_size == 1
+            and not cfg.activation_checkpointing)
         self.graphed: GraphedStep | None = None  # captured on the first step when use_graphs
         if resume_state is not None:
             self.load_state_dict(resume_state)

@@ -1,0 +1,45 @@
+"""``activation_checkpointing=true`` in the trainer: every sublayer is recomputed in
+backward, and training follows the run without it (same losses and gradient norms);
+``cuda_graphs=auto`` resolves to off with it."""
+
+import math
+
+import pytest
+import torch
+
+from train_helpers import SMALL
+
+from mhar.train import Trainer, apply_train_overrides, train_preset
+from mhar.train.metrics import read_metrics
+
+
+@pytest.mark.parametrize("method", ["mhar", "mhar-block", "hyper"])
+def test_activation_checkpointing_follows_the_plain_run(tmp_path, method):
+    logs = {}
+    for on in (False, True):
+        cfg = apply_train_overrides(train_preset("tiny", method),
+                                    SMALL + ["steps=4", "eval_every=4", "checkpoint_every=4",
+                                             f"activation_checkpointing={str(on).lower()}"])
+        trainer = Trainer(cfg, tmp_path / str(on), progress=False)
+        assert trainer.model.activation_checkpointing is on
+        # training calls of one sublayer (a pre-hook: the recompute stops early, once it has
+        # what backward needs, so a forward hook may not run; evaluation runs without grad)
+        calls = []
+        trainer.model.sublayers[0].register_forward_pre_hook(
+            lambda m, _: calls.append(1) if m.training and torch.is_grad_enabled() else None)
+        trainer.fit()
+        assert len(calls) == 4 * (2 if on else 1)
+        logs[on] = read_metrics(tmp_path / str(on))
+    assert len(logs[True]) == 4
+    for a, b in zip(logs[True], logs[False]):
+        assert math.isclose(a["loss"], b["loss"], rel_tol=1e-5), (a, b)
+        assert math.isclose(a["grad_norm"], b["grad_norm"], rel_tol=1e-4), (a, b)
+
+
+def test_graphs_auto_is_off_with_activation_checkpointing(tmp_path):
+    cfg = apply_train_overrides(train_preset("tiny", "baseline"), SMALL + ["activation_checkpointing=true"])
+    assert not Trainer(cfg, tmp_path / "run", progress=False).use_graphs
+    if torch.cuda.is_available():
+        cfg = apply_train_overrides(train_preset("tiny", "baseline"),
+                                    SMALL + ["activation_checkpointing=true", "device=cuda"])
+        assert not Trainer(cfg, tmp_path / "cuda", progress=False).use_graphs
