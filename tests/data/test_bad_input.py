@@ -2,7 +2,6 @@ import json
 import shutil
 import struct
 
-import numpy as np
 import pytest
 
 from mhar.data import TokenDataset, TokenLoader, build_dataset

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from mhar.train.compare import comparison_table, run_methods
+from mhar.train.compare import comparison_table
 from train_helpers import SMALL
 
 
