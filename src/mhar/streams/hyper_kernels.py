@@ -3,8 +3,9 @@
 Per sublayer the static hyper-connection stream mixes its n streams (n x K elements,
 K = tokens x d) with alpha (n, 1 + n) and, after the sublayer, adds beta (n) times the
 sublayer's output. As one contraction and broadcast ops this glue took about 10x its
-bytes' time on an H200 (``bench/hyper_mix.py``): the contraction's alpha gradient is a
-matrix product with K as its inner dimension. Here every pass is one kernel over
+bytes' time on an H200 (``bench/hyper_mix.py``); likely, though not profiled, because
+the contraction's alpha gradient is a matrix product with K as its inner dimension.
+Here every pass is one kernel over
 blocks of K: each program reads its block of every stream once, and the alpha and beta
 gradients are per-program partial sums, added up by torch afterwards (no atomics, so
 the gradients are reproducible).
