@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from interpreter_run import run_interpreter_cases
+
 from mhar.model import loss as L
 
 HERE = Path(__file__).resolve()
@@ -60,16 +62,9 @@ def loss_and_grads(h, w, t, chunk, z_loss, upstream=1.7, backend="reference", au
 
 
 def test_cases_under_interpreter():
-    pytest.importorskip("triton")
     if INNER:
         pytest.skip("already inside the interpreter run")
-    env = dict(os.environ, TRITON_INTERPRET="1", MHAR_CE_INTERPRET_CASES="1")
-    src = str(HERE.parents[2] / "src")
-    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", "-k", "interp_",
-                        str(HERE)], env=env, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
-    assert " passed" in r.stdout and "skipped" not in r.stdout.splitlines()[-1], r.stdout[-2000:]
+    run_interpreter_cases(HERE, "MHAR_CE_INTERPRET_CASES")
 
 
 def test_backend_selection(monkeypatch):

@@ -13,13 +13,13 @@ they are skipped and ``test_cases_under_interpreter`` reports them. Relative err
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import zlib
 from pathlib import Path
 
 import pytest
 import torch
+
+from interpreter_run import run_interpreter_cases
 
 from mhar.streams import HyperStream
 from mhar.streams import hyper as HY
@@ -204,16 +204,9 @@ def test_cuda_whole_stream(autocast, triton_backend):
 
 
 def test_cases_under_interpreter():
-    pytest.importorskip("triton")
     if INNER:
         pytest.skip("already inside the interpreter run")
-    env = dict(os.environ, TRITON_INTERPRET="1", MHAR_HYPER_INTERPRET_CASES="1")
-    src = str(HERE.parents[2] / "src")
-    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", "-k", "interp_",
-                        str(HERE)], env=env, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
-    assert " passed" in r.stdout and "skipped" not in r.stdout.splitlines()[-1], r.stdout[-2000:]
+    run_interpreter_cases(HERE, "MHAR_HYPER_INTERPRET_CASES")
 
 
 def test_backend_default_is_the_reference(monkeypatch):
