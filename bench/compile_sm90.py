@@ -8,6 +8,7 @@ this script (run with triton 3.6, the GPU machine's version).
 
     PYTHONPATH=src python bench/compile_sm90.py                    # every kernel below
     PYTHONPATH=src python bench/compile_sm90.py --kernels twopass --gather-sources 4 --gather-warps 2
+    PYTHONPATH=src python bench/compile_sm90.py --kernels hyper   # the hyper-connection glue
 """
 
 from __future__ import annotations
@@ -62,10 +63,24 @@ def tile(d: int, heads: int) -> dict:
     return dict(d=d, dh=dh, H=heads, HP=_pow2(heads), DA=da, DB=db, HAS_B=db > 0, EVEN=True, ALIGN=16)
 
 
+def hyper_rows(row) -> None:
+    """The hyper-connection glue's kernels, specialised as the launcher does for paper
+    shapes (the stream length K and stride divisible by 16); d and H do not apply."""
+    from mhar.streams import hyper
+    from mhar.streams import hyper_kernels as hk
+
+    types = {name: "*bf16" for name in ("X", "XOUT", "MIXED", "GX", "GM", "DX", "Y", "OUT", "G", "DY")}
+    types.update({name: "*fp32" for name in ("A", "P0", "PM", "B", "PB")}, K="i32", stride_x="i32")
+    for fn in (hk._mix_fwd_kernel, hk._mix_bwd_kernel, hk._update_fwd_kernel, hk._update_bwd_kernel):
+        r = resources(fn, {"N": 4, "NP": 4, "BLOCK": hyper._BLOCK}, 4, types)
+        row(fn.fn.__name__ if hasattr(fn, "fn") else str(fn), "-", "-", 4, r)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--kernels", default="single,twopass", help="single: the one-query kernels (backward with and "
-                    "without running sums); twopass: the two-pass phase-1 backward (COEF pass and gather)")
+                    "without running sums); twopass: the two-pass phase-1 backward (COEF pass and gather); hyper: "
+                    "the hyper-connection glue (n = 4 streams, bf16, the library's block and 4 warps)")
     ap.add_argument("--warps", default="1", help="comma list of warps for the source-loop kernels")
     ap.add_argument("--gather-sources", type=int, default=4, help="sources per gather program (KS)")
     ap.add_argument("--gather-warps", type=int, default=4)
@@ -81,6 +96,9 @@ def main() -> None:
               f"{r['v4']} / {r['b16']} |", flush=True)
 
     for kind in args.kernels.split(","):
+        if kind == "hyper":
+            hyper_rows(row)
+            continue
         for d, heads in SHAPES:
             for w in [int(v) for v in args.warps.split(",")]:
                 if kind == "single":

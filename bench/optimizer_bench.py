@@ -8,7 +8,8 @@ This times each part alone on a model's real parameter shapes (random gradients)
 CUDA-event medians, next to its byte floor at the copy bandwidth measured in the same
 run, and one alternative: the clip's scale folded into the fused AdamW kernel
 (``grad_scale``, the AMP unscale path: the kernel divides each gradient as it reads
-it), which drops the clip's separate read and write of every gradient.
+it). On the H200 that was no faster (the kernel writes the divided gradients back;
+bench/results/step_h200.md, session 7), so the trainer keeps ``clip_grad_norm_``.
 
     PYTHONPATH=src python bench/optimizer_bench.py --presets paper-350m,paper-1b
 """

@@ -1,6 +1,6 @@
 """``activation_checkpointing=true`` in the trainer: every sublayer is recomputed in
 backward, and training follows the run without it (same losses and gradient norms);
-``cuda_graphs=auto`` resolves to off with it."""
+``cuda_graphs=auto`` resolves to off with it (on a GPU)."""
 
 import math
 
@@ -36,10 +36,12 @@ def test_activation_checkpointing_follows_the_plain_run(tmp_path, method):
         assert math.isclose(a["grad_norm"], b["grad_norm"], rel_tol=1e-4), (a, b)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (graphs are off on the CPU anyway)")
+@pytest.mark.cuda
 def test_graphs_auto_is_off_with_activation_checkpointing(tmp_path):
-    cfg = apply_train_overrides(train_preset("tiny", "baseline"), SMALL + ["activation_checkpointing=true"])
-    assert not Trainer(cfg, tmp_path / "run", progress=False).use_graphs
-    if torch.cuda.is_available():
+    runs = {}
+    for on in (False, True):
         cfg = apply_train_overrides(train_preset("tiny", "baseline"),
-                                    SMALL + ["activation_checkpointing=true", "device=cuda"])
-        assert not Trainer(cfg, tmp_path / "cuda", progress=False).use_graphs
+                                    SMALL + [f"activation_checkpointing={str(on).lower()}", "device=cuda"])
+        runs[on] = Trainer(cfg, tmp_path / str(on), progress=False).use_graphs
+    assert runs == {False: True, True: False}
