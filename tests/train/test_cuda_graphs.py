@@ -52,11 +52,13 @@ def test_replay_matches_eager(method, schedule):
     batches = [torch.randint(0, vocab, (2, 33), device="cuda") for _ in range(2)]
     graphed = GraphedStep(_loss_fn(model, cache_enabled=False), model.parameters(), batches[0][:, :-1],
                           batches[0][:, 1:], scale=0.5)
-    # two replays on two batches accumulate, as gradient accumulation does
-    losses = [graphed.run(b[:, :-1], b[:, 1:]).clone() for b in batches]
+    # the first replay writes the gradients, the second adds, as gradient accumulation does;
+    # run twice, so that the second round's first replay must overwrite the first round's sums
+    for _ in range(2):
+        losses = [graphed.run(b[:, :-1], b[:, 1:], accumulate=i > 0).clone() for i, b in enumerate(batches)]
     got = [p.grad.clone() for p in model.parameters()]
-    graphed.zero_grad()
-    assert all(float(g.abs().max()) == 0 for g in (p.grad for p in model.parameters()))
+    graphed.run(batches[1][:, :-1], batches[1][:, 1:])
+    got_second_alone = [p.grad.clone() for p in model.parameters()]
 
     for p in model.parameters():
         p.grad = None
@@ -70,6 +72,12 @@ def test_replay_matches_eager(method, schedule):
     for (name, p), g in zip(model.named_parameters(), got):
         torch.testing.assert_close(g, p.grad, rtol=1e-3, atol=1e-5, msg=name)
     assert any(float(g.abs().max()) > 0 for g in got[-3:])
+
+    for p in model.parameters():
+        p.grad = None
+    (_loss_fn(model)(batches[1][:, :-1], batches[1][:, 1:]) * 0.5).backward()
+    for (name, p), g in zip(model.named_parameters(), got_second_alone):
+        torch.testing.assert_close(g, p.grad, rtol=1e-3, atol=1e-5, msg=name)
 
 
 @cuda

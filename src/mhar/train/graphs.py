@@ -9,9 +9,12 @@ replays them with one call, so the host cost of a step becomes a few microsecond
 What the capture needs, and how it is met here:
 
 * static shapes and addresses: the batch is copied into fixed input tensors, and the
-  parameters' gradients are allocated before the capture so that backward adds into
-  them in place (``grad += ...``) on every replay; gradients are zeroed in place
-  (:meth:`GraphedStep.zero_grad`), never set to None;
+  parameters' gradients live at fixed addresses. The first micro-batch of a step replays
+  a graph captured with no gradients, so autograd allocated them in the graph's pool and
+  every replay *writes* them: no zeroing and no ``grad += ...`` pass over every
+  parameter (at 350M those move about 6 GB a step). Later micro-batches replay a second
+  graph, captured with the gradients present, that adds into them; it shares the first
+  graph's pool (the two never run at once), so it costs no more activation memory;
 * everything compiled or autotuned beforehand: a few eager warm-up passes on a side
   stream before the capture (as the PyTorch CUDA-graph recipe does);
 * no host synchronisation inside: the forward, the loss and the backward have none
@@ -37,11 +40,13 @@ from mhar.routing.op import take_captured_tables
 
 
 class GraphedStep:
-    """``loss_fn(x, y) -> loss`` and ``(loss * scale).backward()`` as one CUDA graph.
+    """``loss_fn(x, y) -> loss`` and ``(loss * scale).backward()`` as CUDA graphs.
 
     ``run(x, y)`` copies the batch in, replays, and returns the static loss tensor
-    (overwritten by the next replay: read or copy it before then). Gradients
-    accumulate over runs until :meth:`zero_grad`.
+    (overwritten by the next replay: read or copy it before then). It overwrites the
+    parameters' gradients with this batch's; ``run(x, y, accumulate=True)`` adds this
+    batch's into them instead (gradient accumulation's later micro-batches). The
+    gradients keep their addresses for the graphs' lifetime: never set them to None.
     """
 
     def __init__(self, loss_fn: Callable[[Tensor, Tensor], Tensor], params: Iterable[torch.nn.Parameter],
@@ -49,9 +54,7 @@ class GraphedStep:
         if not x.is_cuda:
             raise ValueError("CUDA graphs need a CUDA device; this batch is on " + str(x.device))
         self.params = [p for p in params if p.requires_grad]
-        for p in self.params:
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
+        self.loss_fn, self.scale = loss_fn, scale
         self.x, self.y = x.clone(), y.clone()
 
         # compile, autotune and fill every cache off the capture (side stream, as the recipe says)
@@ -61,30 +64,40 @@ class GraphedStep:
             for _ in range(warmup):
                 (loss_fn(self.x, self.y) * scale).backward()
         torch.cuda.current_stream().wait_stream(side)
-        self.zero_grad()
+        for p in self.params:  # so that the capture allocates them in its pool, and replays write them
+            p.grad = None
 
         torch.cuda.synchronize()
         torch.cuda.empty_cache()  # the warm-up's cached blocks: the capture allocates from its own pool
         torch.cuda.reset_peak_memory_stats()
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            self.loss = loss_fn(self.x, self.y)
-            (self.loss * scale).backward()
+        self.routing_tables: list = []
+        self.graph, self.loss = self._capture(pool=None)
+        self.capture_peak_bytes = torch.cuda.max_memory_allocated()
+        self.accumulate_graph: torch.cuda.CUDAGraph | None = None  # captured on first use
+        self.accumulate_loss: Tensor | None = None
+
+    def _capture(self, pool) -> tuple[torch.cuda.CUDAGraph, Tensor]:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=pool):
+            loss = self.loss_fn(self.x, self.y)
+            (loss * self.scale).backward()
         torch.cuda.synchronize()
         # the routing kernels' pointer tables made in the capture: every replay reads them
-        self.routing_tables = take_captured_tables()
-        self.capture_peak_bytes = torch.cuda.max_memory_allocated()
+        self.routing_tables += take_captured_tables()
+        return graph, loss
 
-    def zero_grad(self) -> None:
-        """Zero the gradients in place (their addresses are baked into the graph)."""
-        torch._foreach_zero_([p.grad for p in self.params])
-
-    def run(self, x: Tensor, y: Tensor) -> Tensor:
+    def run(self, x: Tensor, y: Tensor, accumulate: bool = False) -> Tensor:
         if x.shape != self.x.shape or y.shape != self.y.shape:
             raise ValueError(f"a CUDA graph replays one batch shape: captured x {tuple(self.x.shape)}, "
                              f"y {tuple(self.y.shape)}; got x {tuple(x.shape)}, y {tuple(y.shape)}")
+        if accumulate and self.accumulate_graph is None:
+            # captured now, with the gradients present: backward adds into them
+            self.accumulate_graph, self.accumulate_loss = self._capture(pool=self.graph.pool())
         self.x.copy_(x, non_blocking=True)
         self.y.copy_(y, non_blocking=True)
+        if accumulate:
+            self.accumulate_graph.replay()
+            return self.accumulate_loss
         self.graph.replay()
         return self.loss
 

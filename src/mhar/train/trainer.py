@@ -319,11 +319,11 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         loss_sum = torch.zeros((), device=self.device)
-        for _ in range(c.grad_accum):
+        for micro in range(c.grad_accum):
             x, y = self.data.loader.next_batch()
             x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
-            if self.use_graphs:
-                loss = self._graphed_step(x, y).run(x, y)
+            if self.use_graphs:  # the first micro-batch writes the gradients, later ones add
+                loss = self._graphed_step(x, y).run(x, y, accumulate=micro > 0)
             else:
                 with self.autocast():
                     loss = self.compute_loss(x, y)
@@ -343,9 +343,8 @@ class Trainer:
         return loss_value, grad_norm, lr
 
     def zero_grad(self) -> None:
-        if self.graphed is not None:  # the graph adds into these very tensors
-            self.graphed.zero_grad()
-        else:
+        # under CUDA graphs the gradients stay: the next step's first replay overwrites them
+        if self.graphed is None:
             self.optimizer.zero_grad(set_to_none=True)
 
     def _graphed_step(self, x: Tensor, y: Tensor) -> GraphedStep:
