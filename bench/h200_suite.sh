@@ -12,7 +12,7 @@
 # PRESETS and METHODS choose the step benchmark's rows (METHOD@two-phase sets a schedule);
 # PRESETS_Q with T_STEPQ re-runs METHODS_Q with the phase-1 kernel config Q_CONFIG (JSON).
 # PHASE1_PICKS=1 runs the step with bench/routing.py's --write-phase1-config picks.
-# PRESETS_HYPER with T_STEPH runs baseline and hyper again with the Triton hyper glue.
+# PRESETS_HYPER with T_STEPH runs baseline and hyper again with the reference hyper glue.
 set -uo pipefail
 export PYTHONPATH="$PWD/src" PYTHONUNBUFFERED=1 MHAR_COMMIT=${MHAR_COMMIT:-unknown}
 OUT=${OUT:-bench/results/suite_local}
@@ -50,11 +50,12 @@ for p in ${PRESETS_Q:-}; do
     --steps 5 --warmup 3 --out "$R" --tag "$p-${Q_TAG:-q}" > "$R/step_$p-${Q_TAG:-q}.log" 2>&1
 done
 
-# hyper-connections with the opt-in Triton glue (MHAR_HYPER_BACKEND=triton), tagged PRESET-hyper-triton:
-# compare with the same preset's hyper row above (each run has its own baseline)
+# hyper-connections with the reference glue (MHAR_HYPER_BACKEND=reference; the Triton kernels are the
+# default on CUDA), tagged PRESET-hyper-reference: compare with the same preset's hyper row above
+# (each run has its own baseline)
 for p in ${PRESETS_HYPER:-}; do
-  part "${T_STEPH:-0}" && MHAR_HYPER_BACKEND=triton timeout "${T_STEPH:-0}" python3 -m mhar bench step --preset "$p" \
-    --methods baseline,hyper --steps 5 --warmup 3 --out "$R" --tag "$p-hyper-triton" > "$R/step_$p-hyper-triton.log" 2>&1
+  part "${T_STEPH:-0}" && MHAR_HYPER_BACKEND=reference timeout "${T_STEPH:-0}" python3 -m mhar bench step --preset "$p" \
+    --methods baseline,hyper --steps 5 --warmup 3 --out "$R" --tag "$p-hyper-reference" > "$R/step_$p-hyper-reference.log" 2>&1
 done
 
 tar czf "$OUT/suite.tar.gz" -C "$OUT" suite

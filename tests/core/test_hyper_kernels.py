@@ -209,12 +209,13 @@ def test_cases_under_interpreter():
     run_interpreter_cases(HERE, "MHAR_HYPER_INTERPRET_CASES")
 
 
-def test_backend_default_is_the_reference(monkeypatch):
+def test_backend_default_is_triton_on_cuda_only(monkeypatch):
     monkeypatch.delenv("MHAR_HYPER_BACKEND", raising=False)
     HY.set_backend(None)
-    assert not HY._BACKEND.use_triton(True, torch.bfloat16)  # not on CUDA either, until timed on a GPU
-    monkeypatch.setenv("MHAR_HYPER_BACKEND", "auto")
+    assert HY._BACKEND.use_triton(True, torch.bfloat16) == HY._BACKEND.triton_available()
     assert not HY._BACKEND.use_triton(False, torch.float32)
+    monkeypatch.setenv("MHAR_HYPER_BACKEND", "reference")
+    assert not HY._BACKEND.use_triton(True, torch.bfloat16)
     monkeypatch.setenv("MHAR_HYPER_BACKEND", "nope")
     with pytest.raises(ValueError, match="MHAR_HYPER_BACKEND"):
         HY._BACKEND.get()
