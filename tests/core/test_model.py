@@ -124,3 +124,41 @@ def test_chunked_linear_cross_entropy_matches_plain(z_loss):
     ref = torch.nn.functional.cross_entropy(h @ w.t(), t)
     if z_loss == 0:
         torch.testing.assert_close(a, ref)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_standard_stream_fuses_its_add_into_the_next_sublayer(compiled):
+    """The decoder's standard residual hands each sublayer the previous output to add
+    (``residual=``), so the add runs in the sublayer's region: the hidden states and
+    every gradient equal the plain read / call / write loop's (bit for bit, eagerly)."""
+    torch.manual_seed(5)
+    model = Decoder(tiny(METHODS["standard"]))
+    if compiled:
+        model.compile_regions()
+    x = torch.randint(0, 64, (2, 16))
+    fused_calls = []
+    hooks = [s.register_forward_pre_hook(lambda m, a, kw: fused_calls.append("residual" in kw), with_kwargs=True)
+             for s in model.sublayers]
+    fused = model.hidden_states(x)
+    fused.square().sum().backward()
+    want_grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    assert fused_calls == [False] + [True] * (len(model.sublayers) - 1)
+    for h in hooks:
+        h.remove()
+
+    model.zero_grad(set_to_none=True)
+    from mhar.model.layers import rope_cos_sin
+    cfg = model.config
+    emb = model.embed(x)
+    cos, sin = rope_cos_sin(torch.arange(16), cfg.attn_head_dim, cfg.rope_theta, emb.dtype)
+    state = model.residual.start(emb)
+    for i, sublayer in enumerate(model.sublayers):
+        state.write(i, sublayer(state.read(i), cos, sin, None))
+    plain = model.final_norm(state.final())
+    plain.square().sum().backward()
+    assert torch.equal(fused, plain)
+    for n, p in model.named_parameters():
+        if compiled:  # the compiled backward sums the stream's two gradient paths in its own order
+            torch.testing.assert_close(p.grad, want_grads[n], rtol=1e-5, atol=1e-6, msg=n)
+        else:
+            assert torch.equal(p.grad, want_grads[n]), n

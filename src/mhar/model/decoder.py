@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 
 import torch
 import torch.utils.checkpoint
@@ -82,15 +83,14 @@ class Decoder(nn.Module):
         state = self.residual.start(x)
         recompute = self.activation_checkpointing and self.training and torch.is_grad_enabled() and cache is None
         for i, sublayer in enumerate(self.sublayers):
-            x = state.read(i)
             if recompute:
                 # no RNG to replay (no dropout): nothing to save, and nothing a CUDA graph
                 # capture would forbid
-                y = torch.utils.checkpoint.checkpoint(sublayer, x, cos, sin, use_reentrant=False,
-                                                      preserve_rng_state=False)
+                call = partial(torch.utils.checkpoint.checkpoint, sublayer, use_reentrant=False,
+                               preserve_rng_state=False)
             else:
-                y = sublayer(x, cos, sin, cache)
-            state.write(i, y)
+                call = sublayer
+            state.step(i, call, cos, sin, cache)
         return self.final_norm(state.final())
 
     def forward(self, input_ids: Tensor, cache: KVCache | None = None) -> Tensor:

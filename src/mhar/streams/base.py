@@ -6,6 +6,9 @@
         state.write(i, sublayer(x))            # its raw output
     hidden = state.final()                     # into the final RMSNorm and LM head
 
+(``state.step(i, sublayer, ...)`` does one read and write; a stream may override it
+to fuse its glue into the sublayer's call, as the standard residual does.)
+
 A :class:`ResidualStream` is an ``nn.Module`` that owns the method's parameters
 (routing queries, key norms, gates, mixing scalars); ``start`` returns a fresh
 per-forward :class:`StreamState` holding the activations.
@@ -28,6 +31,10 @@ class StreamState:
 
     def final(self) -> Tensor:
         raise NotImplementedError
+
+    def step(self, i: int, sublayer, *args) -> None:
+        """Sublayer i's read, call ``sublayer(x, *args)`` and write."""
+        self.write(i, sublayer(self.read(i), *args))
 
 
 class ResidualStream(nn.Module):
