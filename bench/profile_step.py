@@ -39,7 +39,10 @@ def kernel_kinds(prof, steps: int) -> tuple[dict[str, float], dict[str, dict[str
     out = {k: 0.0 for k, _ in KINDS} | {"other": 0.0}
     names: dict[str, dict[str, float]] = {k: {} for k in out}
     for e in prof.events():
-        if e.device_type != DeviceType.CUDA:
+        # device-side ranges of user annotations (e.g. "Optimizer.step#AdamW.step") span
+        # kernels that are counted on their own: skip them
+        if e.device_type != DeviceType.CUDA or getattr(e, "is_user_annotation", False) \
+                or e.name.startswith("Optimizer."):
             continue
         name = e.name.lower()
         kind = next((k for k, frags in KINDS if any(f in name for f in frags)), "other")
