@@ -72,8 +72,8 @@ def hyper_rows(row) -> None:
     types = {name: "*bf16" for name in ("X", "XOUT", "MIXED", "GX", "GM", "DX", "Y", "OUT", "G", "DY")}
     types.update({name: "*fp32" for name in ("A", "P0", "PM", "B", "PB")}, K="i32", stride_x="i32")
     for fn in (hk._mix_fwd_kernel, hk._mix_bwd_kernel, hk._update_fwd_kernel, hk._update_bwd_kernel):
-        r = resources(fn, {"N": 4, "NP": 4, "BLOCK": hyper._BLOCK}, 4, types)
-        row(fn.fn.__name__ if hasattr(fn, "fn") else str(fn), "-", "-", 4, r)
+        r = resources(fn, {"N": 4, "NP": 4, "BLOCK": hyper._BLOCK}, hyper._WARPS, types)
+        row(fn.fn.__name__ if hasattr(fn, "fn") else str(fn), "-", "-", hyper._WARPS, r)
 
 
 def main() -> None:

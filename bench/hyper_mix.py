@@ -46,9 +46,14 @@ def sublayer(mix, update, alpha, beta, X, G):
 def main() -> None:
     bw = copy_gbs()
     print(f"device-to-device copy: {bw:.0f} GB/s")
-    variants = {"reference: contraction (einsum), eager": (hyper._mix_reference, hyper._update_reference),
-                "pointwise under torch.compile": (torch.compile(mix_pointwise), torch.compile(hyper._update_reference)),
-                "Triton kernels (MHAR_HYPER_BACKEND=triton)": (mix_triton, hyper._UpdateFn.apply)}
+    variants = {"reference: contraction (einsum), eager": (hyper._mix_reference, hyper._update_reference, None),
+                "pointwise under torch.compile": (torch.compile(mix_pointwise), torch.compile(hyper._update_reference),
+                                                  None)}
+    # the Triton kernels at the library's (BLOCK, warps) and other choices
+    library = (hyper._BLOCK, hyper._WARPS)
+    for tile in dict.fromkeys([library, (256, 4), (1024, 4), (2048, 4), (2048, 8), (4096, 8)]):
+        mark = " (the library's)" if tile == library else ""
+        variants[f"Triton kernels, BLOCK {tile[0]}, {tile[1]} warps{mark}"] = (mix_triton, hyper._UpdateFn.apply, tile)
     rows = []
     for d in (512, 1024, 1280):
         X = torch.randn(N, TOKENS, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
@@ -56,10 +61,12 @@ def main() -> None:
         beta = torch.randn(N, device="cuda", requires_grad=True)
         G = torch.randn_like(X)
         floor = 46 * TOKENS * d * 2 / bw / 1e6
-        for name, (mix, update) in variants.items():
+        for name, (mix, update, tile) in variants.items():
+            hyper._BLOCK, hyper._WARPS = tile or library
             ms = timed(lambda: sublayer(mix, update, alpha, beta, X, G), reps=20, warmup=5)
             rows.append((d, name, ms, floor))
             print(f"d={d:5d} {name:40s} {ms:7.3f} ms per sublayer, floor {floor:.3f} ms", flush=True)
+    hyper._BLOCK, hyper._WARPS = library
     print("\n| d | glue | fwd+bwd ms per sublayer | byte floor ms |\n|---|---|---|---|")
     for d, name, ms, floor in rows:
         print(f"| {d} | {name} | {ms:.3f} | {floor:.3f} |")

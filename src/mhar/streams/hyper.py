@@ -25,7 +25,9 @@ from mhar.streams.base import ResidualStream, StreamState, autocast_dtype
 # about half the reference's time per sublayer on the H200 and moved the graphed 350M
 # step from 0.46x to 0.65x of the baseline (bench/results/step_h200.md, session 8).
 _BACKEND = BackendChoice("hyper-connection glue", "MHAR_HYPER_BACKEND", "mhar.streams.hyper_kernels")
-_BLOCK = 256  # stream elements per program (tiles of NP x BLOCK, and NP x NP x BLOCK products)
+# stream elements per program (tiles of NP x BLOCK) and warps: 8 elements per thread, so
+# bf16 rows move in 16-byte vectors (bench/hyper_mix.py times other choices)
+_BLOCK, _WARPS = 1024, 4
 
 
 def set_backend(name: str | None) -> None:
@@ -81,7 +83,7 @@ class _MixFn(torch.autograd.Function):
         a = alpha.detach().float().contiguous()
         x = _alloc(X.shape[1:], dtype, X.device)
         mixed = _alloc((n, *X.shape[1:]), dtype, X.device)
-        _mix_fwd_kernel[_grid(k)](X, stride, a, x, mixed, k, N=n, NP=_pow2(n), BLOCK=_BLOCK)
+        _mix_fwd_kernel[_grid(k)](X, stride, a, x, mixed, k, N=n, NP=_pow2(n), BLOCK=_BLOCK, num_warps=_WARPS)
         ctx.save_for_backward(a, X)
         ctx.stride, ctx.alpha_dtype = stride, alpha.dtype
         return x, mixed
@@ -98,7 +100,7 @@ class _MixFn(torch.autograd.Function):
         dx = _alloc((n, *X.shape[1:]), X.dtype, X.device)
         p0 = _alloc((grid[0], np_), torch.float32, X.device)
         pm = _alloc((grid[0], np_, np_), torch.float32, X.device)
-        _mix_bwd_kernel[grid](X, ctx.stride, a, gx, gm, dx, p0, pm, k, N=n, NP=np_, BLOCK=_BLOCK)
+        _mix_bwd_kernel[grid](X, ctx.stride, a, gx, gm, dx, p0, pm, k, N=n, NP=np_, BLOCK=_BLOCK, num_warps=_WARPS)
         da = torch.cat([p0.sum(0)[:n, None], pm.sum(0)[:n, :n]], dim=1).to(ctx.alpha_dtype)
         return da, dx, None
 
@@ -112,7 +114,7 @@ class _UpdateFn(torch.autograd.Function):
         n, k = mixed.shape[0], output.numel()
         b = beta.detach().float().contiguous()
         out = _alloc(mixed.shape, torch.promote_types(mixed.dtype, output.dtype), mixed.device)
-        _update_fwd_kernel[_grid(k)](mixed, b, output, out, k, N=n, NP=_pow2(n), BLOCK=_BLOCK)
+        _update_fwd_kernel[_grid(k)](mixed, b, output, out, k, N=n, NP=_pow2(n), BLOCK=_BLOCK, num_warps=_WARPS)
         ctx.save_for_backward(b, output)
         ctx.beta_dtype = beta.dtype
         return out
@@ -127,7 +129,7 @@ class _UpdateFn(torch.autograd.Function):
         grid, np_ = _grid(k), _pow2(n)
         dy = _alloc(output.shape, output.dtype, output.device)
         pb = _alloc((grid[0], np_), torch.float32, g.device)
-        _update_bwd_kernel[grid](g, b, output, dy, pb, k, N=n, NP=np_, BLOCK=_BLOCK)
+        _update_bwd_kernel[grid](g, b, output, dy, pb, k, N=n, NP=np_, BLOCK=_BLOCK, num_warps=_WARPS)
         return g, pb.sum(0)[:n].to(ctx.beta_dtype), dy
 
 
