@@ -5,6 +5,7 @@ import torch
 
 from mhar.model import Decoder, ModelConfig, StreamConfig, apply_overrides, count_parameters, get_preset
 from mhar.model.config import PRESETS
+from mhar.model.layers import rope_cos_sin
 
 METHODS = {
     "standard": StreamConfig(method="standard"),
@@ -141,13 +142,12 @@ def test_standard_stream_fuses_its_add_into_the_next_sublayer(compiled):
              for s in model.sublayers]
     fused = model.hidden_states(x)
     fused.square().sum().backward()
-    want_grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    fused_grads = {n: p.grad.clone() for n, p in model.named_parameters()}
     assert fused_calls == [False] + [True] * (len(model.sublayers) - 1)
     for h in hooks:
         h.remove()
 
     model.zero_grad(set_to_none=True)
-    from mhar.model.layers import rope_cos_sin
     cfg = model.config
     emb = model.embed(x)
     cos, sin = rope_cos_sin(torch.arange(16), cfg.attn_head_dim, cfg.rope_theta, emb.dtype)
@@ -159,6 +159,6 @@ def test_standard_stream_fuses_its_add_into_the_next_sublayer(compiled):
     assert torch.equal(fused, plain)
     for n, p in model.named_parameters():
         if compiled:  # the compiled backward sums the stream's two gradient paths in its own order
-            torch.testing.assert_close(p.grad, want_grads[n], rtol=1e-5, atol=1e-6, msg=n)
+            torch.testing.assert_close(fused_grads[n], p.grad, rtol=1e-5, atol=1e-6, msg=n)
         else:
-            assert torch.equal(p.grad, want_grads[n]), n
+            assert torch.equal(fused_grads[n], p.grad), n

@@ -21,9 +21,10 @@ from mhar.backends import BackendChoice
 from mhar.streams.base import ResidualStream, StreamState, autocast_dtype
 
 
-# The glue's backend: "auto" is the Triton kernels (hyper_kernels.py) on CUDA, which took
-# about half the reference's time per sublayer on the H200 and moved the graphed 350M
-# step from 0.46x to 0.65x of the baseline (bench/results/step_h200.md, session 8).
+# The glue's backend: "auto" is the Triton kernels (hyper_kernels.py) on CUDA: on the H200
+# they take a quarter of the reference's time per sublayer at d = 1024, and the graphed
+# step runs at 0.88-0.90x of the baseline against 0.46-0.48x (bench/results/step_h200.md,
+# session 8).
 _BACKEND = BackendChoice("hyper-connection glue", "MHAR_HYPER_BACKEND", "mhar.streams.hyper_kernels")
 # stream elements per program (tiles of NP x BLOCK) and warps: 8 elements per thread, so
 # bf16 rows move in 16-byte vectors (bench/hyper_mix.py times other choices)
