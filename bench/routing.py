@@ -277,7 +277,25 @@ def whole_step_floor(d, n, tokens, chunk=None, heads=1):
     return {"total": total, "gather": gather, "forward": forward}
 
 
+def block_step_floor(d, sublayers, tokens, block):
+    """Bytes of block routing's one-pass reads over a step (the routed stream's
+    block form, blocks of ``block`` sublayers), per site as ``whole_step_floor``'s
+    one-pass: site i reads the embedding, the completed blocks and, after a block's
+    first sublayer, the block's running sum; the final site reads every summary. The
+    running sum's own adds (an elementwise pass per sublayer) are not routing and are
+    left out."""
+    r2 = tokens * d * 2
+    total = 0
+    for i in range(sublayers + 1):
+        j = 1 + i // block + (1 if i < sublayers and i % block else 0)
+        if i == sublayers:
+            j = 1 + -(-sublayers // block)
+        total += j * r2 + r2 + 2 * r2 + 3 * j * r2
+    return total
+
+
 def print_floors(tokens, copy_gbs, chunk):
+    ms = lambda b: f"{b / 1e9:.1f} ({b / copy_gbs / 1e6:.1f})"  # noqa: E731
     print(f"| d/N/H | one-pass GB (ms) | two-phase S={chunk} GB (ms) | its forward GB (ms) | its gather passes GB (ms) |")
     print("|---|---|---|---|---|")
     for d, L in SHAPES:
@@ -285,8 +303,11 @@ def print_floors(tokens, copy_gbs, chunk):
         for h in (1, 8):
             one = whole_step_floor(d, n, tokens)["total"]
             two = whole_step_floor(d, n, tokens, chunk, h)
-            ms = lambda b: f"{b / 1e9:.1f} ({b / copy_gbs / 1e6:.1f})"  # noqa: E731
             print(f"| {d}/{n}/H{h} | {ms(one)} | {ms(two['total'])} | {ms(two['forward'])} | {ms(two['gather'])} |")
+    print("\n| d/sublayers | block routing, 8 blocks, one-pass GB (ms) |\n|---|---|")
+    for d, L in SHAPES:
+        block = -(-2 * L // 8)
+        print(f"| {d}/{2 * L} (blocks of {block}) | {ms(block_step_floor(d, 2 * L, tokens, block))} |")
 
 
 def write_phase1_config(results, path):
