@@ -1,6 +1,7 @@
 """``activation_checkpointing=true`` in the trainer: every sublayer is recomputed in
 backward, and training follows the run without it (same losses and gradient norms);
-``cuda_graphs=auto`` resolves to off with it (on a GPU)."""
+``cuda_graphs=auto`` resolves to off with it (on a GPU), and ``cuda_graphs=on`` with it
+follows the eager checkpointed run (on a GPU)."""
 
 import math
 
@@ -13,7 +14,7 @@ from mhar.train import Trainer, apply_train_overrides, train_preset
 from mhar.train.metrics import read_metrics
 
 
-@pytest.mark.parametrize("method", ["mhar", "mhar-block", "hyper"])
+@pytest.mark.parametrize("method", ["baseline", "mhar", "mhar-block", "hyper"])
 def test_activation_checkpointing_follows_the_plain_run(tmp_path, method):
     logs = {}
     for on in (False, True):
@@ -45,3 +46,24 @@ def test_graphs_auto_is_off_with_activation_checkpointing(tmp_path):
                                     SMALL + [f"activation_checkpointing={str(on).lower()}", "device=cuda"])
         runs[on] = Trainer(cfg, tmp_path / str(on), progress=False).use_graphs
     assert runs == {False: True, True: False}
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.cuda
+@pytest.mark.parametrize("method", ["baseline", "mhar-block"])
+def test_activation_checkpointing_under_cuda_graphs_follows_eager(tmp_path, method):
+    """The recompute is captured with the rest of backward: a graphed checkpointed run
+    (compiled regions, gradient accumulation) gives the eager checkpointed run's losses."""
+    losses = {}
+    for graphs in ("off", "on"):
+        cfg = apply_train_overrides(train_preset("tiny", method),
+                                    SMALL + ["steps=4", "grad_accum=2", "eval_every=4", "checkpoint_every=4",
+                                             "device=cuda", "compile=regions", "activation_checkpointing=true",
+                                             f"cuda_graphs={graphs}"])
+        trainer = Trainer(cfg, tmp_path / graphs, progress=False)
+        assert trainer.use_graphs is (graphs == "on")
+        trainer.fit()
+        losses[graphs] = [r["loss"] for r in read_metrics(tmp_path / graphs)]
+    assert len(losses["on"]) == 4
+    for a, b in zip(losses["on"], losses["off"]):
+        assert abs(a - b) <= 2e-3 * abs(b), losses
