@@ -19,7 +19,10 @@ def test_activation_checkpointing_follows_the_plain_run(tmp_path, method):
     logs = {}
     for on in (False, True):
         cfg = apply_train_overrides(train_preset("tiny", method),
-                                    SMALL + ["steps=4", "eval_every=4", "checkpoint_every=4",
+                                    # on the CPU everywhere: on a GPU the plain run would be
+                                    # graphed and the checkpointed one not (cuda_graphs=auto), and
+                                    # bf16 kernels differ between the two beyond this tolerance
+                                    SMALL + ["steps=4", "eval_every=4", "checkpoint_every=4", "device=cpu",
                                              f"activation_checkpointing={str(on).lower()}"])
         trainer = Trainer(cfg, tmp_path / str(on), progress=False)
         assert trainer.model.activation_checkpointing is on
