@@ -1,8 +1,10 @@
 """What the optimiser phase of a training step costs on a GPU, part by part, against its bytes.
 
 After the (graphed) forward and backward, every step runs: the gradient-norm clip
-(``clip_grad_norm_``: a norm over every gradient, then every gradient scaled), AdamW
-(fused: one multi-tensor kernel) and the gradients' zeroing. Each part reads or writes
+(``clip_grad_norm_``: a norm over every gradient, then every gradient scaled) and AdamW
+(fused: one multi-tensor kernel). Until session 8 it also zeroed the gradients, which a
+graphed step no longer does (its first replay writes them); the zeroing is still timed
+here, as the eager path's ``zero_grad`` is a free (set to None). Each part reads or writes
 every parameter's fp32 state, so at 350M and 1B they are a visible share of the step.
 This times each part alone on a model's real parameter shapes (random gradients), as
 CUDA-event medians, next to its byte floor at the copy bandwidth measured in the same
