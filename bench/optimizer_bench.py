@@ -3,8 +3,8 @@
 After the (graphed) forward and backward, every step runs: the gradient-norm clip
 (``clip_grad_norm_``: a norm over every gradient, then every gradient scaled) and AdamW
 (fused: one multi-tensor kernel). Until session 8 it also zeroed the gradients, which a
-graphed step no longer does (its first replay writes them); the zeroing is still timed
-here, as the eager path's ``zero_grad`` is a free (set to None). Each part reads or writes
+graphed step no longer does (its first replay writes them; an eager step sets them to
+None); the zeroing is still timed here, for comparison. Each part reads or writes
 every parameter's fp32 state, so at 350M and 1B they are a visible share of the step.
 This times each part alone on a model's real parameter shapes (random gradients), as
 CUDA-event medians, next to its byte floor at the copy bandwidth measured in the same
