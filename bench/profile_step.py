@@ -3,7 +3,7 @@
 
     PYTHONPATH=src python bench/profile_step.py --preset paper-100m --methods baseline,mhar --out $OUT
 
-Writes ``<out>/profile_<preset>_<method>_<compile>.txt`` (the key-averages table, then
+Writes ``<out>/profile_<preset>_<method>_<compile>[_eager][_ckpt].txt`` (the key-averages table, then
 the kernel time per step by kind: matrix products, attention, routing, compiled regions,
 loss, optimiser, the rest) as each method finishes, and prints a summary last: the
 graphed step time and the kernels by kind per method, and each kind's difference from
@@ -70,6 +70,9 @@ def main() -> None:
     ap.add_argument("--chunk", type=int, default=8)
     ap.add_argument("--rows", type=int, default=30)
     ap.add_argument("--eager", action="store_true", help="no CUDA graph (the profile then shows the host too)")
+    ap.add_argument("--activation-checkpointing", action="store_true",
+                    help="recompute every sublayer in backward (session 8: block MHAR's checkpointed step was "
+                         "slower graphed than eager; this profiles either way)")
     ap.add_argument("--out", default="bench/results/profile")
     args = ap.parse_args()
     out = Path(args.out)
@@ -79,6 +82,7 @@ def main() -> None:
     for method in args.methods.split(","):
         release_memory()  # the previous model (compiled modules sit in reference cycles)
         model = build(args.preset, method, seq, [], args.chunk, "cuda")
+        model.activation_checkpointing = args.activation_checkpointing
         # the timed steps graphed (the default on a GPU), then 2 more under the profiler
         timed = time_step(model, batch, seq, steps=4, warmup=3, compile_mode=args.compile, loss_chunk=args.loss_chunk,
                           device="cuda", cuda_graphs=not args.eager, trace_steps=2)
@@ -87,8 +91,9 @@ def main() -> None:
         kinds[method], names = kernel_kinds(prof, steps=2)
         by_kind = "\n".join(f"  {k:12s} {ms:8.2f} ms" for k, ms in kinds[method].items())
         by_kind += "\n\nthe longest kernels of each kind (ms per step):\n" + top_names(names)
-        path = out / f"profile_{args.preset}_{method}_{args.compile}.txt"
-        how = "" if args.eager else " graphed"
+        tags = ("_eager" if args.eager else "") + ("_ckpt" if args.activation_checkpointing else "")
+        path = out / f"profile_{args.preset}_{method}_{args.compile}{tags}.txt"
+        how = ("" if args.eager else " graphed") + (", checkpointed" if args.activation_checkpointing else "")
         path.write_text(f"{method} {args.preset} compile={args.compile}: {timed['step_ms']:.1f} ms/step{how}, "
                         f"MFU {100 * timed['mfu']:.1f}%, peak {timed['peak_mem_gb']:.1f} GB\n\n{table}\n\n"
                         f"kernel time per profiled step by kind:\n{by_kind}\n")
