@@ -8,6 +8,11 @@ on a GPU. Session 7 used it for the hyper-connection stream's saved views
 (bench/results/step_h200.md).
 
     PYTHONPATH=src python bench/saved_tensors.py --methods baseline,hyper,mhar
+
+The hyper-connection stream's Triton glue runs on the CPU through Triton's interpreter:
+
+    TRITON_INTERPRET=1 MHAR_HYPER_BACKEND=triton PYTHONPATH=src python bench/saved_tensors.py \
+        --methods hyper --eager --override stream.hyper_recompute=4
 """
 
 from __future__ import annotations
@@ -21,8 +26,8 @@ from mhar.bench_cli import build
 SMALL = ["d_model=256", "n_layers=6", "n_heads=4", "n_kv_heads=2", "d_ff=512", "vocab_size=1000"]
 
 
-def saved_mb(method: str, tokens: int, compile_regions: bool) -> float:
-    model = build("paper-100m", method, tokens, SMALL, 8, "cpu")
+def saved_mb(method: str, tokens: int, compile_regions: bool, overrides: list[str] = ()) -> float:
+    model = build("paper-100m", method, tokens, SMALL + list(overrides), 8, "cpu")
     if compile_regions:
         model.compile_regions()
     storages: dict[int, int] = {}
@@ -44,9 +49,12 @@ def main() -> None:
     ap.add_argument("--methods", default="baseline,hyper,attnres,mhar,mhar-block")
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--eager", action="store_true", help="no regional compile")
+    ap.add_argument("--override", action="append", default=[],
+                    help="a model override for every method, e.g. stream.hyper_recompute=4 (repeatable)")
     args = ap.parse_args()
     for method in args.methods.split(","):
-        print(f"{method:24s} {saved_mb(method, args.tokens, not args.eager):7.1f} MB saved for backward", flush=True)
+        mb = saved_mb(method, args.tokens, not args.eager, args.override)
+        print(f"{method:24s} {mb:7.1f} MB saved for backward", flush=True)
 
 
 if __name__ == "__main__":

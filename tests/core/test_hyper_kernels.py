@@ -173,6 +173,58 @@ def test_interp_decoder(triton_backend):
         assert rel(a, b) < 1e-5, (i, rel(a, b))
 
 
+def _saved_bytes(fn) -> int:
+    """Bytes of the storages autograd saves while ``fn`` runs (each storage once)."""
+    storages: dict[int, int] = {}
+
+    def pack(t):
+        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return sum(storages.values())
+
+
+def _recompute_stream(k: int, n: int, sublayers: int) -> HyperStream:
+    torch.manual_seed(8)
+    stream = HyperStream(40, sublayers, n=n, recompute=k)
+    with torch.no_grad():
+        stream.static_alpha.add_(0.3 * torch.randn(stream.static_alpha.shape))
+        stream.static_beta.add_(0.3 * torch.randn(stream.static_beta.shape))
+    return stream
+
+
+@interp
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 9])
+@pytest.mark.parametrize("n,autocast", [(4, False), (3, True)])
+def test_interp_recompute_equals_keeping_the_streams(k, n, autocast, triton_backend):
+    """Streams recomputed in backward from every k-th sublayer's input (seven sublayers:
+    segments that end early, and k past the depth) give every value and gradient of
+    the run that keeps them, bit for bit; autograd saves fewer bytes; and a second
+    backward (retain_graph) recomputes again."""
+    emb, outputs = torch.randn(2, 5, 40), [torch.randn(2, 5, 40) for _ in range(7)]
+    keep = _stream_run(_recompute_stream(0, n, 7), emb, outputs, autocast)
+    stream = _recompute_stream(k, n, 7)
+    got = _stream_run(stream, emb, outputs, autocast)
+    for i, (a, b) in enumerate(zip(got, keep)):
+        assert torch.equal(a, b), i
+    if k > 1:
+        kept = _saved_bytes(lambda: _stream_run(_recompute_stream(0, n, 7), emb, outputs, autocast))
+        fewer = _saved_bytes(lambda: _stream_run(stream, emb, outputs, autocast))
+        assert fewer < kept, (fewer, kept)
+
+    e = emb.clone().requires_grad_()
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        state = stream.start(e)
+        for i, y in enumerate(outputs):
+            state.write(i, torch.tanh(state.read(i)) + y)
+        loss = state.final().float().square().sum()
+    first = torch.autograd.grad(loss, [e, stream.static_alpha], retain_graph=True)
+    second = torch.autograd.grad(loss, [e, stream.static_alpha])
+    assert all(torch.equal(a, b) for a, b in zip(first, second))
+
+
 @interp
 def test_interp_deterministic(triton_backend):
     gen = torch.Generator().manual_seed(2)
@@ -185,10 +237,12 @@ def test_interp_deterministic(triton_backend):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.cuda
 @pytest.mark.parametrize("autocast", [False, True])
-def test_cuda_whole_stream(autocast, triton_backend):
-    """The compiled kernels on a GPU, a wider stream (several programs per stream)."""
+@pytest.mark.parametrize("recompute", [0, 4])
+def test_cuda_whole_stream(autocast, recompute, triton_backend):
+    """The compiled kernels on a GPU, a wider stream (several programs per stream), with
+    the streams kept or recomputed in backward."""
     torch.manual_seed(6)
-    stream = HyperStream(256, 6, n=4).cuda()
+    stream = HyperStream(256, 6, n=4, recompute=recompute).cuda()
     with torch.no_grad():
         stream.static_alpha.add_(0.3 * torch.randn_like(stream.static_alpha))
         stream.static_beta.add_(0.3 * torch.randn_like(stream.static_beta))

@@ -29,6 +29,11 @@ class StreamConfig:
         and one-pass elsewhere.
     chunk: for full routing with the two-phase schedule, sublayers per scheduling chunk.
     hyper_n: number of parallel streams for hyper-connections.
+    hyper_recompute: hyper-connections with the Triton glue (CUDA): keep the n streams
+        for backward only at every hyper_recompute-th sublayer and recompute the rest
+        from there (0, the default: keep every sublayer's). Saves about
+        (k - 1) / k of the streams' n copies per sublayer for one more forward pass of
+        the glue on the others.
     """
 
     method: str = "standard"
@@ -37,6 +42,7 @@ class StreamConfig:
     schedule: str = "auto"
     chunk: int = 8
     hyper_n: int = 4
+    hyper_recompute: int = 0
 
     def validate(self, d_model: int, num_sublayers: int) -> None:
         if self.method not in STREAM_METHODS:
@@ -54,6 +60,8 @@ class StreamConfig:
             raise ValueError(f"stream.chunk={self.chunk} must be >= 1")
         if self.hyper_n < 1:
             raise ValueError(f"stream.hyper_n={self.hyper_n} must be >= 1")
+        if self.hyper_recompute < 0:
+            raise ValueError(f"stream.hyper_recompute={self.hyper_recompute} must be >= 0 (0: off)")
 
 
 @dataclass

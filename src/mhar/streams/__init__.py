@@ -13,7 +13,7 @@ def build_stream(cfg, d_model: int, num_sublayers: int) -> ResidualStream:
     if cfg.method == "standard":
         return StandardStream(d_model, num_sublayers)
     if cfg.method == "hyper":
-        return HyperStream(d_model, num_sublayers, cfg.hyper_n)
+        return HyperStream(d_model, num_sublayers, cfg.hyper_n, cfg.hyper_recompute)
     if cfg.method == "routed":
         return RoutedStream(d_model, num_sublayers, cfg.heads, cfg.block_size, cfg.schedule, cfg.chunk)
     if cfg.method == "delta":

@@ -74,26 +74,78 @@ def _streams_view(X: Tensor) -> tuple[Tensor, int]:
     return X, X.stride(0)
 
 
+def _mix_kernels(a: Tensor, X: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """The branch input and the n mixed streams, by the Triton kernel (no autograd)."""
+    from mhar.streams.hyper_kernels import _mix_fwd_kernel
+
+    X, stride = _streams_view(X)
+    n, k = X.shape[0], X[0].numel()
+    x = _alloc(X.shape[1:], dtype, X.device)
+    mixed = _alloc((n, *X.shape[1:]), dtype, X.device)
+    _mix_fwd_kernel[_grid(k)](X, stride, a, x, mixed, k, N=n, NP=_pow2(n), BLOCK=_BLOCK, num_warps=_WARPS)
+    return x, mixed
+
+
+def _update_kernels(mixed: Tensor, b: Tensor, output: Tensor) -> Tensor:
+    """The streams after a sublayer, by the Triton kernel (no autograd)."""
+    from mhar.streams.hyper_kernels import _update_fwd_kernel
+
+    n, k = mixed.shape[0], output.numel()
+    out = _alloc(mixed.shape, torch.promote_types(mixed.dtype, output.dtype), mixed.device)
+    _update_fwd_kernel[_grid(k)](mixed, b, output, out, k, N=n, NP=_pow2(n), BLOCK=_BLOCK, num_warps=_WARPS)
+    return out
+
+
+class _Segment:
+    """Up to ``recompute`` consecutive sublayers whose streams backward recomputes: only
+    the first sublayer's input streams are kept (``X0``), with each sublayer's alpha,
+    beta and output, which the update's backward keeps anyway. A mix's backward needs
+    its input streams (for alpha's gradient); the first one asked for, the segment's
+    last, recomputes them all from ``X0`` by the forward kernels (deterministic, so the
+    same values), and each is dropped once used. Memory per sublayer falls from n
+    stream copies to n / recompute, plus n (recompute - 1) copies for one segment at a
+    time in backward."""
+
+    def __init__(self, X0: Tensor, dtype: torch.dtype):
+        self.X0, self.dtype = X0, dtype
+        self.steps: list[list] = []  # [alpha fp32, beta fp32, output] per sublayer, in order
+        self.cache: list[Tensor | None] | None = None
+
+    def streams(self, pos: int) -> Tensor:
+        """The input streams of the segment's sublayer ``pos``."""
+        if pos == 0:
+            return self.X0
+        if self.cache is None or self.cache[pos] is None:  # first ask (or a second backward)
+            X, cache = self.X0, [None]
+            for a, b, y in self.steps[:pos]:
+                X = _update_kernels(_mix_kernels(a, X, self.dtype)[1], b, y)
+                cache.append(X)
+            self.cache = cache
+        X, self.cache[pos] = self.cache[pos], None
+        return X
+
+
 class _MixFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, alpha: Tensor, X: Tensor, dtype: torch.dtype):
-        from mhar.streams.hyper_kernels import _mix_fwd_kernel
-
-        X, stride = _streams_view(X)
-        n, k = X.shape[0], X[0].numel()
+    def forward(ctx, alpha: Tensor, X: Tensor, dtype: torch.dtype, segment: _Segment | None, pos: int):
         a = alpha.detach().float().contiguous()
-        x = _alloc(X.shape[1:], dtype, X.device)
-        mixed = _alloc((n, *X.shape[1:]), dtype, X.device)
-        _mix_fwd_kernel[_grid(k)](X, stride, a, x, mixed, k, N=n, NP=_pow2(n), BLOCK=_BLOCK, num_warps=_WARPS)
-        ctx.save_for_backward(a, X)
-        ctx.stride, ctx.alpha_dtype = stride, alpha.dtype
+        x, mixed = _mix_kernels(a, X, dtype)
+        ctx.segment, ctx.pos, ctx.alpha_dtype = segment, pos, alpha.dtype
+        if segment is None or pos == 0:
+            ctx.save_for_backward(a, X)  # the input streams (a segment's first: its X0)
+        else:
+            ctx.save_for_backward(a)
+        if segment is not None:
+            segment.steps.append([a, None, None])
         return x, mixed
 
     @staticmethod
     def backward(ctx, gx: Tensor | None, gm: Tensor | None):
         from mhar.streams.hyper_kernels import _mix_bwd_kernel
 
-        a, X = ctx.saved_tensors
+        a, *saved = ctx.saved_tensors
+        X = saved[0] if saved else ctx.segment.streams(ctx.pos)
+        X, stride = _streams_view(X)
         n, k = X.shape[0], X[0].numel()
         gx = torch.zeros(X.shape[1:], dtype=X.dtype, device=X.device) if gx is None else gx.contiguous()
         gm = torch.zeros((n, *X.shape[1:]), dtype=X.dtype, device=X.device) if gm is None else gm.contiguous()
@@ -101,23 +153,21 @@ class _MixFn(torch.autograd.Function):
         dx = _alloc((n, *X.shape[1:]), X.dtype, X.device)
         p0 = _alloc((grid[0], np_), torch.float32, X.device)
         pm = _alloc((grid[0], np_, np_), torch.float32, X.device)
-        _mix_bwd_kernel[grid](X, ctx.stride, a, gx, gm, dx, p0, pm, k, N=n, NP=np_, BLOCK=_BLOCK, num_warps=_WARPS)
+        _mix_bwd_kernel[grid](X, stride, a, gx, gm, dx, p0, pm, k, N=n, NP=np_, BLOCK=_BLOCK, num_warps=_WARPS)
         da = torch.cat([p0.sum(0)[:n, None], pm.sum(0)[:n, :n]], dim=1).to(ctx.alpha_dtype)
-        return da, dx, None
+        return da, dx, None, None, None
 
 
 class _UpdateFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, mixed: Tensor, beta: Tensor, output: Tensor):
-        from mhar.streams.hyper_kernels import _update_fwd_kernel
-
+    def forward(ctx, mixed: Tensor, beta: Tensor, output: Tensor, segment: _Segment | None):
         mixed, output = mixed.contiguous(), output.contiguous()
-        n, k = mixed.shape[0], output.numel()
         b = beta.detach().float().contiguous()
-        out = _alloc(mixed.shape, torch.promote_types(mixed.dtype, output.dtype), mixed.device)
-        _update_fwd_kernel[_grid(k)](mixed, b, output, out, k, N=n, NP=_pow2(n), BLOCK=_BLOCK, num_warps=_WARPS)
+        out = _update_kernels(mixed, b, output)
         ctx.save_for_backward(b, output)
         ctx.beta_dtype = beta.dtype
+        if segment is not None:  # this sublayer's step, for recomputing the streams after it
+            segment.steps[-1][1:] = [b, output]
         return out
 
     @staticmethod
@@ -131,30 +181,35 @@ class _UpdateFn(torch.autograd.Function):
         dy = _alloc(output.shape, output.dtype, output.device)
         pb = _alloc((grid[0], np_), torch.float32, g.device)
         _update_bwd_kernel[grid](g, b, output, dy, pb, k, N=n, NP=np_, BLOCK=_BLOCK, num_warps=_WARPS)
-        return g, pb.sum(0)[:n].to(ctx.beta_dtype), dy
+        return g, pb.sum(0)[:n].to(ctx.beta_dtype), dy, None
 
 
 # The kernels run eagerly under torch.compile (a graph break), as the fused loss does.
 @torch.compiler.disable
-def _mix_triton(alpha: Tensor, X: Tensor) -> tuple[Tensor, Tensor]:
-    return _MixFn.apply(alpha, X, autocast_dtype(X))
+def _mix_triton(alpha: Tensor, X: Tensor, segment: _Segment | None = None, pos: int = 0) -> tuple[Tensor, Tensor]:
+    return _MixFn.apply(alpha, X, autocast_dtype(X), segment, pos)
 
 
 @torch.compiler.disable
-def _update_triton(mixed: Tensor, beta: Tensor, output: Tensor) -> Tensor:
-    return _UpdateFn.apply(mixed, beta, output)
+def _update_triton(mixed: Tensor, beta: Tensor, output: Tensor, segment: _Segment | None = None) -> Tensor:
+    return _UpdateFn.apply(mixed, beta, output, segment)
 
 
-def _mix(alpha: Tensor, X: Tensor) -> tuple[Tensor, Tensor]:
-    """The branch input and the n mixed streams (the Triton kernels or the reference)."""
-    if _BACKEND.use_triton(X.is_cuda, X.dtype) and X[0].numel():
-        return _mix_triton(alpha, X)
+def _use_kernels(t: Tensor) -> bool:
+    return _BACKEND.use_triton(t.is_cuda, t.dtype) and t.numel() > 0
+
+
+def _mix(alpha: Tensor, X: Tensor, segment: _Segment | None = None, pos: int = 0) -> tuple[Tensor, Tensor]:
+    """The branch input and the n mixed streams (the Triton kernels or the reference;
+    ``segment`` applies to the kernels only)."""
+    if _use_kernels(X[0]):
+        return _mix_triton(alpha, X, segment, pos)
     return _mix_reference(alpha, X)
 
 
-def _update(mixed: Tensor, beta: Tensor, output: Tensor) -> Tensor:
-    if _BACKEND.use_triton(output.is_cuda, output.dtype) and output.numel():
-        return _update_triton(mixed, beta, output)
+def _update(mixed: Tensor, beta: Tensor, output: Tensor, segment: _Segment | None = None) -> Tensor:
+    if _use_kernels(output):
+        return _update_triton(mixed, beta, output, segment)
     return _update_reference(mixed, beta, output)
 
 
@@ -163,13 +218,21 @@ class _HyperState(StreamState):
         self.s = stream
         self.X = embedding.unsqueeze(0).expand(stream.n, *embedding.shape)
         self.mixed: Tensor | None = None
+        self.segment: _Segment | None = None
 
     def read(self, i: int) -> Tensor:
-        x, self.mixed = _mix(self.s.static_alpha[i], self.X)
+        k = self.s.recompute
+        # streams recomputed in backward: with the kernels, while autograd records
+        if k and torch.is_grad_enabled() and _use_kernels(self.X[0]):
+            if i % k == 0:
+                self.segment = _Segment(self.X, autocast_dtype(self.X))
+        else:
+            self.segment = None
+        x, self.mixed = _mix(self.s.static_alpha[i], self.X, self.segment, i % k if k else 0)
         return x
 
     def write(self, i: int, output: Tensor) -> None:
-        self.X = _update(self.mixed, self.s.static_beta[i], output)
+        self.X = _update(self.mixed, self.s.static_beta[i], output, self.segment)
         self.mixed = None
 
     def final(self) -> Tensor:
@@ -179,9 +242,12 @@ class _HyperState(StreamState):
 class HyperStream(ResidualStream):
     method = "hyper"
 
-    def __init__(self, d_model: int, num_sublayers: int, n: int = 4):
+    def __init__(self, d_model: int, num_sublayers: int, n: int = 4, recompute: int = 0):
         super().__init__(d_model, num_sublayers)
         self.n = n
+        # > 0: keep the n streams only at every recompute-th sublayer and recompute the
+        # others in backward (the Triton glue only; _Segment)
+        self.recompute = recompute
         alpha = torch.zeros(num_sublayers, n, 1 + n)
         for i in range(num_sublayers):
             alpha[i, i % n, 0] = 1.0
