@@ -76,7 +76,11 @@ def set_rng_state(state: dict[str, Any]) -> None:
 def release_memory() -> None:
     """Free what finished models and trainers still hold: a compiled model sits in
     reference cycles (freed only by the cycle collector), and PyTorch keeps freed GPU
-    memory cached. Call between runs that train one after another in one process."""
+    memory cached. Call between runs that train one after another in one process.
+    Also drops torch.compile's compiled code: each run's variants (input dtypes,
+    autocast's cache flag) would otherwise add up against its budget of 8 per function,
+    past which it runs the function uncompiled."""
+    torch._dynamo.reset()
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
