@@ -20,6 +20,7 @@ the overhead being measured. Peak: 989 TFLOP/s (H100/H200 SXM dense bf16).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -29,6 +30,7 @@ import time
 from pathlib import Path
 
 import torch
+import torch._dynamo
 
 from mhar.model import Decoder, apply_overrides, get_preset, method_stream
 from mhar.model.config import SCHEDULES
@@ -56,6 +58,18 @@ def build(preset: str, method: str, seq_len: int, overrides: list[str], chunk: i
     cfg.max_seq_len = max(cfg.max_seq_len, seq_len)
     cfg = apply_overrides(cfg, overrides)
     return Decoder(cfg).to(device)
+
+
+# torch.compile's "ran out of variants" switch and error (named for the cache before torch 2.6)
+_RECOMPILE_LIMIT_ERRORS = tuple(getattr(torch._dynamo.exc, name) for name in ("FailOnRecompileLimitHit", "FailOnCacheLimitHit")
+                                if hasattr(torch._dynamo.exc, name))
+
+
+def _fail_on_recompile_limit():
+    for flag in ("fail_on_recompile_limit_hit", "fail_on_cache_limit_hit"):
+        if hasattr(torch._dynamo.config, flag):
+            return torch._dynamo.config.patch(**{flag: True})
+    return contextlib.nullcontext()
 
 
 def time_step(model: Decoder, batch: int, seq_len: int, steps: int, warmup: int, compile_mode: str,
@@ -181,10 +195,15 @@ def run_bench_step(args: argparse.Namespace) -> int:
             model = build(preset, method, seq_len, args.overrides, args.chunk, device)
             model.activation_checkpointing = args.activation_checkpointing
             try:
-                r = time_step(model, batch, seq_len, args.steps, args.warmup, args.compile, args.loss_chunk,
-                              device, cuda_graphs=graphs)
+                # a function past torch.compile's budget of variants would run uncompiled
+                # and be timed as if compiled: that row fails instead (session 8)
+                with _fail_on_recompile_limit():
+                    r = time_step(model, batch, seq_len, args.steps, args.warmup, args.compile, args.loss_chunk,
+                                  device, cuda_graphs=graphs)
             except torch.OutOfMemoryError as err:
                 r = {"error": f"out of memory: {err}"[:200]}
+            except _RECOMPILE_LIMIT_ERRORS as err:
+                r = {"error": f"torch.compile ran out of its variants for a function (recompile_limit): {err}"[:200]}
             r.update(preset=preset, method=method, batch=batch, seq_len=seq_len, cuda_graphs=graphs)
             results.append(r)
             print(json.dumps(r), flush=True)
