@@ -17,7 +17,7 @@ from pathlib import Path
 
 from torch.autograd import DeviceType
 
-from mhar.bench_cli import PAPER_MICROBATCH, build, time_step
+from mhar.bench_cli import PAPER_MICROBATCH, build, fail_on_recompile_limit, time_step
 from mhar.train.trainer import release_memory
 
 
@@ -84,8 +84,9 @@ def main() -> None:
         model = build(args.preset, method, seq, [], args.chunk, "cuda")
         model.activation_checkpointing = args.activation_checkpointing
         # the timed steps graphed (the default on a GPU), then 2 more under the profiler
-        timed = time_step(model, batch, seq, steps=4, warmup=3, compile_mode=args.compile, loss_chunk=args.loss_chunk,
-                          device="cuda", cuda_graphs=not args.eager, trace_steps=2)
+        with fail_on_recompile_limit():  # never profile a region that fell back to uncompiled
+            timed = time_step(model, batch, seq, steps=4, warmup=3, compile_mode=args.compile,
+                              loss_chunk=args.loss_chunk, device="cuda", cuda_graphs=not args.eager, trace_steps=2)
         prof = timed.pop("profiler")
         table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=args.rows, max_name_column_width=70)
         kinds[method], names = kernel_kinds(prof, steps=2)

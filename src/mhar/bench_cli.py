@@ -65,7 +65,10 @@ _RECOMPILE_LIMIT_ERRORS = tuple(getattr(torch._dynamo.exc, name) for name in ("F
                                 if hasattr(torch._dynamo.exc, name))
 
 
-def _fail_on_recompile_limit():
+def fail_on_recompile_limit():
+    """A context in which torch.compile raises instead of running a function uncompiled
+    once it has compiled the function's budget of variants (a benchmark must not time
+    that as compiled)."""
     for flag in ("fail_on_recompile_limit_hit", "fail_on_cache_limit_hit"):
         if hasattr(torch._dynamo.config, flag):
             return torch._dynamo.config.patch(**{flag: True})
@@ -197,7 +200,7 @@ def run_bench_step(args: argparse.Namespace) -> int:
             try:
                 # a function past torch.compile's budget of variants would run uncompiled
                 # and be timed as if compiled: that row fails instead (session 8)
-                with _fail_on_recompile_limit():
+                with fail_on_recompile_limit():
                     r = time_step(model, batch, seq_len, args.steps, args.warmup, args.compile, args.loss_chunk,
                                   device, cuda_graphs=graphs)
             except torch.OutOfMemoryError as err:
