@@ -33,10 +33,6 @@ def mix_pointwise(alpha, X):
     return mix[0], mix[1:]
 
 
-def mix_triton(alpha, X):
-    return hyper._MixFn.apply(alpha, X, autocast_dtype(X))
-
-
 def sublayer(mix, update, alpha, beta, X, G):
     # autocast's weight-cast cache off: the call is also captured into a CUDA graph
     with torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=False):
@@ -56,7 +52,7 @@ def main() -> None:
     library = (hyper._BLOCK, hyper._WARPS)
     for tile in dict.fromkeys([library, (256, 4), (1024, 4), (2048, 4), (2048, 8), (4096, 8)]):
         mark = " (the library's)" if tile == library else ""
-        variants[f"Triton kernels, BLOCK {tile[0]}, {tile[1]} warps{mark}"] = (mix_triton, hyper._UpdateFn.apply, tile)
+        variants[f"Triton kernels, BLOCK {tile[0]}, {tile[1]} warps{mark}"] = (hyper._mix_triton, hyper._update_triton, tile)
     rows = []
     for d in (512, 1024, 1280):
         X = torch.randn(N, TOKENS, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
