@@ -24,7 +24,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from mhar.routing import triton_kernels as tk
-from mhar.routing.op import _pow2, _split_width
+from mhar.routing.op import _pow2, _pow2_floor, _split_width
 
 SHAPES = [(512, 8), (1024, 1), (1024, 8), (1280, 1), (1280, 8)]
 POINTERS = {"table": "*i64", "gtable": "*i64", "ref": "*bf16", "W": "*fp32", "G": "*fp32", "STAT": "*fp32",
@@ -83,6 +83,7 @@ def main() -> None:
                     "the hyper-connection glue (n = 4 streams, bf16, the library's block and 4 warps)")
     ap.add_argument("--warps", default="1", help="comma list of warps for the source-loop kernels")
     ap.add_argument("--gather-sources", type=int, default=4, help="sources per gather program (KS)")
+    ap.add_argument("--gather-elems", type=int, default=4096, help="accumulator elements per gather program")
     ap.add_argument("--gather-warps", type=int, default=4)
     ap.add_argument("--stages", type=int, default=0, help="num_stages (default: triton's)")
     args = ap.parse_args()
@@ -114,8 +115,12 @@ def main() -> None:
                              PARTIAL=False)
                     row("_bwd_kernel (COEF)", d, heads, w, resources(tk._bwd_kernel, c, w))
             if kind == "twopass":
-                c = dict(tile(d, heads), BM=1, KS=args.gather_sources, ACCUM=True)
-                row(f"_bwd_gather_kernel ({args.gather_sources} sources)", d, heads, args.gather_warps,
+                t = tile(d, heads)
+                ks = args.gather_sources
+                bm = _pow2_floor(max(1, args.gather_elems // (ks * t["DA"])))  # as op._triton_backward
+                c = dict(d=d, dh=t["dh"], H=heads, DA=t["DA"], DB=t["DB"], HAS_B=t["HAS_B"], ALIGN=16, BM=bm, KS=ks,
+                         ACCUM=True)
+                row(f"_bwd_gather_kernel ({ks} sources x {bm} tokens)", d, heads, args.gather_warps,
                     resources(tk._bwd_gather_kernel, c, args.gather_warps))
 
 

@@ -358,6 +358,8 @@ def main():
     ap.add_argument("--step-only", action="store_true", help="only the whole step (no per-call rows)")
     ap.add_argument("--no-peers", action="store_true", help="skip fla and liger")
     ap.add_argument("--chunk", type=int, default=8)
+    ap.add_argument("--phase1", default="", metavar="JSON",
+                    help='the whole step\'s phase-1 backward configs, {label: config or null}, instead of PHASE1')
     ap.add_argument("--tune", action="store_true", help="sweep kernel tile sizes first")
     ap.add_argument("--profile", action="store_true", help="print a kernel-time breakdown of one fwd+bwd")
     ap.add_argument("--variants", action="store_true", help="also time our kernels with other tile configs")
@@ -380,6 +382,8 @@ def main():
         return print_floors(args.tokens, args.floors, args.chunk)
     assert torch.cuda.is_available(), "bench/routing.py needs a CUDA GPU"
     GRAPH_REPLAY[0] = args.graph_replay
+    if args.phase1:
+        PHASE1[:] = [(f", {name}" if name else "", cfg) for name, cfg in json.loads(args.phase1).items()]
     if args.variant_configs:
         text = args.variant_configs
         text = open(text[1:]).read() if text.startswith("@") else text
@@ -497,16 +501,16 @@ VARIANTS = [("mhar-triton pf1", {"fwd_pf": 1, "bwd_pf": 1})]
 FWD_CONFIGS = [(1024, 1, 1), (1024, 2, 1), (1024, 4, 1), (2048, 4, 1), (1024, 2, 2)]
 BWD_CONFIGS = [(1024, 1, 1, 16), (1024, 2, 1, 16), (1024, 4, 1, 8), (1024, 4, 2, 8), (2048, 4, 1, 8),
                (1024, 2, 2, 16)]
-# the whole step's two-phase rows: the phase-1 backward each uses
-# (op._PHASE1_BACKWARD): the default two passes (gather over blocks of 4 sources, 4 warps) and other gather blocks.
-# Session 4's other candidates (split-column, tensor-core, queries-tile, token-major
-# gather) were slower and are gone; their runs are in
-# bench/results/history/routing_h200_session4.md.
-PHASE1 = [("", None), (", gather 1 source, 1 warp", {"gather_sources": 1, "gather_warps": 1}),
-          (", gather 2 sources, 2 warps", {"gather_sources": 2, "gather_warps": 2}),
-          (", gather 2 sources, 4 warps", {"gather_sources": 2, "gather_warps": 4}),
-          (", gather 4 sources, 2 warps", {"gather_sources": 4, "gather_warps": 2}),
-          (", gather 8 sources, 4 warps", {"gather_sources": 8, "gather_warps": 4})]
+# the whole step's two-phase rows: the phase-1 backward each uses (op._PHASE1_BACKWARD):
+# the default two passes and other gather tiles (sources per program, accumulator
+# elements per program, which set the tokens per program, and warps). Session 4's other
+# candidates (split-column, tensor-core, queries-tile, token-major gather) were slower and
+# are gone (bench/results/history/routing_h200_session4.md); so is the gather over all
+# heads at once of sessions 5-8 (see _bwd_gather_kernel), whose best rows are in
+# routing_h200.md. --phase1 replaces this list.
+PHASE1 = [("", None)] + [(f", gather {ks} src, {el} elems, {w} warps",
+                          {"gather_sources": ks, "gather_elems": el, "gather_warps": w})
+                         for ks, el, w in ((4, 1024, 4), (4, 2048, 4), (8, 2048, 4), (4, 4096, 8), (2, 1024, 2))]
 # (the S-query loop, {"bwd_twopass": False}, measured 1.6-2x slower at cf14cbd)
 
 

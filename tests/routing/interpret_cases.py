@@ -361,13 +361,14 @@ def test_model_gradient_sink(method, overrides, gen, monkeypatch):
         assert rel(with_sink[name], g) <= 1e-5, name
 
 
-@pytest.fixture(params=["s-loop", "blocks-of-1", "blocks-of-2"])
+@pytest.fixture(params=["s-loop", "blocks-of-1", "blocks-of-2", "one-token"])
 def other_phase1_backward(request):
     # phase 1's backward other than the default (two passes, the gather over blocks of 4
-    # sources): _bwd_kernel's loop over the S queries per source, or the gather over
-    # blocks of 1 or 2 sources (2 leaves a partial last block at odd source counts)
+    # sources and several tokens): _bwd_kernel's loop over the S queries per source, the
+    # gather over blocks of 1 or 2 sources (2 leaves a partial last block at odd source
+    # counts), or over one token per program
     rop.TUNE = {"s-loop": dict(bwd_twopass=False), "blocks-of-1": dict(gather_sources=1),
-                "blocks-of-2": dict(gather_sources=2)}[request.param]
+                "blocks-of-2": dict(gather_sources=2), "one-token": dict(gather_elems=1)}[request.param]
     yield
     rop.TUNE = None
 

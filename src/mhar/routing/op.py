@@ -142,7 +142,7 @@ def _pow2(n: int) -> int:
 # were slower still and are gone (their code is at 9ca617b).
 # 4 sources x 4 warps: no spills at any paper width in an offline sm_90 compile (72-212
 # registers; 8 x 4 spills at 1024 and 1280 with H = 8), and the fastest at d = 1024.
-_PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 4, "gather_warps": 4}
+_PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 4, "gather_elems": 4096, "gather_warps": 4}
 # pad_heads: a head width that is not a power of two as one padded part (see _geometry)
 _DEFAULTS = {
     False: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1,
@@ -330,9 +330,12 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
             ks = cfg["gather_sources"]
             if ks < 1 or ks & (ks - 1):
                 raise ValueError(f"routing config: gather_sources must be a power of two, got {ks}")
-            _bwd_gather_kernel[(-(-len(srcs) // ks), n_tiles)](
+            # tokens per program: a (sources, tokens, head part) accumulator of about gather_elems
+            bm = min(_pow2_floor(max(1, cfg["gather_elems"] // (ks * tile["DA"]))), _pow2(n_tok))
+            _bwd_gather_kernel[(-(-len(srcs) // ks), -(-n_tok // bm))](
                 src_table, srcs[0], dest_table, w, grad, coef_a, coef_b, coef_c, len(srcs), n_acc, n_tok, S, d, dh,
-                **tile, KS=ks, ACCUM=n_acc > 0, num_warps=cfg["gather_warps"])
+                H=heads, DA=tile["DA"], DB=tile["DB"], BM=bm, KS=ks, HAS_B=tile["HAS_B"], ALIGN=tile["ALIGN"],
+                ACCUM=n_acc > 0, num_warps=cfg["gather_warps"])
     else:
         n_tiles = -(-n_tok // tile["BM"])
         n_prog = _n_programs(dev, n_tiles, cfg["bwd_progs_per_sm"])

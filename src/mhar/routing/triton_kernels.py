@@ -382,68 +382,72 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW, CA, CB, CC, PM, PGO,
 
 
 @triton.jit
+def _gather_cols(src, dst, W, G, CA, CB, cs, k, t, rmask, acc_on, n_tok, n_q, h, col0, valid,
+                 d: tl.constexpr, H: tl.constexpr, WIDTH: tl.constexpr, FULL: tl.constexpr, ACCUM: tl.constexpr):
+    """One column part of head h (``WIDTH`` lanes from ``col0``, the first ``valid`` real;
+    ``FULL`` when all are) of a gather program's rows (a source k and a token t each):
+    the sum over queries of a g + b w, minus (the sum of c) x, plus the running sum,
+    stored once."""
+    rc = tl.arange(0, WIDTH)
+    if FULL:
+        cmask = rc < WIDTH
+    else:
+        cmask = rc < valid
+    cols = col0 + rc
+    offs = t.to(tl.int64)[:, None] * d + cols[None, :]                          # (rows, WIDTH)
+    mask = rmask[:, None] & cmask[None, :]
+    pair0 = (k.to(tl.int64) * n_q * n_tok + t) * H + h                          # CA/CB row (k, q = 0, t), head h
+    acc = tl.zeros([t.shape[0], WIDTH], tl.float32)
+    for q in range(n_q):
+        a = tl.load(CA + pair0 + q * n_tok * H, mask=rmask, other=0.0)
+        b = tl.load(CB + pair0 + q * n_tok * H, mask=rmask, other=0.0)
+        # a token's upstream-gradient row, once per row of a source; the rows of one token
+        # are adjacent, in one warp, so their loads of the same addresses are one access
+        g = tl.load(G + tl.cast(q, tl.int64) * n_tok * d + offs, mask=mask, other=0.0)
+        w = tl.load(W + q * d + cols, mask=cmask, other=0.0)
+        acc += a[:, None] * g + b[:, None] * w[None, :]
+    acc -= cs[:, None] * tl.load(src[:, None] + offs, mask=mask, other=0.0).to(tl.float32)
+    if ACCUM:  # a running sum's current value (no traffic past n_acc)
+        acc += tl.load(dst[:, None] + offs, mask=mask & acc_on[:, None], other=0.0).to(tl.float32)
+    tl.store(dst[:, None] + offs, acc.to(dst.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def _bwd_gather_kernel(table, ref, gtable, W, G, CA, CB, CC, n_src, n_acc, n_tok, n_q, d: tl.constexpr,
-                       dh: tl.constexpr, H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr,
-                       BM: tl.constexpr, KS: tl.constexpr, HAS_B: tl.constexpr, EVEN: tl.constexpr,
+                       dh: tl.constexpr, H: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr,
+                       BM: tl.constexpr, KS: tl.constexpr, HAS_B: tl.constexpr,
                        ALIGN: tl.constexpr, ACCUM: tl.constexpr):
     """The gradients of an S-query read's sources from ``_bwd_kernel``'s COEF coefficients:
     grad_x = sum over queries q of (a_q g_q + r dz_q w_q) per head - (sum_q c_q) x. Grid
-    (blocks of KS sources, token tiles), the source axis first. A program forms KS
-    sources' gradients at once, so each upstream-gradient row G[q] (fp32, one per query)
-    is loaded once per KS sources: with one source per program these L2 reads were 16x
-    the source's own bytes at S = 8 (bf16 sources) and bounded the pass. Each source's
-    gradient is written once (added into a running sum for the first n_acc when ACCUM)."""
+    (blocks of KS sources, tiles of BM tokens), the source axis first, so the programs that
+    share a token tile's upstream-gradient rows run side by side.
+
+    A program's BM x KS rows (token-major: a token's KS sources are adjacent) are walked
+    one head, and one power-of-two column part of a head, at a time, as one 2-D
+    (rows, part) tile: a coefficient is one value per row, a w_q slice is loaded once for
+    all rows, and each upstream-gradient tile G[q] (fp32) once per token. (The kernel this
+    replaced held all heads at once in a (sources, tokens, heads, columns) tile with every
+    thread along the columns, so each thread loaded every row's coefficients, as many
+    loads as multiply-adds, and reloaded the S w rows per token; at 1280/73 with 8 heads
+    it ran at 21% of copy bandwidth.) Each source's gradient is written once (added into
+    a running sum for the first n_acc when ACCUM)."""
     blk = tl.program_id(0)
     tile = tl.program_id(1)
     elem = ref.dtype.element_ty
-    rk = blk * KS + tl.arange(0, KS)
-    kmask = rk < n_src
-    rm = tile * BM + tl.arange(0, BM)
-    mmask = rm < n_tok
-    rh = tl.arange(0, HP)
-    ra = tl.arange(0, DA)
-    col_a = rh[:, None] * dh + ra[None, :]
-    cmask_a = (rh[:, None] < H) & (ra[None, :] < dh)
-    row = rm.to(tl.int64)[:, None, None] * d
-    offs_a = row + col_a[None, :, :]
-    mask_a = mmask[:, None, None] & cmask_a[None, :, :]
-    hmask = kmask[:, None, None] & mmask[None, :, None] & (rh[None, None, :] < H)   # (KS, BM, HP)
-    hoffs = rm.to(tl.int64)[:, None] * H + rh[None, :]
-    acc_a = tl.zeros([KS, BM, HP, DA], tl.float32)
-    if HAS_B:
-        rb = tl.arange(0, DB)
-        col_b = rh[:, None] * dh + DA + rb[None, :]
-        cmask_b = (rh[:, None] < H) & ((DA + rb[None, :]) < dh)
-        offs_b = row + col_b[None, :, :]
-        mask_b = mmask[:, None, None] & cmask_b[None, :, :]
-        acc_b = tl.zeros([KS, BM, HP, DB], tl.float32)
-    cs = tl.zeros([KS, BM], tl.float32)
+    r = tl.arange(0, BM * KS)
+    k = blk * KS + r % KS                                                        # each row's source
+    t = tile * BM + r // KS                                                      # and token
+    kmask = k < n_src
+    rmask = kmask & (t < n_tok)
+    cs = tl.zeros([BM * KS], tl.float32)
     for q in range(n_q):
-        pair = (rk.to(tl.int64) * n_q + q) * n_tok   # (KS,) rows of the coefficient arrays
-        hq = pair[:, None, None] * H + hoffs[None, :, :]
-        a = tl.load(CA + hq, mask=hmask, other=0.0)[:, :, :, None]
-        b = tl.load(CB + hq, mask=hmask, other=0.0)[:, :, :, None]
-        cs += tl.load(CC + pair[:, None] + rm[None, :], mask=kmask[:, None] & mmask[None, :], other=0.0)
-        gq = G + tl.cast(q, tl.int64) * n_tok * d
-        acc_a += a * _ld(gq + offs_a, mask_a, EVEN)[None] + b * _ld(W + q * d + col_a, cmask_a, EVEN)[None, None]
+        cs += tl.load(CC + (k.to(tl.int64) * n_q + q) * n_tok + t, mask=rmask, other=0.0)
+    src = tl.multiple_of(tl.load(table + k, mask=kmask, other=0).to(tl.pointer_type(elem)), ALIGN)
+    dst = tl.multiple_of(tl.load(gtable + k, mask=kmask, other=0).to(tl.pointer_type(elem)), ALIGN)
+    acc_on = k < n_acc
+    for h in range(H):
+        _gather_cols(src, dst, W, G, CA, CB, cs, k, t, rmask, acc_on, n_tok, n_q, h, h * dh, dh,
+                     d, H, DA, DA <= dh, ACCUM)
         if HAS_B:
-            acc_b += a * _ld(gq + offs_b, mask_b, EVEN)[None] + b * _ld(W + q * d + col_b, cmask_b, EVEN)[None, None]
-    # the KS sources' rows: a typed pointer per source (the table's entries), one row tile each
-    kmask4 = kmask[:, None, None, None]
-    src = tl.multiple_of(tl.load(table + rk, mask=kmask, other=0).to(tl.pointer_type(elem)), ALIGN)
-    dst = tl.multiple_of(tl.load(gtable + rk, mask=kmask, other=0).to(tl.pointer_type(elem)), ALIGN)
-    pa = offs_a[None] + tl.zeros([KS, 1, 1, 1], tl.int64)
-    ma = kmask4 & mask_a[None]
-    acc_a -= cs[:, :, None, None] * tl.load(src[:, None, None, None] + pa, mask=ma, other=0.0).to(tl.float32)
-    if ACCUM:  # a running sum's current value (no traffic past n_acc)
-        acc_a += tl.load(dst[:, None, None, None] + pa, mask=ma & (rk < n_acc)[:, None, None, None],
-                         other=0.0).to(tl.float32)
-    tl.store(dst[:, None, None, None] + pa, acc_a.to(elem), mask=ma)
-    if HAS_B:
-        pb = offs_b[None] + tl.zeros([KS, 1, 1, 1], tl.int64)
-        mb = kmask4 & mask_b[None]
-        acc_b -= cs[:, :, None, None] * tl.load(src[:, None, None, None] + pb, mask=mb, other=0.0).to(tl.float32)
-        if ACCUM:
-            acc_b += tl.load(dst[:, None, None, None] + pb, mask=mb & (rk < n_acc)[:, None, None, None],
-                             other=0.0).to(tl.float32)
-        tl.store(dst[:, None, None, None] + pb, acc_b.to(elem), mask=mb)
+            _gather_cols(src, dst, W, G, CA, CB, cs, k, t, rmask, acc_on, n_tok, n_q, h, h * dh + DA, dh - DA,
+                         d, H, DB, False, ACCUM)
