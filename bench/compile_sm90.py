@@ -24,7 +24,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from mhar.routing import triton_kernels as tk
-from mhar.routing.op import _pow2, _pow2_floor, _split_width
+from mhar.routing.op import _gather_geometry, _pow2, _split_width
 
 SHAPES = [(512, 8), (1024, 1), (1024, 8), (1280, 1), (1280, 8)]
 POINTERS = {"table": "*i64", "gtable": "*i64", "ref": "*bf16", "W": "*fp32", "G": "*fp32", "STAT": "*fp32",
@@ -82,8 +82,8 @@ def main() -> None:
                     "without running sums); twopass: the two-pass phase-1 backward (COEF pass and gather); hyper: "
                     "the hyper-connection glue (n = 4 streams, bf16, the library's block and 4 warps)")
     ap.add_argument("--warps", default="1", help="comma list of warps for the source-loop kernels")
-    ap.add_argument("--gather-sources", type=int, default=4, help="sources per gather program (KS)")
-    ap.add_argument("--gather-elems", type=int, default=4096, help="accumulator elements per gather program")
+    ap.add_argument("--gather-sources", type=int, default=16, help="sources per gather program (KS)")
+    ap.add_argument("--gather-cols", type=int, default=256, help="columns per gather chunk")
     ap.add_argument("--gather-warps", type=int, default=4)
     ap.add_argument("--stages", type=int, default=0, help="num_stages (default: triton's)")
     args = ap.parse_args()
@@ -117,10 +117,9 @@ def main() -> None:
             if kind == "twopass":
                 t = tile(d, heads)
                 ks = args.gather_sources
-                bm = _pow2_floor(max(1, args.gather_elems // (ks * t["DA"])))  # as op._triton_backward
-                c = dict(d=d, dh=t["dh"], H=heads, DA=t["DA"], DB=t["DB"], HAS_B=t["HAS_B"], ALIGN=16, BM=bm, KS=ks,
-                         ACCUM=True)
-                row(f"_bwd_gather_kernel ({ks} sources x {bm} tokens)", d, heads, args.gather_warps,
+                geo = _gather_geometry(t["dh"], t["DA"], t["DB"], args.gather_cols)
+                c = dict(d=d, dh=t["dh"], H=heads, **geo, KS=ks, SP=8, ALIGN=16, ACCUM=True, PREC="tf32x3")
+                row(f"_bwd_gather_kernel ({ks} sources, chunks of {args.gather_cols})", d, heads, args.gather_warps,
                     resources(tk._bwd_gather_kernel, c, args.gather_warps))
 
 

@@ -506,11 +506,11 @@ BWD_CONFIGS = [(1024, 1, 1, 16), (1024, 2, 1, 16), (1024, 4, 1, 8), (1024, 4, 2,
 # elements per program, which set the tokens per program, and warps). Session 4's other
 # candidates (split-column, tensor-core, queries-tile, token-major gather) were slower and
 # are gone (bench/results/history/routing_h200_session4.md); so is the gather over all
-# heads at once of sessions 5-8 (see _bwd_gather_kernel), whose best rows are in
+# heads at once of sessions 5-8 and its successor (see _bwd_gather_kernel), whose best rows are in
 # routing_h200.md. --phase1 replaces this list.
-PHASE1 = [("", None)] + [(f", gather {ks} src, {el} elems, {w} warps",
-                          {"gather_sources": ks, "gather_elems": el, "gather_warps": w})
-                         for ks, el, w in ((4, 1024, 4), (4, 2048, 4), (8, 2048, 4), (4, 4096, 8), (2, 1024, 2))]
+PHASE1 = [("", None)] + [(f", gather {ks} src, {cols} cols, {w} warps",
+                          {"gather_sources": ks, "gather_cols": cols, "gather_warps": w})
+                         for ks, cols, w in ((16, 256, 4), (32, 128, 4), (32, 128, 8), (16, 64, 2), (64, 128, 8))]
 # (the S-query loop, {"bwd_twopass": False}, measured 1.6-2x slower at cf14cbd)
 
 

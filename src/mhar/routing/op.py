@@ -142,7 +142,7 @@ def _pow2(n: int) -> int:
 # were slower still and are gone (their code is at 9ca617b).
 # 4 sources x 4 warps: no spills at any paper width in an offline sm_90 compile (72-212
 # registers; 8 x 4 spills at 1024 and 1280 with H = 8), and the fastest at d = 1024.
-_PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 4, "gather_elems": 4096, "gather_warps": 4}
+_PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 128, "gather_warps": 4}
 # pad_heads: a head width that is not a power of two as one padded part (see _geometry)
 _DEFAULTS = {
     False: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1,
@@ -161,10 +161,9 @@ CONFIG_TABLE: dict[tuple[int, bool], dict] = {
     # against 0.421 with two), one that adds into running sums (training) with two
     # (the whole step's routing kernels: 8.76 ms against 9.34).
     (512, False): {"bwd_elems": 512, "bwd_sum_elems": 1024},
-    (512, True): {"gather_sources": 1, "gather_warps": 1},
     (1024, True): {"fwd_warps": 2},
-    (1280, False): {"bwd_warps": 1, "gather_sources": 4, "gather_warps": 2},
-    (1280, True): {"bwd_warps": 1, "gather_sources": 4, "gather_warps": 2},
+    (1280, False): {"bwd_warps": 1},
+    (1280, True): {"bwd_warps": 1},
 }
 TUNE: dict | None = None
 
@@ -237,6 +236,18 @@ def _geometry(d: int, heads: int, n_tok: int, kind: str, align: int):
 
 
 _SM_COUNT: dict = {}
+
+
+def _gather_geometry(dh: int, da: int, db: int, chunk: int) -> dict:
+    """The phase-1 gather's column walk of a head: a part of PA lanes in chunks of GA, then
+    one of PB (0: none) in chunks of GB. The kernels' two parts (da, db), except that a
+    matrix product is at least 16 wide: a head of 16 lanes or fewer is one masked part
+    of 16, and a second part narrower than 16 is padded (its lanes past the head masked)."""
+    if _pow2(dh) <= 16:
+        da, db = 16, 0
+    elif db:
+        db = max(db, 16)
+    return dict(PA=da, GA=min(da, chunk), PB=db, GB=min(db, chunk) if db else 1)
 
 
 def _n_programs(device: torch.device, n_tiles: int, per_sm: int) -> int:
@@ -314,6 +325,9 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
     if S > 1 and cfg["bwd_twopass"]:  # per-query coefficients, then per-source gradients
         from mhar.routing.triton_kernels import _bwd_gather_kernel
 
+        ks = cfg["gather_sources"]
+        if ks < 16 or ks & (ks - 1):  # the rows of a matrix product
+            raise ValueError(f"routing config: gather_sources must be a power of two >= 16, got {ks}")
         n_tiles = -(-n_tok // tile["BM"])
         n_prog = max(1, _n_programs(dev, n_tiles, cfg["bwd_progs_per_sm"]) // S)
         dw_parts = torch.empty((n_prog, S, d), dtype=torch.float32, device=dev)  # every (program, query) row
@@ -327,15 +341,12 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
                                      len(srcs), 0, n_tok, S, d, dh, eps, n_tiles, n_prog,
                                      **tile, SINGLE=True, FINAL=False, PF=cfg["bwd_pf"], COEF=True,
                                      num_warps=cfg["bwd_warps"])
-            ks = cfg["gather_sources"]
-            if ks < 1 or ks & (ks - 1):
-                raise ValueError(f"routing config: gather_sources must be a power of two, got {ks}")
-            # tokens per program: a (sources, tokens, head part) accumulator of about gather_elems
-            bm = min(_pow2_floor(max(1, cfg["gather_elems"] // (ks * tile["DA"]))), _pow2(n_tok))
-            _bwd_gather_kernel[(-(-len(srcs) // ks), -(-n_tok // bm))](
+            _bwd_gather_kernel[(-(-len(srcs) // ks) * n_tok,)](
                 src_table, srcs[0], dest_table, w, grad, coef_a, coef_b, coef_c, len(srcs), n_acc, n_tok, S, d, dh,
-                H=heads, DA=tile["DA"], DB=tile["DB"], BM=bm, KS=ks, HAS_B=tile["HAS_B"], ALIGN=tile["ALIGN"],
-                ACCUM=n_acc > 0, num_warps=cfg["gather_warps"])
+                H=heads, **_gather_geometry(dh, tile["DA"], tile["DB"], cfg["gather_cols"]), KS=ks,
+                SP=max(8, _pow2(S)), ALIGN=tile["ALIGN"], ACCUM=n_acc > 0,
+                PREC="ieee" if srcs[0].dtype in (torch.float32, torch.float64) else "tf32x3",
+                num_warps=cfg["gather_warps"])
     else:
         n_tiles = -(-n_tok // tile["BM"])
         n_prog = _n_programs(dev, n_tiles, cfg["bwd_progs_per_sm"])

@@ -382,72 +382,77 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW, CA, CB, CC, PM, PGO,
 
 
 @triton.jit
-def _gather_cols(src, dst, W, G, CA, CB, cs, k, t, rmask, acc_on, n_tok, n_q, h, col0, valid,
-                 d: tl.constexpr, H: tl.constexpr, WIDTH: tl.constexpr, FULL: tl.constexpr, ACCUM: tl.constexpr):
-    """One column part of head h (``WIDTH`` lanes from ``col0``, the first ``valid`` real;
-    ``FULL`` when all are) of a gather program's rows (a source k and a token t each):
-    the sum over queries of a g + b w, minus (the sum of c) x, plus the running sum,
-    stored once."""
+def _gather_cols(src, dst, W, G, CA, CB, cs, k, kmask, acc_on, t, n_tok, n_q, h, col0, valid,
+                 d: tl.constexpr, H: tl.constexpr, KS: tl.constexpr, SP: tl.constexpr, WIDTH: tl.constexpr,
+                 FULL: tl.constexpr, ACCUM: tl.constexpr, PREC: tl.constexpr):
+    """Columns ``col0 .. col0 + WIDTH`` of head h (the first ``valid`` real; ``FULL`` when
+    all are) of token t's gradient for a gather program's KS sources, as one matrix
+    product: the sources' coefficients [a_q | b_q] (KS, 2 SP) times the rows [g_q ; w_q]
+    (2 SP, WIDTH), minus (the sum of c) x, plus the running sum, stored once."""
     rc = tl.arange(0, WIDTH)
     if FULL:
         cmask = rc < WIDTH
     else:
         cmask = rc < valid
     cols = col0 + rc
-    offs = t.to(tl.int64)[:, None] * d + cols[None, :]                          # (rows, WIDTH)
-    mask = rmask[:, None] & cmask[None, :]
-    pair0 = (k.to(tl.int64) * n_q * n_tok + t) * H + h                          # CA/CB row (k, q = 0, t), head h
-    acc = tl.zeros([t.shape[0], WIDTH], tl.float32)
-    for q in range(n_q):
-        a = tl.load(CA + pair0 + q * n_tok * H, mask=rmask, other=0.0)
-        b = tl.load(CB + pair0 + q * n_tok * H, mask=rmask, other=0.0)
-        # a token's upstream-gradient row, once per row of a source; the rows of one token
-        # are adjacent, in one warp, so their loads of the same addresses are one access
-        g = tl.load(G + tl.cast(q, tl.int64) * n_tok * d + offs, mask=mask, other=0.0)
-        w = tl.load(W + q * d + cols, mask=cmask, other=0.0)
-        acc += a[:, None] * g + b[:, None] * w[None, :]
-    acc -= cs[:, None] * tl.load(src[:, None] + offs, mask=mask, other=0.0).to(tl.float32)
+    j = tl.arange(0, 2 * SP)                  # [a_0 .. a_{SP-1} | b_0 .. b_{SP-1}]; queries past n_q are zeros
+    qj = j % SP
+    on = qj < n_q
+    # coefficients (k, q, t, h) of CA for j < SP, of CB after
+    coef = ((k.to(tl.int64)[:, None] * n_q + qj[None, :]) * n_tok + t) * H + h          # (KS, 2 SP)
+    cmat = tl.load(tl.where((j < SP)[None, :], CA, CB) + coef, mask=kmask[:, None] & on[None, :], other=0.0)
+    # rows: the queries' upstream gradient at token t (fp32), then their w = q * g
+    rows = tl.where(j < SP, G + (qj.to(tl.int64) * n_tok + t) * d, W + qj * d)         # (2 SP,) pointers
+    rmat = tl.load(rows[:, None] + cols[None, :], mask=on[:, None] & cmask[None, :], other=0.0)
+    acc = tl.dot(cmat, rmat, input_precision=PREC)                                      # (KS, WIDTH) fp32
+    offs = t.to(tl.int64) * d + cols
+    mask = kmask[:, None] & cmask[None, :]
+    acc -= cs[:, None] * tl.load(src[:, None] + offs[None, :], mask=mask, other=0.0).to(tl.float32)
     if ACCUM:  # a running sum's current value (no traffic past n_acc)
-        acc += tl.load(dst[:, None] + offs, mask=mask & acc_on[:, None], other=0.0).to(tl.float32)
-    tl.store(dst[:, None] + offs, acc.to(dst.dtype.element_ty), mask=mask)
+        acc += tl.load(dst[:, None] + offs[None, :], mask=mask & acc_on[:, None], other=0.0).to(tl.float32)
+    tl.store(dst[:, None] + offs[None, :], acc.to(dst.dtype.element_ty), mask=mask)
 
 
 @triton.jit
 def _bwd_gather_kernel(table, ref, gtable, W, G, CA, CB, CC, n_src, n_acc, n_tok, n_q, d: tl.constexpr,
-                       dh: tl.constexpr, H: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr,
-                       BM: tl.constexpr, KS: tl.constexpr, HAS_B: tl.constexpr,
-                       ALIGN: tl.constexpr, ACCUM: tl.constexpr):
+                       dh: tl.constexpr, H: tl.constexpr, PA: tl.constexpr, GA: tl.constexpr, PB: tl.constexpr,
+                       GB: tl.constexpr, KS: tl.constexpr, SP: tl.constexpr, ALIGN: tl.constexpr,
+                       ACCUM: tl.constexpr, PREC: tl.constexpr):
     """The gradients of an S-query read's sources from ``_bwd_kernel``'s COEF coefficients:
-    grad_x = sum over queries q of (a_q g_q + r dz_q w_q) per head - (sum_q c_q) x. Grid
-    (blocks of KS sources, tiles of BM tokens), the source axis first, so the programs that
-    share a token tile's upstream-gradient rows run side by side.
+    grad_x = sum over queries q of (a_q g_q + r dz_q w_q) per head - (sum_q c_q) x. A 1-D
+    grid over (token, block of KS sources) pairs, the block fastest, so the programs that
+    share a token's upstream-gradient rows run side by side.
 
-    A program's BM x KS rows (token-major: a token's KS sources are adjacent) are walked
-    one head, and one power-of-two column part of a head, at a time, as one 2-D
-    (rows, part) tile: a coefficient is one value per row, a w_q slice is loaded once for
-    all rows, and each upstream-gradient tile G[q] (fp32) once per token. (The kernel this
-    replaced held all heads at once in a (sources, tokens, heads, columns) tile with every
-    thread along the columns, so each thread loaded every row's coefficients, as many
-    loads as multiply-adds, and reloaded the S w rows per token; at 1280/73 with 8 heads
-    it ran at 21% of copy bandwidth.) Each source's gradient is written once (added into
-    a running sum for the first n_acc when ACCUM)."""
-    blk = tl.program_id(0)
-    tile = tl.program_id(1)
+    Per token and head the sum over queries is a small matrix product: the KS sources'
+    coefficients (KS, 2 SP) times the S upstream-gradient rows and S w rows of the head's
+    columns (2 SP, columns), with SP the query count rounded up to a power of two, at
+    least 8 (the product's inner size is then at least 16). A program walks its token's
+    row one head at a time, a head as a part of PA lanes and one of PB (0: none), each in
+    chunks of GA or GB columns. ``PREC`` is the product's input precision: "ieee" for
+    fp32 sources; "tf32x3" (three tf32 products, about fp32's accuracy) for bf16 ones,
+    whose gradients are rounded to bf16.
+    (The kernels this replaced multiplied and added per element: the first held all heads
+    at once and ran at 21% of copy bandwidth at 1280/73 with 8 heads, its per-thread
+    copies of every coefficient as many loads as multiply-adds; the second, a 2-D tile of
+    (token, source) rows per head part, at 31%.) Each source's gradient is written once
+    (added into a running sum for the first n_acc when ACCUM)."""
+    n_blk = tl.cdiv(n_src, KS)
+    blk = tl.program_id(0) % n_blk
+    t = tl.program_id(0) // n_blk
     elem = ref.dtype.element_ty
-    r = tl.arange(0, BM * KS)
-    k = blk * KS + r % KS                                                        # each row's source
-    t = tile * BM + r // KS                                                      # and token
+    k = blk * KS + tl.arange(0, KS)
     kmask = k < n_src
-    rmask = kmask & (t < n_tok)
-    cs = tl.zeros([BM * KS], tl.float32)
+    cs = tl.zeros([KS], tl.float32)
     for q in range(n_q):
-        cs += tl.load(CC + (k.to(tl.int64) * n_q + q) * n_tok + t, mask=rmask, other=0.0)
+        cs += tl.load(CC + (k.to(tl.int64) * n_q + q) * n_tok + t, mask=kmask, other=0.0)
     src = tl.multiple_of(tl.load(table + k, mask=kmask, other=0).to(tl.pointer_type(elem)), ALIGN)
     dst = tl.multiple_of(tl.load(gtable + k, mask=kmask, other=0).to(tl.pointer_type(elem)), ALIGN)
     acc_on = k < n_acc
     for h in range(H):
-        _gather_cols(src, dst, W, G, CA, CB, cs, k, t, rmask, acc_on, n_tok, n_q, h, h * dh, dh,
-                     d, H, DA, DA <= dh, ACCUM)
-        if HAS_B:
-            _gather_cols(src, dst, W, G, CA, CB, cs, k, t, rmask, acc_on, n_tok, n_q, h, h * dh + DA, dh - DA,
-                         d, H, DB, False, ACCUM)
+        for c in range(0, PA, GA):
+            _gather_cols(src, dst, W, G, CA, CB, cs, k, kmask, acc_on, t, n_tok, n_q, h, h * dh + c, dh - c,
+                         d, H, KS, SP, GA, PA <= dh, ACCUM, PREC)
+        if PB > 0:
+            for c in range(0, PB, GB):
+                _gather_cols(src, dst, W, G, CA, CB, cs, k, kmask, acc_on, t, n_tok, n_q, h, h * dh + PA + c,
+                             dh - PA - c, d, H, KS, SP, GB, False, ACCUM, PREC)
