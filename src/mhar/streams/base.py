@@ -80,16 +80,17 @@ class SourceList(list):
 
 def uses_two_phase(schedule: str, x: Tensor, heads: int) -> bool:
     """Resolve a schedule for a forward on ``x`` (..., d): 'auto' is two-phase where it
-    measured faster on an H200: on CUDA with one routing head at d >= 1024 (attention
-    residuals at 350M and 1B: 3-6% faster eager steps in session 5,
-    bench/results/history/step_h200_session5.md; 4.7% and 6.6% more tokens/s graphed in
-    session 6, bench/results/step_h200.md). Elsewhere 'auto' is one-pass: with H = 8 the
-    phase-1 backward's per-head coefficients cost about what the saved source reads do
-    (whole-step kernels slower at every width; the graphed 350M step equal within 0.3%),
-    at d = 512 two-phase was slower (session 5, eager), and on the CPU (the reference
-    path) the bytes do not matter."""
+    measured faster on an H200: on CUDA at d >= 1024, any head count. With one head:
+    attention residuals at 350M and 1B, 3-6% faster eager steps in session 5
+    (bench/results/history/step_h200_session5.md) and 4.7-6.6% more tokens/s graphed in
+    session 6 (bench/results/step_h200.md). With 8 heads since session 9's phase-1 gather
+    (per-token matrix products): the routing kernels of a whole step took 50.6 against
+    52.2 ms one-pass at 1024/49 and 124.5 against 144.7 at 1280/73, and the graphed 1B
+    MHAR step 345.7 against session 8's 371.0 ms (bench/results/routing_h200.md).
+    Elsewhere 'auto' is one-pass: at d = 512 two-phase was slower (session 5), and on the
+    CPU (the reference path) the bytes do not matter."""
     if schedule == "auto":
-        return x.is_cuda and heads == 1 and x.shape[-1] >= 1024
+        return x.is_cuda and x.shape[-1] >= 1024
     return schedule == "two-phase"
 
 
