@@ -226,6 +226,29 @@ def test_interp_recompute_equals_keeping_the_streams(k, n, autocast, triton_back
 
 
 @interp
+def test_interp_recompute_releases_the_step(triton_backend):
+    """After backward nothing of the step may stay alive: a segment (which its autograd
+    nodes reference) that held a tensor with a grad_fn closed a reference cycle through
+    the graph, which Python's collector cannot see into, so every step's graph leaked;
+    under CUDA graph capture the previous iteration's AccumulateGrad nodes then broke
+    the capture (session 9, run 3)."""
+    import weakref
+
+    stream = _recompute_stream(4, 4, 7)
+    emb, outputs = torch.randn(2, 5, 40), [torch.randn(2, 5, 40) for _ in range(7)]
+    written = []
+    e = emb.clone().requires_grad_()
+    state = stream.start(e)
+    for i, y in enumerate(outputs):
+        out = torch.tanh(state.read(i)) + y
+        written.append(weakref.ref(out))
+        state.write(i, out)
+    state.final().float().square().sum().backward()
+    del state, out
+    assert all(w() is None for w in written), "a sublayer output outlived its step"
+
+
+@interp
 def test_interp_deterministic(triton_backend):
     gen = torch.Generator().manual_seed(2)
     alpha, X, gx, gm = _mix_case(4, (3, 700), torch.bfloat16, False, gen)

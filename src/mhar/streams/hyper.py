@@ -107,7 +107,11 @@ class _Segment:
     time in backward."""
 
     def __init__(self, X0: Tensor, dtype: torch.dtype):
-        self.X0, self.dtype = X0, dtype
+        # detached: the segment is reachable from its autograd nodes (ctx.segment), so a
+        # tensor with a grad_fn here closes a reference cycle through the graph, which
+        # Python's collector cannot see into: every step's graph leaked, and under CUDA
+        # graph capture the last iteration's AccumulateGrad nodes broke the capture
+        self.X0, self.dtype = X0.detach(), dtype
         self.steps: list[list] = []  # [alpha fp32, beta fp32, output] per sublayer, in order
         self.cache: list[Tensor | None] | None = None
 
@@ -167,7 +171,7 @@ class _UpdateFn(torch.autograd.Function):
         ctx.save_for_backward(b, output)
         ctx.beta_dtype = beta.dtype
         if segment is not None:  # this sublayer's step, for recomputing the streams after it
-            segment.steps[-1][1:] = [b, output]
+            segment.steps[-1][1:] = [b, output.detach()]  # detached: see _Segment.__init__
         return out
 
     @staticmethod
