@@ -199,6 +199,7 @@ def test_auto_schedule():
     from mhar.streams.base import uses_two_phase
     cuda = SimpleNamespace(is_cuda=True, shape=(2, 1024))  # only .is_cuda and .shape are read
     assert uses_two_phase("auto", cuda, 1) and uses_two_phase("auto", cuda, 8)
+    assert uses_two_phase("auto", cuda, 1, block=True) and not uses_two_phase("auto", cuda, 8, block=True)
     assert not uses_two_phase("auto", SimpleNamespace(is_cuda=True, shape=(2, 512)), 1)
     assert not uses_two_phase("auto", torch.zeros(2, 1024), 1)
     assert uses_two_phase("two-phase", torch.zeros(2, 8), 8) and not uses_two_phase("one-pass", cuda, 1)

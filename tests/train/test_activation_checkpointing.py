@@ -42,13 +42,14 @@ def test_activation_checkpointing_follows_the_plain_run(tmp_path, method):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (graphs are off on the CPU anyway)")
 @pytest.mark.cuda
-def test_graphs_auto_is_off_with_activation_checkpointing(tmp_path):
+def test_graphs_auto_stays_on_with_activation_checkpointing(tmp_path):
+    # graphed checkpointed steps measured faster than eager ones (session 9)
     runs = {}
     for on in (False, True):
         cfg = apply_train_overrides(train_preset("tiny", "baseline"),
                                     SMALL + [f"activation_checkpointing={str(on).lower()}", "device=cuda"])
         runs[on] = Trainer(cfg, tmp_path / str(on), progress=False).use_graphs
-    assert runs == {False: True, True: False}
+    assert runs == {False: True, True: True}
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -78,19 +78,24 @@ class SourceList(list):
         return self.sink.span(start, len(self) - start if count is None else count)
 
 
-def uses_two_phase(schedule: str, x: Tensor, heads: int) -> bool:
-    """Resolve a schedule for a forward on ``x`` (..., d): 'auto' is two-phase where it
-    measured faster on an H200: on CUDA at d >= 1024, any head count. With one head:
-    attention residuals at 350M and 1B, 3-6% faster eager steps in session 5
-    (bench/results/history/step_h200_session5.md) and 4.7-6.6% more tokens/s graphed in
-    session 6 (bench/results/step_h200.md). With 8 heads since session 9's phase-1 gather
-    (per-token matrix products): the routing kernels of a whole step took 50.6 against
-    52.2 ms one-pass at 1024/49 and 124.5 against 144.7 at 1280/73, and the graphed 1B
-    MHAR step 345.7 against session 8's 371.0 ms (bench/results/routing_h200.md).
+def uses_two_phase(schedule: str, x: Tensor, heads: int, block: bool = False) -> bool:
+    """Resolve a schedule for a forward on ``x`` (..., d) (``block``: block routing, whose
+    reads see a few block summaries): 'auto' is two-phase where it measured faster on an
+    H200: on CUDA at d >= 1024, for full routing with any head count and for block
+    routing with one head.
+    - One head: attention residuals at 350M and 1B, 3-6% faster eager steps in session 5
+      (bench/results/history/step_h200_session5.md) and 4.7-6.6% more tokens/s graphed in
+      session 6 (bench/results/step_h200.md).
+    - Full routing, 8 heads, since session 9's phase-1 gather (per-token matrix products):
+      the routing kernels of a whole step took 50.6 against 52.2 ms one-pass at 1024/49
+      and 124.5 against 144.7 at 1280/73; the graphed 1B MHAR step 345.7 ms against
+      session 8's 371.0 (bench/results/routing_h200.md, step_h200.md).
+    - Block routing, 8 heads, stays one-pass: two-phase made the graphed 350M block MHAR
+      step 0.894x of the baseline's throughput against 0.919x one-pass (session 9).
     Elsewhere 'auto' is one-pass: at d = 512 two-phase was slower (session 5), and on the
     CPU (the reference path) the bytes do not matter."""
     if schedule == "auto":
-        return x.is_cuda and x.shape[-1] >= 1024
+        return x.is_cuda and x.shape[-1] >= 1024 and (heads == 1 or not block)
     return schedule == "two-phase"
 
 

@@ -45,7 +45,7 @@ class _RoutedState(StreamState):
     def __init__(self, stream: "RoutedStream", embedding: Tensor):
         self.s = stream
         self.shape, self.dtype = embedding.shape, autocast_dtype(embedding)
-        self.two_phase = uses_two_phase(stream.schedule, embedding, stream.heads)
+        self.two_phase = uses_two_phase(stream.schedule, embedding, stream.heads, block=stream.block_size > 0)
         # Full routing: every source. Block routing: completed block summaries.
         self.sources = SourceList()
         self.sources.add(embedding.to(self.dtype))

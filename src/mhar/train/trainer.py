@@ -152,8 +152,7 @@ class Trainer:
         if cfg.cuda_graphs == "on" and self.device.type != "cuda":
             raise ValueError(f"cuda_graphs=on needs a CUDA device; this run is on {self.device}")
         self.use_graphs = cfg.cuda_graphs == "on" or (
-            cfg.cuda_graphs == "auto" and self.device.type == "cuda" and cfg.parallel == "none" and world_size == 1
-            and not cfg.activation_checkpointing)
+            cfg.cuda_graphs == "auto" and self.device.type == "cuda" and cfg.parallel == "none" and world_size == 1)
         self.graphed: GraphedStep | None = None  # captured on the first step when use_graphs
         if resume_state is not None:
             self.load_state_dict(resume_state)
