@@ -502,15 +502,18 @@ FWD_CONFIGS = [(1024, 1, 1), (1024, 2, 1), (1024, 4, 1), (2048, 4, 1), (1024, 2,
 BWD_CONFIGS = [(1024, 1, 1, 16), (1024, 2, 1, 16), (1024, 4, 1, 8), (1024, 4, 2, 8), (2048, 4, 1, 8),
                (1024, 2, 2, 16)]
 # the whole step's two-phase rows: the phase-1 backward each uses (op._PHASE1_BACKWARD):
-# the default two passes and other gather tiles (sources per program, accumulator
-# elements per program, which set the tokens per program, and warps). Session 4's other
-# candidates (split-column, tensor-core, queries-tile, token-major gather) were slower and
-# are gone (bench/results/history/routing_h200_session4.md); so is the gather over all
-# heads at once of sessions 5-8 and its successor (see _bwd_gather_kernel), whose best rows are in
-# routing_h200.md. --phase1 replaces this list.
-PHASE1 = [("", None)] + [(f", gather {ks} src, {cols} cols, {w} warps",
-                          {"gather_sources": ks, "gather_cols": cols, "gather_warps": w})
-                         for ks, cols, w in ((16, 256, 4), (32, 128, 4), (32, 128, 8), (16, 64, 2), (64, 128, 8))]
+# the default two passes and other gather settings (sources per program, columns per
+# chunk, warps, the product's precision for bf16, prefetch of the next chunk). Session
+# 4's other candidates (split-column, tensor-core, queries-tile, token-major gather) were
+# slower and are gone (bench/results/history/routing_h200_session4.md); so are the
+# gathers of sessions 5-8 and the first of session 9 (see _bwd_gather_kernel), whose
+# rows are in routing_h200.md and session9/. --phase1 replaces this list.
+PHASE1 = [("", None)] + [(", gather " + name, cfg) for name, cfg in (
+    ("prefetch", {"gather_pf": True}),
+    ("tf32", {"gather_precision": "tf32"}),
+    ("prefetch, tf32", {"gather_pf": True, "gather_precision": "tf32"}),
+    ("prefetch, 8 warps", {"gather_pf": True, "gather_warps": 8}),
+    ("32 src, prefetch, 8 warps", {"gather_sources": 32, "gather_pf": True, "gather_warps": 8}))]
 # (the S-query loop, {"bwd_twopass": False}, measured 1.6-2x slower at cf14cbd)
 
 

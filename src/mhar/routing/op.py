@@ -142,7 +142,8 @@ def _pow2(n: int) -> int:
 # were slower still and are gone (their code is at 9ca617b).
 # 4 sources x 4 warps: no spills at any paper width in an offline sm_90 compile (72-212
 # registers; 8 x 4 spills at 1024 and 1280 with H = 8), and the fastest at d = 1024.
-_PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 128, "gather_warps": 4}
+_PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 128, "gather_warps": 4,
+                    "gather_precision": "tf32x3", "gather_pf": False}
 # pad_heads: a head width that is not a power of two as one padded part (see _geometry)
 _DEFAULTS = {
     False: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1,
@@ -345,8 +346,8 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
                 src_table, srcs[0], dest_table, w, grad, coef_a, coef_b, coef_c, len(srcs), n_acc, n_tok, S, d, dh,
                 H=heads, **_gather_geometry(dh, tile["DA"], tile["DB"], cfg["gather_cols"]), KS=ks,
                 SP=max(8, _pow2(S)), ALIGN=tile["ALIGN"], ACCUM=n_acc > 0,
-                PREC="ieee" if srcs[0].dtype in (torch.float32, torch.float64) else "tf32x3",
-                num_warps=cfg["gather_warps"])
+                PREC="ieee" if srcs[0].dtype in (torch.float32, torch.float64) else cfg["gather_precision"],
+                PF=cfg["gather_pf"], num_warps=cfg["gather_warps"])
     else:
         n_tiles = -(-n_tok // tile["BM"])
         n_prog = _n_programs(dev, n_tiles, cfg["bwd_progs_per_sm"])

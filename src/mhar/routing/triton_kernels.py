@@ -382,42 +382,74 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW, CA, CB, CC, PM, PGO,
 
 
 @triton.jit
-def _gather_cols(src, dst, W, G, CA, CB, cs, k, kmask, acc_on, t, n_tok, n_q, h, col0, valid,
-                 d: tl.constexpr, H: tl.constexpr, KS: tl.constexpr, SP: tl.constexpr, WIDTH: tl.constexpr,
-                 FULL: tl.constexpr, ACCUM: tl.constexpr, PREC: tl.constexpr):
-    """Columns ``col0 .. col0 + WIDTH`` of head h (the first ``valid`` real; ``FULL`` when
-    all are) of token t's gradient for a gather program's KS sources, as one matrix
-    product: the sources' coefficients [a_q | b_q] (KS, 2 SP) times the rows [g_q ; w_q]
-    (2 SP, WIDTH), minus (the sum of c) x, plus the running sum, stored once."""
+def _gather_loads(src, dst, W, G, CA, CB, k, kmask, acc_on, t, n_tok, n_q, it,
+                  d: tl.constexpr, dh: tl.constexpr, H: tl.constexpr, KS: tl.constexpr, SP: tl.constexpr,
+                  OFF: tl.constexpr, P: tl.constexpr, WIDTH: tl.constexpr, FULL: tl.constexpr, ACCUM: tl.constexpr):
+    """The operands of chunk ``it`` of a head part (``P`` lanes from column ``OFF`` of each
+    head, in chunks of ``WIDTH``; chunk it is head it // (P / WIDTH)): the KS sources'
+    coefficients [a_q | b_q] (KS, 2 SP), the rows [g_q ; w_q] (2 SP, WIDTH) at token t
+    (queries past n_q are zeros), the sources' rows and their running sums' (zeros past
+    n_acc or without ACCUM), and the chunk's column offsets and mask."""
+    per: tl.constexpr = P // WIDTH
+    h = it // per
+    c = (it % per) * WIDTH
     rc = tl.arange(0, WIDTH)
     if FULL:
         cmask = rc < WIDTH
     else:
-        cmask = rc < valid
-    cols = col0 + rc
-    j = tl.arange(0, 2 * SP)                  # [a_0 .. a_{SP-1} | b_0 .. b_{SP-1}]; queries past n_q are zeros
+        cmask = rc < dh - OFF - c
+    cols = h * dh + OFF + c + rc
+    j = tl.arange(0, 2 * SP)
     qj = j % SP
     on = qj < n_q
-    # coefficients (k, q, t, h) of CA for j < SP, of CB after
-    coef = ((k.to(tl.int64)[:, None] * n_q + qj[None, :]) * n_tok + t) * H + h          # (KS, 2 SP)
+    coef = ((k.to(tl.int64)[:, None] * n_q + qj[None, :]) * n_tok + t) * H + h          # (k, q, t, h)
     cmat = tl.load(tl.where((j < SP)[None, :], CA, CB) + coef, mask=kmask[:, None] & on[None, :], other=0.0)
-    # rows: the queries' upstream gradient at token t (fp32), then their w = q * g
-    rows = tl.where(j < SP, G + (qj.to(tl.int64) * n_tok + t) * d, W + qj * d)         # (2 SP,) pointers
+    rows = tl.where(j < SP, G + (qj.to(tl.int64) * n_tok + t) * d, W + qj * d)         # (2 SP,) row pointers
     rmat = tl.load(rows[:, None] + cols[None, :], mask=on[:, None] & cmask[None, :], other=0.0)
-    acc = tl.dot(cmat, rmat, input_precision=PREC)                                      # (KS, WIDTH) fp32
     offs = t.to(tl.int64) * d + cols
     mask = kmask[:, None] & cmask[None, :]
-    acc -= cs[:, None] * tl.load(src[:, None] + offs[None, :], mask=mask, other=0.0).to(tl.float32)
-    if ACCUM:  # a running sum's current value (no traffic past n_acc)
-        acc += tl.load(dst[:, None] + offs[None, :], mask=mask & acc_on[:, None], other=0.0).to(tl.float32)
-    tl.store(dst[:, None] + offs[None, :], acc.to(dst.dtype.element_ty), mask=mask)
+    x = tl.load(src[:, None] + offs[None, :], mask=mask, other=0.0)
+    if ACCUM:
+        prev = tl.load(dst[:, None] + offs[None, :], mask=mask & acc_on[:, None], other=0.0)
+    else:
+        prev = x
+    return cmat, rmat, x, prev, offs, mask
+
+
+@triton.jit
+def _gather_part(src, dst, W, G, CA, CB, cs, k, kmask, acc_on, t, n_tok, n_q,
+                 d: tl.constexpr, dh: tl.constexpr, H: tl.constexpr, KS: tl.constexpr, SP: tl.constexpr,
+                 OFF: tl.constexpr, P: tl.constexpr, WIDTH: tl.constexpr, FULL: tl.constexpr,
+                 ACCUM: tl.constexpr, PREC: tl.constexpr, PF: tl.constexpr):
+    """Every chunk of one head part, in order: per chunk the product of the coefficients
+    and the rows (token t's gradient for the KS sources, those columns), minus (the sum of
+    c) x, plus the running sum, stored once. ``PF``: the next chunk's loads are issued
+    before this chunk's product, so that they are in flight while it runs."""
+    n_items = H * (P // WIDTH)
+    cmat, rmat, x, prev, offs, mask = _gather_loads(src, dst, W, G, CA, CB, k, kmask, acc_on, t, n_tok, n_q, 0,
+                                                    d, dh, H, KS, SP, OFF, P, WIDTH, FULL, ACCUM)
+    for it in range(n_items):
+        if PF:
+            cmat_n, rmat_n, x_n, prev_n, offs_n, mask_n = _gather_loads(
+                src, dst, W, G, CA, CB, k, kmask, acc_on, t, n_tok, n_q, tl.minimum(it + 1, n_items - 1),
+                d, dh, H, KS, SP, OFF, P, WIDTH, FULL, ACCUM)
+        else:
+            cmat, rmat, x, prev, offs, mask = _gather_loads(src, dst, W, G, CA, CB, k, kmask, acc_on, t, n_tok,
+                                                            n_q, it, d, dh, H, KS, SP, OFF, P, WIDTH, FULL, ACCUM)
+        acc = tl.dot(cmat, rmat, input_precision=PREC)                                  # (KS, WIDTH) fp32
+        acc -= cs[:, None] * x.to(tl.float32)
+        if ACCUM:
+            acc += prev.to(tl.float32)
+        tl.store(dst[:, None] + offs[None, :], acc.to(dst.dtype.element_ty), mask=mask)
+        if PF:
+            cmat, rmat, x, prev, offs, mask = cmat_n, rmat_n, x_n, prev_n, offs_n, mask_n
 
 
 @triton.jit
 def _bwd_gather_kernel(table, ref, gtable, W, G, CA, CB, CC, n_src, n_acc, n_tok, n_q, d: tl.constexpr,
                        dh: tl.constexpr, H: tl.constexpr, PA: tl.constexpr, GA: tl.constexpr, PB: tl.constexpr,
                        GB: tl.constexpr, KS: tl.constexpr, SP: tl.constexpr, ALIGN: tl.constexpr,
-                       ACCUM: tl.constexpr, PREC: tl.constexpr):
+                       ACCUM: tl.constexpr, PREC: tl.constexpr, PF: tl.constexpr = False):
     """The gradients of an S-query read's sources from ``_bwd_kernel``'s COEF coefficients:
     grad_x = sum over queries q of (a_q g_q + r dz_q w_q) per head - (sum_q c_q) x. A 1-D
     grid over (token, block of KS sources) pairs, the block fastest, so the programs that
@@ -427,10 +459,10 @@ def _bwd_gather_kernel(table, ref, gtable, W, G, CA, CB, CC, n_src, n_acc, n_tok
     coefficients (KS, 2 SP) times the S upstream-gradient rows and S w rows of the head's
     columns (2 SP, columns), with SP the query count rounded up to a power of two, at
     least 8 (the product's inner size is then at least 16). A program walks its token's
-    row one head at a time, a head as a part of PA lanes and one of PB (0: none), each in
-    chunks of GA or GB columns. ``PREC`` is the product's input precision: "ieee" for
-    fp32 sources; "tf32x3" (three tf32 products, about fp32's accuracy) for bf16 ones,
-    whose gradients are rounded to bf16.
+    row as two head parts: the first PA lanes of every head in chunks of GA, then the PB
+    (0: none) after them in chunks of GB. ``PREC`` is the product's input precision:
+    "ieee" for fp32 sources; for bf16 ones, whose gradients are rounded to bf16, "tf32x3"
+    (three tf32 products, about fp32's accuracy) or "tf32".
     (The kernels this replaced multiplied and added per element: the first held all heads
     at once and ran at 21% of copy bandwidth at 1280/73 with 8 heads, its per-thread
     copies of every coefficient as many loads as multiply-adds; the second, a 2-D tile of
@@ -448,11 +480,8 @@ def _bwd_gather_kernel(table, ref, gtable, W, G, CA, CB, CC, n_src, n_acc, n_tok
     src = tl.multiple_of(tl.load(table + k, mask=kmask, other=0).to(tl.pointer_type(elem)), ALIGN)
     dst = tl.multiple_of(tl.load(gtable + k, mask=kmask, other=0).to(tl.pointer_type(elem)), ALIGN)
     acc_on = k < n_acc
-    for h in range(H):
-        for c in range(0, PA, GA):
-            _gather_cols(src, dst, W, G, CA, CB, cs, k, kmask, acc_on, t, n_tok, n_q, h, h * dh + c, dh - c,
-                         d, H, KS, SP, GA, PA <= dh, ACCUM, PREC)
-        if PB > 0:
-            for c in range(0, PB, GB):
-                _gather_cols(src, dst, W, G, CA, CB, cs, k, kmask, acc_on, t, n_tok, n_q, h, h * dh + PA + c,
-                             dh - PA - c, d, H, KS, SP, GB, False, ACCUM, PREC)
+    _gather_part(src, dst, W, G, CA, CB, cs, k, kmask, acc_on, t, n_tok, n_q, d, dh, H, KS, SP, 0, PA, GA,
+                 PA <= dh, ACCUM, PREC, PF)
+    if PB > 0:
+        _gather_part(src, dst, W, G, CA, CB, cs, k, kmask, acc_on, t, n_tok, n_q, d, dh, H, KS, SP, PA, PB, GB,
+                     False, ACCUM, PREC, PF)
