@@ -84,7 +84,6 @@ def main() -> None:
     ap.add_argument("--warps", default="1", help="comma list of warps for the source-loop kernels")
     ap.add_argument("--gather-sources", type=int, default=16, help="sources per gather program (KS)")
     ap.add_argument("--gather-cols", type=int, default=128, help="columns per gather chunk")
-    ap.add_argument("--gather-pf", action="store_true", help="the gather's prefetch of the next chunk")
     ap.add_argument("--gather-warps", type=int, default=4)
     ap.add_argument("--stages", type=int, default=0, help="num_stages (default: triton's)")
     args = ap.parse_args()
@@ -119,7 +118,7 @@ def main() -> None:
                 t = tile(d, heads)
                 ks = args.gather_sources
                 geo = _gather_geometry(t["dh"], t["DA"], t["DB"], args.gather_cols)
-                c = dict(d=d, dh=t["dh"], H=heads, **geo, KS=ks, SP=8, ALIGN=16, ACCUM=True, PREC="tf32x3", PF=args.gather_pf)
+                c = dict(d=d, dh=t["dh"], H=heads, **geo, KS=ks, SP=8, ALIGN=16, ACCUM=True, PREC="tf32x3")
                 row(f"_bwd_gather_kernel ({ks} sources, chunks of {args.gather_cols})", d, heads, args.gather_warps,
                     resources(tk._bwd_gather_kernel, c, args.gather_warps))
 

@@ -503,17 +503,16 @@ BWD_CONFIGS = [(1024, 1, 1, 16), (1024, 2, 1, 16), (1024, 4, 1, 8), (1024, 4, 2,
                (1024, 2, 2, 16)]
 # the whole step's two-phase rows: the phase-1 backward each uses (op._PHASE1_BACKWARD):
 # the default two passes and other gather settings (sources per program, columns per
-# chunk, warps, the product's precision for bf16, prefetch of the next chunk). Session
-# 4's other candidates (split-column, tensor-core, queries-tile, token-major gather) were
-# slower and are gone (bench/results/history/routing_h200_session4.md); so are the
-# gathers of sessions 5-8 and the first of session 9 (see _bwd_gather_kernel), whose
-# rows are in routing_h200.md and session9/. --phase1 replaces this list.
+# chunk, warps, the product's precision for bf16). Session 4's other candidates
+# (split-column, tensor-core, queries-tile, token-major gather) were slower and are gone
+# (bench/results/history/routing_h200_session4.md); so are the gathers of sessions 5-8
+# and session 9's first one and its prefetch (see _bwd_gather_kernel), whose rows are in
+# routing_h200.md and session9/. --phase1 replaces this list.
 PHASE1 = [("", None)] + [(", gather " + name, cfg) for name, cfg in (
-    ("prefetch", {"gather_pf": True}),
     ("tf32", {"gather_precision": "tf32"}),
-    ("prefetch, tf32", {"gather_pf": True, "gather_precision": "tf32"}),
-    ("prefetch, 8 warps", {"gather_pf": True, "gather_warps": 8}),
-    ("32 src, prefetch, 8 warps", {"gather_sources": 32, "gather_pf": True, "gather_warps": 8}))]
+    ("32 src", {"gather_sources": 32}),
+    ("16 src, 64 cols, 2 warps", {"gather_cols": 64, "gather_warps": 2}),
+    ("16 src, 256 cols", {"gather_cols": 256}))]
 # (the S-query loop, {"bwd_twopass": False}, measured 1.6-2x slower at cf14cbd)
 
 

@@ -361,16 +361,14 @@ def test_model_gradient_sink(method, overrides, gen, monkeypatch):
         assert rel(with_sink[name], g) <= 1e-5, name
 
 
-@pytest.fixture(params=["s-loop", "blocks-of-32", "chunks-of-16", "prefetch"])
+@pytest.fixture(params=["s-loop", "blocks-of-32", "chunks-of-16"])
 def other_phase1_backward(request):
     # phase 1's backward other than the default (two passes, the gather over blocks of 16
     # sources, head parts in chunks of up to 128 columns): _bwd_kernel's loop over the S
     # queries per source, the gather over blocks of 32 sources, in chunks of 16 columns
-    # (several chunks per head part at the widths below), or with each chunk's loads
-    # issued before the previous chunk's product
+    # (several chunks per head part at the widths below)
     rop.TUNE = {"s-loop": dict(bwd_twopass=False), "blocks-of-32": dict(gather_sources=32),
-                "chunks-of-16": dict(gather_cols=16),
-                "prefetch": dict(gather_cols=16, gather_pf=True)}[request.param]
+                "chunks-of-16": dict(gather_cols=16)}[request.param]
     yield
     rop.TUNE = None
 

@@ -133,17 +133,21 @@ def _pow2(n: int) -> int:
 # ("bwd_twopass", the default) runs two passes that each parallelise over the axis that
 # owns their output: ``_bwd_kernel`` with COEF, one program per query (its d(q*g) and per
 # source the few coefficients of the source's gradient), then ``_bwd_gather_kernel``,
-# one program per block of "gather_sources" sources and token tile (their gradients from
-# the S queries' upstream gradients and the coefficients). With "bwd_twopass" False,
+# one program per token and block of "gather_sources" sources (their gradients from the
+# S queries' upstream gradients and the coefficients, per head a matrix product walked in
+# chunks of "gather_cols" columns; "gather_precision" is its input precision for bf16
+# sources, fp32 ones always use "ieee"). With "bwd_twopass" False,
 # ``_bwd_kernel`` loops over the S queries per source instead: it holds a token's S
 # upstream-gradient rows while streaming its sources, is latency-bound, and measured
 # 1.6-2x slower in the whole step at 9ca617b and cf14cbd (bench/results/routing_h200.md).
 # Kernels that held every query in registers (queries-tile, and a token-major gather)
 # were slower still and are gone (their code is at 9ca617b).
-# 4 sources x 4 warps: no spills at any paper width in an offline sm_90 compile (72-212
-# registers; 8 x 4 spills at 1024 and 1280 with H = 8), and the fastest at d = 1024.
+# The gather's defaults are session 9's whole-step picks (bench/results/routing_h200.md):
+# 16 sources, chunks of 128 columns, 4 warps (56-102 registers in an offline sm_90
+# compile, no spills). tf32x3 (about fp32's accuracy) rather than single tf32 products,
+# which measured 1.5-1.8 ms faster per whole step at 1280/73 (1.5%) for 4x the rounding.
 _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 128, "gather_warps": 4,
-                    "gather_precision": "tf32x3", "gather_pf": False}
+                    "gather_precision": "tf32x3"}
 # pad_heads: a head width that is not a power of two as one padded part (see _geometry)
 _DEFAULTS = {
     False: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1,
@@ -347,7 +351,7 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
                 H=heads, **_gather_geometry(dh, tile["DA"], tile["DB"], cfg["gather_cols"]), KS=ks,
                 SP=max(8, _pow2(S)), ALIGN=tile["ALIGN"], ACCUM=n_acc > 0,
                 PREC="ieee" if srcs[0].dtype in (torch.float32, torch.float64) else cfg["gather_precision"],
-                PF=cfg["gather_pf"], num_warps=cfg["gather_warps"])
+                num_warps=cfg["gather_warps"])
     else:
         n_tiles = -(-n_tok // tile["BM"])
         n_prog = _n_programs(dev, n_tiles, cfg["bwd_progs_per_sm"])
