@@ -75,6 +75,18 @@ def test_route_many_tiles(n, lead, d, heads, gen, small_tiles):
     check_route(n, lead, d, heads, gen=gen)
 
 
+@pytest.mark.parametrize("tune", [dict(gather_sources=8), dict(gather_cols=24)])
+def test_gather_config_must_fit_a_matrix_product(tune, gen):
+    srcs, q, g = make_inputs(3, (5,), 32, torch.float32, "cpu", S=2, gen=gen)
+    p = routing.route_partial(srcs, q, g, 4)
+    rop.TUNE = tune
+    try:
+        with pytest.raises(ValueError, match="power of two >= 16"):
+            p.o.sum().backward()
+    finally:
+        rop.TUNE = None
+
+
 @pytest.mark.parametrize("n,lead,d,heads,S", [(1, (3,), 1, 1, 2), (3, (5,), 123, 1, 3), (4, (2, 3), 32, 8, 4),
                                               (73, (2,), 16, 4, 2), (5, (3,), 48, 16, 1)])
 def test_partial_fp32(n, lead, d, heads, S, gen):

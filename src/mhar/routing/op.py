@@ -331,8 +331,9 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
         from mhar.routing.triton_kernels import _bwd_gather_kernel
 
         ks = cfg["gather_sources"]
-        if ks < 16 or ks & (ks - 1):  # the rows of a matrix product
-            raise ValueError(f"routing config: gather_sources must be a power of two >= 16, got {ks}")
+        for key in ("gather_sources", "gather_cols"):  # a matrix product's rows, and its columns
+            if cfg[key] < 16 or cfg[key] & (cfg[key] - 1):
+                raise ValueError(f"routing config: {key} must be a power of two >= 16, got {cfg[key]}")
         n_tiles = -(-n_tok // tile["BM"])
         n_prog = max(1, _n_programs(dev, n_tiles, cfg["bwd_progs_per_sm"]) // S)
         dw_parts = torch.empty((n_prog, S, d), dtype=torch.float32, device=dev)  # every (program, query) row

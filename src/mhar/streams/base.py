@@ -87,8 +87,8 @@ def uses_two_phase(schedule: str, x: Tensor, heads: int, block: bool = False) ->
       (bench/results/history/step_h200_session5.md) and 4.7-6.6% more tokens/s graphed in
       session 6 (bench/results/step_h200.md).
     - Full routing, 8 heads, since session 9's phase-1 gather (per-token matrix products):
-      the routing kernels of a whole step took 50.6 against 52.2 ms one-pass at 1024/49
-      and 124.5 against 144.7 at 1280/73; the graphed 1B MHAR step 345.7 ms against
+      the routing kernels of a whole step took 50.6 against 52.5 ms one-pass at 1024/49
+      and 120.3 against 145.3 at 1280/73; the graphed 1B MHAR step 345.7 ms against
       session 8's 371.0 (bench/results/routing_h200.md, step_h200.md).
     - Block routing, 8 heads, stays one-pass: two-phase made the graphed 350M block MHAR
       step 0.894x of the baseline's throughput against 0.919x one-pass (session 9).
