@@ -11,7 +11,9 @@ CUDA-event medians, next to its byte floor at the copy bandwidth measured in the
 run, and one alternative: the clip's scale folded into the fused AdamW kernel
 (``grad_scale``, the AMP unscale path: the kernel divides each gradient as it reads
 it). On the H200 that was no faster (the kernel writes the divided gradients back;
-bench/results/step_h200.md, session 7), so the trainer keeps ``clip_grad_norm_``.
+bench/results/step_h200.md, session 7), so the trainer keeps ``clip_grad_norm_``. And
+the trainer's ``adamw=triton`` path: the norm, then one Triton kernel that applies the
+clip's scale as it reads each gradient and never writes it (``mhar.train.adamw_kernel``).
 
     PYTHONPATH=src python bench/optimizer_bench.py --presets paper-350m,paper-1b
 """
@@ -23,6 +25,7 @@ import argparse
 import torch
 
 from mhar.bench_cli import PAPER_MICROBATCH, build
+from mhar.train.adamw_kernel import TritonAdamW
 from mhar.train.trainer import release_memory
 
 
@@ -61,6 +64,11 @@ def bench_preset(preset: str, bw: float) -> list[tuple[str, str, float, float]]:
     grads = [p.grad for p in params]
     fused = torch.optim.AdamW(params, lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
     foreach = torch.optim.AdamW(params, lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1, foreach=True)
+    triton_adamw = TritonAdamW(params, lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
+
+    def norm_and_triton():  # what the trainer runs with adamw=triton (the norm read back for its checks)
+        norm = float(total_norm(grads))
+        triton_adamw.step(grad_scale=min(1.0, 1.0 / (norm + 1e-6)))
 
     def folded():  # the clip's scale applied inside the fused kernel (grad / grad_scale)
         fused.grad_scale = torch.clamp(total_norm(grads) / 1.0, min=1.0).float()
@@ -77,6 +85,10 @@ def bench_preset(preset: str, bw: float) -> list[tuple[str, str, float, float]]:
         ("clip + fused step + zero (the step's optimiser phase)",
          lambda: (torch.nn.utils.clip_grad_norm_(params, 1.0), fused.step(), torch._foreach_zero_(grads)), 11 * gb),
         ("clip folded into the fused step + zero", lambda: (folded(), torch._foreach_zero_(grads)), 9 * gb),
+        ("Triton AdamW step alone (mhar.train.adamw_kernel)", triton_adamw.step, 7 * gb),
+        ("norm + Triton AdamW with the clip folded in (adamw=triton)", norm_and_triton, 8 * gb),
+        ("clip + fused step (the same phase with adamw=torch)",
+         lambda: (float(torch.nn.utils.clip_grad_norm_(params, 1.0)), fused.step()), 10 * gb),
     ]
     print(f"\n{preset}: {n / 1e6:.0f}M parameters, {len(params)} tensors")
     rows = []

@@ -76,12 +76,20 @@ def fail_on_recompile_limit():
 
 
 def time_step(model: Decoder, batch: int, seq_len: int, steps: int, warmup: int, compile_mode: str,
-              loss_chunk: int, device: str, cuda_graphs: bool = False, trace_steps: int = 0) -> dict:
+              loss_chunk: int, device: str, cuda_graphs: bool = False, trace_steps: int = 0,
+              adamw: str = "torch") -> dict:
     """Median step time, MFU and peak memory. ``trace_steps``: that many more steps run,
-    the same way, under ``torch.profiler`` (returned as "profiler"; bench/profile_step.py)."""
+    the same way, under ``torch.profiler`` (returned as "profiler"; bench/profile_step.py).
+    ``adamw``: "torch" (clip_grad_norm_, then torch's fused AdamW) or "triton" (the
+    norm, then :class:`~mhar.train.adamw_kernel.TritonAdamW` with the clip folded in)."""
     torch.manual_seed(0)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1,
-                            fused=device == "cuda")
+    hyper = dict(lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
+    if adamw == "triton":
+        from mhar.train.adamw_kernel import TritonAdamW
+
+        opt = TritonAdamW(model.parameters(), **hyper)
+    else:
+        opt = torch.optim.AdamW(model.parameters(), **hyper, fused=device == "cuda")
     body = model.hidden_states
     if compile_mode == "full":
         body = torch.compile(model.hidden_states)
@@ -96,8 +104,12 @@ def time_step(model: Decoder, batch: int, seq_len: int, steps: int, warmup: int,
             return linear_cross_entropy(h, model.output_weight, y.flatten(), loss_chunk)
 
     def update():
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        if adamw == "triton":  # the trainer's path: the norm read back, its clip scale into the kernel
+            norm = float(torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None]))
+            opt.step(grad_scale=min(1.0, 1.0 / (norm + 1e-6)))
+        else:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
 
     def eager_step(x, y):
         loss = loss_fn(x, y)
@@ -202,7 +214,7 @@ def run_bench_step(args: argparse.Namespace) -> int:
                 # and be timed as if compiled: that row fails instead (session 8)
                 with fail_on_recompile_limit():
                     r = time_step(model, batch, seq_len, args.steps, args.warmup, args.compile, args.loss_chunk,
-                                  device, cuda_graphs=graphs)
+                                  device, cuda_graphs=graphs, adamw=args.adamw)
             except torch.OutOfMemoryError as err:
                 r = {"error": f"out of memory: {err}"[:200]}
             except _RECOMPILE_LIMIT_ERRORS as err:
@@ -222,7 +234,7 @@ def run_bench_step(args: argparse.Namespace) -> int:
         "command": " ".join(["mhar"] + sys.argv[1:]),
         "device": torch.cuda.get_device_name() if device == "cuda" else platform.processor() or "cpu",
         "torch": torch.__version__, "python": platform.python_version(), "commit": _commit(),
-        "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "adamw": args.adamw,
     }
     try:
         import triton
@@ -302,6 +314,9 @@ def register(sub) -> None:
     s.add_argument("--compile", choices=("regions", "full", "off"), default="regions",
                    help="regions: compile each sublayer once (fast to compile); full: the whole model")
     s.add_argument("--activation-checkpointing", action="store_true")
+    s.add_argument("--adamw", choices=("torch", "triton"), default="torch",
+                   help="the optimiser phase: clip_grad_norm_ + torch's fused AdamW, or the norm + one Triton "
+                        "kernel with the clip folded in (mhar.train.adamw_kernel)")
     s.add_argument("--cuda-graphs", choices=("auto", *GRAPH_MODES), default="auto",
                    help="replay each step's forward and backward as a CUDA graph (no host time); "
                         "auto: on with a GPU; both: every method twice, eager then graphed")

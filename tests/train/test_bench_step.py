@@ -22,6 +22,17 @@ def test_bench_step_writes_table_json_and_plot(tmp_path):
     assert (tmp_path / "step_t.png").stat().st_size > 10_000
 
 
+def test_bench_step_with_the_triton_adamw(tmp_path):
+    # on the CPU without the interpreter its step is torch's (the kernel's own tests are
+    # tests/core/test_adamw_kernel.py); here the option runs end to end and is recorded
+    rc = main(["bench", "step", "--preset", "tiny", "--methods", "baseline", "--steps", "1", "--warmup", "1",
+               "--compile", "off", "--adamw", "triton", "--out", str(tmp_path), "--tag", "a", "n_layers=2",
+               "d_model=64", "n_heads=2", "n_kv_heads=1", "d_ff=128", "vocab_size=256"])
+    assert rc == 0
+    data = json.loads((tmp_path / "step_a.json").read_text())
+    assert data["meta"]["adamw"] == "triton" and data["results"][0]["tokens_per_s"] > 0
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU refusal")
 def test_bench_step_cuda_graphs_needs_a_gpu(tmp_path):
     with pytest.raises(SystemExit, match="needs a CUDA device"):

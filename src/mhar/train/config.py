@@ -25,6 +25,7 @@ DTYPES = ("auto", "float32", "bfloat16")
 PARALLEL = ("none", "ddp", "fsdp")  # multi-process training: mhar.train.distributed
 CUDA_GRAPHS = ("auto", "on", "off")  # mhar.train.graphs
 COMPILE = ("auto", "regions", "full", "off")
+ADAMW = ("torch", "triton")  # mhar.train.optim.build_optimizer
 _LEGACY_COMPILE = {True: "full", False: "off", "true": "full", "false": "off"}  # compile was a bool
 
 
@@ -101,6 +102,10 @@ class TrainConfig:
     # replay each micro-batch's forward+backward as a CUDA graph (mhar.train.graphs):
     # auto = on for one process on a CUDA device, off otherwise
     cuda_graphs: str = "auto"
+    # torch: torch's AdamW (fused on CUDA) after clip_grad_norm_; triton: one Triton
+    # kernel with the clip's scale folded in (mhar.train.adamw_kernel; one process; not
+    # yet timed on a GPU)
+    adamw: str = "torch"
     # recompute each sublayer in backward instead of keeping its activations: less
     # memory for about a third more compute (the stream's sources are kept either way).
     # It composes with CUDA graphs (at 350M on an H200, graphed steps were 12-14% faster
@@ -149,6 +154,10 @@ class TrainConfig:
             raise ValueError(f"compile={self.compile!r} is not one of {', '.join(COMPILE)}")
         if self.cuda_graphs not in CUDA_GRAPHS:
             raise ValueError(f"cuda_graphs={self.cuda_graphs!r} is not one of {', '.join(CUDA_GRAPHS)}")
+        if self.adamw not in ADAMW:
+            raise ValueError(f"adamw={self.adamw!r} is not one of {', '.join(ADAMW)}")
+        if self.adamw == "triton" and self.parallel != "none":
+            raise ValueError(f"adamw=triton runs in one process; parallel={self.parallel!r} needs adamw=torch")
         if self.cuda_graphs == "on" and self.parallel != "none":
             raise ValueError(f"cuda_graphs=on runs in one process; parallel={self.parallel!r} is not supported "
                              "with it (use cuda_graphs=auto or off)")

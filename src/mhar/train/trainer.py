@@ -148,7 +148,7 @@ class Trainer:
         self.model.activation_checkpointing = cfg.activation_checkpointing
         self.loss_module = self.wrap_model(LossModule(self.model, cfg.loss_chunk))
         self.optimizer = build_optimizer(self.model, cfg.lr, cfg.weight_decay, (cfg.beta1, cfg.beta2), cfg.eps,
-                                         cfg.decay_all)
+                                         cfg.decay_all, impl=cfg.adamw)
         if cfg.cuda_graphs == "on" and self.device.type != "cuda":
             raise ValueError(f"cuda_graphs=on needs a CUDA device; this run is on {self.device}")
         self.use_graphs = cfg.cuda_graphs == "on" or (
@@ -202,6 +202,10 @@ class Trainer:
     def clip_gradients(self, max_norm: float) -> Tensor:
         """Clip the gradients to ``max_norm``; returns the total norm before clipping."""
         return torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+
+    def gradient_norm(self) -> Tensor:
+        """The gradients' total norm, as clip_gradients returns it, without clipping."""
+        return torch.nn.utils.get_total_norm([p.grad for p in self.model.parameters() if p.grad is not None])
 
     # ------------------------------------------------------------------ setup
     def _amp_dtype(self) -> torch.dtype | None:
@@ -337,11 +341,15 @@ class Trainer:
             self.zero_grad()
             raise DivergenceError(self._divergence_message("loss", loss_value))
         max_norm = c.grad_clip if c.grad_clip > 0 else math.inf
-        grad_norm = float(self.clip_gradients(max_norm))
+        fold = c.adamw == "triton"  # the clip's scale goes into the optimiser's kernel
+        grad_norm = float(self.gradient_norm() if fold else self.clip_gradients(max_norm))
         if not math.isfinite(grad_norm):
             self.zero_grad()
             raise DivergenceError(self._divergence_message("gradient norm", grad_norm))
-        self.optimizer.step()
+        if fold:  # clip_grad_norm_'s scale
+            self.optimizer.step(grad_scale=min(1.0, max_norm / (grad_norm + 1e-6)))
+        else:
+            self.optimizer.step()
         self.zero_grad()
         return loss_value, grad_norm, lr
 

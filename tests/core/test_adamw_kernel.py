@@ -1,0 +1,165 @@
+"""The fused AdamW kernel with the clip's scale folded in (mhar/train/adamw_kernel.py)
+against torch.optim.AdamW on gradients scaled beforehand: parameters and both moments
+after several steps, two parameter groups (with and without weight decay), tensor sizes
+that are not a multiple of the kernel's block, parameters without a gradient, the
+fallback to torch's step, checkpoints moving between the two optimisers, and a short
+training run with ``adamw=triton``.
+
+The kernel cases run on the CPU through Triton's interpreter in a subprocess (this file
+again, with TRITON_INTERPRET=1), as in test_hyper_kernels.py; in the parent process
+they are skipped and ``test_cases_under_interpreter`` reports them."""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from interpreter_run import run_interpreter_cases
+
+from mhar.train import adamw_kernel as AK
+
+HERE = Path(__file__).resolve()
+INNER = os.environ.get("MHAR_ADAMW_INTERPRET_CASES") == "1"
+interp = pytest.mark.skipif(not INNER, reason="runs inside test_cases_under_interpreter (TRITON_INTERPRET=1)")
+SHAPES = [(5000,), (37,), (3, 1500), (AK.BLOCK,), (1,)]
+
+
+def _params(dtype=torch.float32, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.nn.Parameter(torch.randn(*s, generator=gen, dtype=dtype)) for s in SHAPES]
+
+
+def _groups(params):
+    return [{"params": params[:3], "weight_decay": 0.1}, {"params": params[3:], "weight_decay": 0.0}]
+
+
+def _run(opt_cls, params, scales, kwargs, fold: bool, seed=1, skip_grad=None):
+    """Steps with fresh random gradients; ``fold``: the scale goes into step(), else the
+    gradients are scaled first (what clip_grad_norm_ does)."""
+    gen = torch.Generator().manual_seed(seed)
+    opt = opt_cls(_groups(params), **kwargs)
+    for i, scale in enumerate(scales):
+        for j, p in enumerate(params):
+            p.grad = None if (skip_grad is not None and j == skip_grad and i == 1) else \
+                torch.randn(p.shape, generator=gen, dtype=p.dtype)
+        for g in opt.param_groups:
+            g["lr"] = 1e-2 * (i + 1)  # a schedule
+        if fold:
+            opt.step(grad_scale=scale)
+        else:
+            torch._foreach_mul_([p.grad for p in params if p.grad is not None], scale)
+            opt.step()
+    return opt
+
+
+def _rel(a, b):
+    return ((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30)).item()
+
+
+KW = dict(lr=1e-2, betas=(0.9, 0.95), eps=1e-8)
+
+
+def _compare(params_a, opt_a, params_b, opt_b, tol):
+    for pa, pb in zip(params_a, params_b):
+        assert _rel(pa, pb) <= tol, _rel(pa, pb)
+        if opt_b.state.get(pb):
+            for key in ("exp_avg", "exp_avg_sq"):
+                assert _rel(opt_a.state[pa][key], opt_b.state[pb][key]) <= tol, key
+            assert float(opt_a.state[pa]["step"]) == float(opt_b.state[pb]["step"])
+
+
+@interp
+@pytest.mark.parametrize("skip_grad", [None, 4])
+def test_interp_kernel_matches_torch(skip_grad):
+    """Three steps at clip scales 1, 0.3 and 0.05; with skip_grad, one parameter has no
+    gradient in the second step (it keeps its state, and its step count falls behind,
+    so its update runs in a launch of its own)."""
+    mine, ref = _params(), _params()
+    launches = []
+    real = AK._adamw_kernel
+
+    class Counting:
+        def __getitem__(self, grid):
+            launches.append(grid)
+            return real[grid]
+
+    AK._adamw_kernel = Counting()
+    try:
+        a = _run(AK.TritonAdamW, mine, [1.0, 0.3, 0.05], KW, fold=True, skip_grad=skip_grad)
+    finally:
+        AK._adamw_kernel = real
+    b = _run(torch.optim.AdamW, ref, [1.0, 0.3, 0.05], dict(KW, foreach=False), fold=False, skip_grad=skip_grad)
+    _compare(mine, a, ref, b, 1e-6)
+    # the kernel ran (two groups a step; a third launch for the lagging parameter)
+    assert len(launches) == 6 + (1 if skip_grad is not None else 0), launches
+
+
+@interp
+def test_interp_checkpoints_move_between_the_optimisers():
+    mine, ref = _params(), _params()
+    a = _run(AK.TritonAdamW, mine, [1.0, 0.5], KW, fold=True)
+    b = torch.optim.AdamW(_groups(ref), **KW)
+    with torch.no_grad():
+        for p, q in zip(ref, mine):
+            p.copy_(q)
+    b.load_state_dict(copy.deepcopy(a.state_dict()))  # as saved and loaded (else they share the moments)
+    a2 = _run_more(a, mine)
+    b2 = _run_more(b, ref)
+    _compare(mine, a2, ref, b2, 1e-6)
+
+
+def _run_more(opt, params):
+    gen = torch.Generator().manual_seed(7)
+    for p in params:
+        p.grad = torch.randn(p.shape, generator=gen)
+    opt.step()
+    return opt
+
+
+@interp
+def test_interp_trainer_with_the_kernel_follows_torch(tmp_path):
+    from mhar.train import Trainer, apply_train_overrides, train_preset
+    from mhar.train.metrics import read_metrics
+
+    small = ["data.source=synthetic", "data.vocab_size=64", "data.val_windows=4", "d_model=32", "n_layers=2",
+             "n_heads=2", "n_kv_heads=1", "d_ff=64", "seq_len=16", "batch_size=2", "warmup=2", "lr=3e-3",
+             "threads=1", "steps=4", "eval_every=4", "checkpoint_every=4", "device=cpu"]
+    logs = {}
+    for impl in ("torch", "triton"):
+        # grad_clip small enough that every step clips (the scale is folded into the kernel)
+        cfg = apply_train_overrides(train_preset("tiny", "mhar"), small + [f"adamw={impl}", "grad_clip=0.05"])
+        Trainer(cfg, tmp_path / impl, progress=False).fit()
+        logs[impl] = read_metrics(tmp_path / impl)
+    assert len(logs["triton"]) == len(logs["torch"]) > 1
+    assert all(r["grad_norm"] > 0.05 for r in logs["torch"]), "no step clipped: the scale was not tested"
+    for a, b in zip(logs["triton"], logs["torch"]):
+        assert abs(a["loss"] - b["loss"]) <= 1e-5 * abs(b["loss"]), (a, b)
+        assert abs(a["grad_norm"] - b["grad_norm"]) <= 1e-4 * abs(b["grad_norm"]), (a, b)
+
+
+def test_cases_under_interpreter():
+    if INNER:
+        pytest.skip("already inside the interpreter run")
+    run_interpreter_cases(HERE, "MHAR_ADAMW_INTERPRET_CASES")
+
+
+def test_falls_back_to_torch_off_the_kernel():
+    """fp64 parameters (and, in this process, the CPU without the interpreter): torch's
+    step on the scaled gradients."""
+    mine, ref = _params(torch.float64), _params(torch.float64)
+    a = _run(AK.TritonAdamW, mine, [1.0, 0.25], KW, fold=True)
+    b = _run(torch.optim.AdamW, ref, [1.0, 0.25], KW, fold=False)
+    _compare(mine, a, ref, b, 1e-12)
+
+
+def test_adamw_config_is_checked():
+    from mhar.train import apply_train_overrides, train_preset
+
+    with pytest.raises(ValueError, match="adamw='lion' is not one of torch, triton"):
+        apply_train_overrides(train_preset("tiny", "mhar"), ["adamw=lion"])
+    with pytest.raises(ValueError, match="adamw=triton runs in one process"):
+        apply_train_overrides(train_preset("tiny", "mhar"), ["adamw=triton", "parallel=ddp"])
