@@ -311,9 +311,10 @@ def print_floors(tokens, copy_gbs, chunk):
 
 
 def write_phase1_config(results, path):
-    """The fastest phase-1 backward config (kernel time) for each width and head kind of
-    the whole-step rows so far, as MHAR_ROUTING_CONFIG entries ("WIDTH,MULTI_HEAD"; the
-    paper widths are their own padded widths)."""
+    """The fastest two-phase config (kernel time: the phase-1 backward's settings and the
+    kernels' warps) for each width and head kind of the whole-step rows so far, as
+    MHAR_ROUTING_CONFIG entries ("WIDTH,MULTI_HEAD"; the paper widths are their own
+    padded widths)."""
     picks = {}
     for key, rows in results["whole_step"].items():
         d, _, h = key.split("/")
@@ -465,7 +466,8 @@ def main():
                         results["whole_step"].setdefault(f"{d}/{n}/H{h}", []).append(
                             {"schedule": name, "fwdbwd_ms": t, **kern,
                              # the phase-1 config it ran (the paper widths are their padded widths)
-                             "phase1": {k: rop._cfg(d, h > 1)[k] for k in rop._PHASE1_BACKWARD}})
+                             "phase1": {k: rop._cfg(d, h > 1)[k]
+                                        for k in (*rop._PHASE1_BACKWARD, "fwd_warps", "bwd_warps")}})
                         log(f"  whole step H={h} {name}: {t:.2f} ms wall, {kern['kernel_ms']:.2f} ms kernels")
                         for k in kern["top"]:
                             log(f"    {k['ms']:8.3f} ms {k['calls']:4d}x {k['name']}")
@@ -501,18 +503,20 @@ VARIANTS = [("mhar-triton pf1", {"fwd_pf": 1, "bwd_pf": 1})]
 FWD_CONFIGS = [(1024, 1, 1), (1024, 2, 1), (1024, 4, 1), (2048, 4, 1), (1024, 2, 2)]
 BWD_CONFIGS = [(1024, 1, 1, 16), (1024, 2, 1, 16), (1024, 4, 1, 8), (1024, 4, 2, 8), (2048, 4, 1, 8),
                (1024, 2, 2, 16)]
-# the whole step's two-phase rows: the phase-1 backward each uses (op._PHASE1_BACKWARD):
-# the default two passes and other gather settings (sources per program, columns per
-# chunk, warps, the product's precision for bf16). Session 4's other candidates
-# (split-column, tensor-core, queries-tile, token-major gather) were slower and are gone
+# the whole step's two-phase rows: the default configs, other gather settings (sources
+# per program, the product's precision for bf16) and the two-phase kernels' warps.
+# Session 4's other candidates (split-column, tensor-core, queries-tile, token-major
+# gather) were slower and are gone
 # (bench/results/history/routing_h200_session4.md); so are the gathers of sessions 5-8
 # and session 9's first one and its prefetch (see _bwd_gather_kernel), whose rows are in
 # routing_h200.md and session9/. --phase1 replaces this list.
-PHASE1 = [("", None)] + [(", gather " + name, cfg) for name, cfg in (
-    ("tf32", {"gather_precision": "tf32"}),
-    ("32 src", {"gather_sources": 32}),
-    ("16 src, 64 cols, 2 warps", {"gather_cols": 64, "gather_warps": 2}),
-    ("16 src, 256 cols", {"gather_cols": 256}))]
+PHASE1 = [("", None)] + [(", " + name, cfg) for name, cfg in (
+    ("gather tf32", {"gather_precision": "tf32"}),
+    ("gather 32 src", {"gather_sources": 32}),
+    # the forward and backward kernels' warps in the whole step (the per-call sweep
+    # picked them; with 8 heads they carry most of the gap to one head)
+    ("fwd 1 warp", {"fwd_warps": 1}), ("fwd 2 warps", {"fwd_warps": 2}),
+    ("bwd 1 warp", {"bwd_warps": 1}), ("bwd 2 warps", {"bwd_warps": 2}))]
 # (the S-query loop, {"bwd_twopass": False}, measured 1.6-2x slower at cf14cbd)
 
 
