@@ -109,12 +109,15 @@ class TritonAdamW(torch.optim.AdamW):
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
         self._chunks: dict = {}  # numels -> (chunk tensor index, chunk start) tables
 
-    @staticmethod
-    def _kernel_applies(params: list[Tensor]) -> bool:
+    def _kernel_applies(self, params: list[Tensor]) -> bool:
+        def flat(t: Tensor, p: Tensor) -> bool:
+            return type(t) is torch.Tensor and t.dtype == torch.float32 and t.is_contiguous() and t.device == p.device
+
         def ok(p: Tensor) -> bool:
             on_device = p.is_cuda or (_interpreting() and p.device.type == "cpu")
-            return (on_device and type(p.data) is torch.Tensor and p.dtype == torch.float32 and p.is_contiguous()
-                    and p.grad.dtype == torch.float32 and p.grad.is_contiguous() and not p.grad.is_sparse)
+            moments = [self.state[p][k] for k in ("exp_avg", "exp_avg_sq") if k in self.state[p]]
+            return (on_device and flat(p.data, p) and not p.grad.is_sparse and flat(p.grad, p)
+                    and all(flat(m, p) for m in moments))
         return all(ok(p) for p in params)
 
     @torch.no_grad()
@@ -138,6 +141,8 @@ class TritonAdamW(torch.optim.AdamW):
                     state["step"] = torch.tensor(0.0)
                     state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                     state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                elif state["step"].device.type != "cpu":  # from torch's fused AdamW: one read, not one a step
+                    state["step"] = state["step"].float().cpu()
                 state["step"] += 1
                 by_step.setdefault(float(state["step"]), []).append(p)
             for step, ps in by_step.items():
