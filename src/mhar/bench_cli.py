@@ -104,9 +104,10 @@ def time_step(model: Decoder, batch: int, seq_len: int, steps: int, warmup: int,
             return linear_cross_entropy(h, model.output_weight, y.flatten(), loss_chunk)
 
     def update():
-        if adamw == "triton":  # the trainer's path: the norm read back, its clip scale into the kernel
-            norm = float(torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None]))
-            opt.step(grad_scale=min(1.0, 1.0 / (norm + 1e-6)))
+        if adamw == "triton":  # the norm, and its clip scale into the kernel (left on the device, as
+            # clip_grad_norm_ leaves its own: neither path waits for the device here)
+            norm = torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
+            opt.step(grad_scale=torch.clamp(1.0 / (norm + 1e-6), max=1.0))
         else:
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from interpreter_run import run_interpreter_cases
 
@@ -37,9 +38,10 @@ def _groups(params):
     return [{"params": params[:3], "weight_decay": 0.1}, {"params": params[3:], "weight_decay": 0.0}]
 
 
-def _run(opt_cls, params, scales, kwargs, fold: bool, seed=1, skip_grad=None):
-    """Steps with fresh random gradients; ``fold``: the scale goes into step(), else the
-    gradients are scaled first (what clip_grad_norm_ does)."""
+def _run(opt_cls, params, scales, kwargs, fold: bool, seed=1, skip_grad=None, tensor_scale=False):
+    """Steps with fresh random gradients; ``fold``: the scale goes into step() (as a
+    one-element tensor with ``tensor_scale``), else the gradients are scaled first (what
+    clip_grad_norm_ does)."""
     gen = torch.Generator().manual_seed(seed)
     opt = opt_cls(_groups(params), **kwargs)
     for i, scale in enumerate(scales):
@@ -49,7 +51,7 @@ def _run(opt_cls, params, scales, kwargs, fold: bool, seed=1, skip_grad=None):
         for g in opt.param_groups:
             g["lr"] = 1e-2 * (i + 1)  # a schedule
         if fold:
-            opt.step(grad_scale=scale)
+            opt.step(grad_scale=torch.tensor(scale) if tensor_scale else scale)
         else:
             torch._foreach_mul_([p.grad for p in params if p.grad is not None], scale)
             opt.step()
@@ -73,8 +75,8 @@ def _compare(params_a, opt_a, params_b, opt_b, tol):
 
 
 @interp
-@pytest.mark.parametrize("skip_grad", [None, 4])
-def test_interp_kernel_matches_torch(skip_grad):
+@pytest.mark.parametrize("skip_grad,tensor_scale", [(None, False), (4, False), (None, True)])
+def test_interp_kernel_matches_torch(skip_grad, tensor_scale):
     """Three steps at clip scales 1, 0.3 and 0.05; with skip_grad, one parameter has no
     gradient in the second step (it keeps its state, and its step count falls behind,
     so its update runs in a launch of its own)."""
@@ -89,7 +91,8 @@ def test_interp_kernel_matches_torch(skip_grad):
 
     AK._adamw_kernel = Counting()
     try:
-        a = _run(AK.TritonAdamW, mine, [1.0, 0.3, 0.05], KW, fold=True, skip_grad=skip_grad)
+        a = _run(AK.TritonAdamW, mine, [1.0, 0.3, 0.05], KW, fold=True, skip_grad=skip_grad,
+                 tensor_scale=tensor_scale)
     finally:
         AK._adamw_kernel = real
     b = _run(torch.optim.AdamW, ref, [1.0, 0.3, 0.05], dict(KW, foreach=False), fold=False, skip_grad=skip_grad)
@@ -107,9 +110,10 @@ def test_interp_checkpoints_move_between_the_optimisers():
         for p, q in zip(ref, mine):
             p.copy_(q)
     b.load_state_dict(copy.deepcopy(a.state_dict()))  # as saved and loaded (else they share the moments)
-    a2 = _run_more(a, mine)
-    b2 = _run_more(b, ref)
-    _compare(mine, a2, ref, b2, 1e-6)
+    c = copy.deepcopy(a)  # a copy (with copies of the parameters; its launch cache rebuilt)
+    copied = [p for g in c.param_groups for p in g["params"]]
+    _compare(mine, _run_more(a, mine), ref, _run_more(b, ref), 1e-6)
+    _compare(copied, _run_more(c, copied), mine, a, 0.0)
 
 
 def _run_more(opt, params):
@@ -147,12 +151,20 @@ def test_cases_under_interpreter():
     run_interpreter_cases(HERE, "MHAR_ADAMW_INTERPRET_CASES")
 
 
-def test_falls_back_to_torch_off_the_kernel():
+@pytest.mark.parametrize("tensor_scale", [False, True])
+def test_falls_back_to_torch_off_the_kernel(tensor_scale):
     """fp64 parameters (and, in this process, the CPU without the interpreter): torch's
-    step on the scaled gradients."""
-    mine, ref = _params(torch.float64), _params(torch.float64)
-    a = _run(AK.TritonAdamW, mine, [1.0, 0.25], KW, fold=True)
-    b = _run(torch.optim.AdamW, ref, [1.0, 0.25], KW, fold=False)
+    step on the scaled gradients, with the optimiser hooks run once."""
+    calls = []
+    handle = register_optimizer_step_pre_hook(lambda opt, args, kwargs: calls.append(1))
+    try:
+        torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))])  # torch wraps AdamW's own step for its hooks
+        mine, ref = _params(torch.float64), _params(torch.float64)
+        a = _run(AK.TritonAdamW, mine, [1.0, 0.25], KW, fold=True, tensor_scale=tensor_scale)
+        assert len(calls) == 2, calls
+        b = _run(torch.optim.AdamW, ref, [1.0, 0.25], KW, fold=False)
+    finally:
+        handle.remove()
     _compare(mine, a, ref, b, 1e-12)
 
 

@@ -105,3 +105,16 @@ def test_resume_is_bit_exact_with_a_dataset_folder(tmp_path, small_cfg):
     Trainer(small_cfg("mhar-h2", *opts), tmp_path / "cut", resume=True, progress=False).fit()
     for key in ("loss", "grad_norm", "val_loss"):
         assert _seq(tmp_path / "full", key) == _seq(tmp_path / "cut", key), key
+
+
+def test_resume_keeps_this_runs_optimiser_implementation(tmp_path, small_cfg):
+    """torch's Optimizer.load_state_dict takes every group setting from the checkpoint,
+    including fused / foreach: a run resumed with another implementation (adamw=torch
+    after adamw=triton, or another device) keeps the one its own optimiser chose."""
+    trainer = Trainer(small_cfg("mhar", "steps=1"), tmp_path, progress=False)
+    chosen = [(g["fused"], g["foreach"]) for g in trainer.optimizer.param_groups]
+    state = trainer.state_dict()
+    for group in state["optimizer"]["param_groups"]:
+        group["fused"], group["foreach"] = True, True  # as saved by a fused CUDA run
+    trainer.load_state_dict(state)
+    assert [(g["fused"], g["foreach"]) for g in trainer.optimizer.param_groups] == chosen

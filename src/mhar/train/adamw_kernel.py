@@ -35,8 +35,8 @@ WARPS = 8
 
 
 @triton.jit
-def _update(p_ptr, g_ptr, m_ptr, v_ptr, offs, mask, lr, weight_decay, beta1, beta2, eps, step_size, bc2_sqrt,
-            grad_scale, MASKED: tl.constexpr):
+def _update(p_ptr, g_ptr, m_ptr, v_ptr, offs, mask, decay, beta1, one_minus_beta1, beta2, one_minus_beta2, eps,
+            step_size, bc2_sqrt, grad_scale, MASKED: tl.constexpr):
     if MASKED:
         g = tl.load(g_ptr + offs, mask=mask, other=0.0)
         m = tl.load(m_ptr + offs, mask=mask, other=0.0)
@@ -48,9 +48,9 @@ def _update(p_ptr, g_ptr, m_ptr, v_ptr, offs, mask, lr, weight_decay, beta1, bet
         v = tl.load(v_ptr + offs)
         p = tl.load(p_ptr + offs)
     g = g * grad_scale
-    p = p * (1.0 - lr * weight_decay)
-    m = m + (1.0 - beta1) * (g - m)
-    v = beta2 * v + (1.0 - beta2) * g * g
+    p = p * decay
+    m = m + one_minus_beta1 * (g - m)
+    v = beta2 * v + one_minus_beta2 * g * g
     p = p - step_size * m / (tl.sqrt(v) / bc2_sqrt + eps)
     if MASKED:
         tl.store(p_ptr + offs, p, mask=mask)
@@ -63,12 +63,13 @@ def _update(p_ptr, g_ptr, m_ptr, v_ptr, offs, mask, lr, weight_decay, beta1, bet
 
 
 @triton.jit
-def _adamw_kernel(CHUNK_T, CHUNK_S, P, G, M, V, NUMEL, lr, weight_decay, beta1, beta2, eps, step_size, bc2_sqrt,
-                  grad_scale, BLOCK: tl.constexpr, ALIGN: tl.constexpr):
+def _adamw_kernel(CHUNK_T, CHUNK_S, P, G, M, V, NUMEL, SCALE, decay, beta1, one_minus_beta1, beta2, one_minus_beta2,
+                  eps, step_size, bc2_sqrt, BLOCK: tl.constexpr, ALIGN: tl.constexpr):
     """One chunk of BLOCK elements of one tensor. A chunk that the tensor fills takes the
     unmasked path: with the start a known multiple of BLOCK and no mask, the loads and
     stores are 16-byte vectors (a mask against a size read from memory would make them
-    4-byte ones)."""
+    4-byte ones). SCALE: the gradients' multiplier, a device scalar (no host sync to
+    form it); the other factors are formed on the host in double, as torch does."""
     pid = tl.program_id(0)
     i = tl.load(CHUNK_T + pid)
     start = tl.multiple_of(tl.load(CHUNK_S + pid), BLOCK)
@@ -79,12 +80,13 @@ def _adamw_kernel(CHUNK_T, CHUNK_S, P, G, M, V, NUMEL, lr, weight_decay, beta1, 
     g_ptr = tl.multiple_of(tl.load(G + i).to(f32), ALIGN)
     m_ptr = tl.multiple_of(tl.load(M + i).to(f32), ALIGN)
     v_ptr = tl.multiple_of(tl.load(V + i).to(f32), ALIGN)
+    scale = tl.load(SCALE)
     if start + BLOCK <= n:
-        _update(p_ptr, g_ptr, m_ptr, v_ptr, offs, None, lr, weight_decay, beta1, beta2, eps, step_size, bc2_sqrt,
-                grad_scale, False)
+        _update(p_ptr, g_ptr, m_ptr, v_ptr, offs, None, decay, beta1, one_minus_beta1, beta2, one_minus_beta2, eps,
+                step_size, bc2_sqrt, scale, False)
     else:
-        _update(p_ptr, g_ptr, m_ptr, v_ptr, offs, offs < n, lr, weight_decay, beta1, beta2, eps, step_size,
-                bc2_sqrt, grad_scale, True)
+        _update(p_ptr, g_ptr, m_ptr, v_ptr, offs, offs < n, decay, beta1, one_minus_beta1, beta2, one_minus_beta2,
+                eps, step_size, bc2_sqrt, scale, True)
 
 
 def _interpreting() -> bool:
@@ -107,21 +109,27 @@ class TritonAdamW(torch.optim.AdamW):
     def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 1e-2):
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
-        self._chunks: dict = {}  # numels -> (chunk tensor index, chunk start) tables
+        self._chunks: dict = {}  # (device, numels) -> chunk tensor index, chunk start and numel tables
+
+    def __setstate__(self, state: dict) -> None:  # copies and unpickled optimisers: a fresh cache
+        super().__setstate__(state)
+        self._chunks = {}
 
     def _kernel_applies(self, params: list[Tensor]) -> bool:
         def flat(t: Tensor, p: Tensor) -> bool:
             return type(t) is torch.Tensor and t.dtype == torch.float32 and t.is_contiguous() and t.device == p.device
 
         def ok(p: Tensor) -> bool:
-            on_device = p.is_cuda or (_interpreting() and p.device.type == "cpu")
+            on_device = p.device == params[0].device and (p.is_cuda or (_interpreting() and p.device.type == "cpu"))
             moments = [self.state[p][k] for k in ("exp_avg", "exp_avg_sq") if k in self.state[p]]
             return (on_device and flat(p.data, p) and not p.grad.is_sparse and flat(p.grad, p)
                     and all(flat(m, p) for m in moments))
         return all(ok(p) for p in params)
 
     @torch.no_grad()
-    def step(self, closure=None, grad_scale: float = 1.0):
+    def step(self, closure=None, grad_scale: float | Tensor = 1.0):
+        """grad_scale: what to multiply the gradients by (the clip's scale), a number or a
+        one-element tensor (left on the device, so that forming it needs no host sync)."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -151,12 +159,14 @@ class TritonAdamW(torch.optim.AdamW):
             self._torch_step(fallback, grad_scale)
         return loss
 
-    def _launch(self, params: list[Tensor], group: dict, step: float, grad_scale: float) -> None:
+    def _launch(self, params: list[Tensor], group: dict, step: float, grad_scale: float | Tensor) -> None:
         dev = params[0].device
         b1, b2 = group["betas"]
         numels = tuple(p.numel() for p in params)
         key = (dev, numels)
         if key not in self._chunks:
+            if len(self._chunks) >= 16:  # parameter sets that change from step to step: keep it bounded
+                self._chunks.clear()
             chunk_t, chunk_s = [], []
             for i, n in enumerate(numels):
                 starts = range(0, n, BLOCK)
@@ -169,18 +179,27 @@ class TritonAdamW(torch.optim.AdamW):
         ptrs = [[t.data_ptr() for t in ts] for ts in tensors]
         align = 16 if all(v % 16 == 0 for row in ptrs for v in row) else 1
         p_tab, g_tab, m_tab, v_tab = (_table(row, dev) for row in ptrs)
+        scale = (grad_scale.reshape(1).to(dev, torch.float32) if isinstance(grad_scale, Tensor)
+                 else torch.full((1,), float(grad_scale), dtype=torch.float32, device=dev))
         lr = float(group["lr"])
-        _adamw_kernel[(chunk_t.numel(),)](chunk_t, chunk_s, p_tab, g_tab, m_tab, v_tab, numel, lr,
-                                          float(group["weight_decay"]), b1, b2, group["eps"], lr / (1 - b1 ** step),
-                                          (1 - b2 ** step) ** 0.5, float(grad_scale), BLOCK=BLOCK, ALIGN=align,
-                                          num_warps=WARPS)
+        _adamw_kernel[(chunk_t.numel(),)](chunk_t, chunk_s, p_tab, g_tab, m_tab, v_tab, numel, scale,
+                                          1.0 - lr * float(group["weight_decay"]), b1, 1.0 - b1, b2, 1.0 - b2,
+                                          group["eps"], lr / (1 - b1 ** step), (1 - b2 ** step) ** 0.5,
+                                          BLOCK=BLOCK, ALIGN=align, num_warps=WARPS)
 
-    def _torch_step(self, groups: list[dict], grad_scale: float) -> None:
+    def _torch_step(self, groups: list[dict], grad_scale: float | Tensor) -> None:
         """torch's AdamW step for these groups only, the gradients scaled first."""
-        if grad_scale != 1.0:
-            torch._foreach_mul_([p.grad for g in groups for p in g["params"] if p.grad is not None], grad_scale)
+        if isinstance(grad_scale, Tensor) or grad_scale != 1.0:
+            grads = [p.grad for g in groups for p in g["params"] if p.grad is not None]
+            if isinstance(grad_scale, Tensor):
+                grad_scale = grad_scale.reshape(()).to(grads[0].device, grads[0].dtype)
+            torch._foreach_mul_(grads, grad_scale)
+        # AdamW's step without the hook wrapper torch adds to the class (this class's own
+        # step already ran the optimiser hooks once)
+        step = torch.optim.AdamW.step
+        step = step.__wrapped__ if getattr(step, "hooked", False) else step
         kept, self.param_groups = self.param_groups, groups
         try:
-            super().step()
+            step(self)
         finally:
             self.param_groups = kept

@@ -280,7 +280,12 @@ class Trainer:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
+        # torch's load_state_dict takes every group setting from the checkpoint, including
+        # the implementation (fused / foreach) chosen for the run that saved it: keep ours
+        impl = [{k: g[k] for k in ("fused", "foreach") if k in g} for g in self.optimizer.param_groups]
         self.optimizer.load_state_dict(state["optimizer"])
+        for group, kept in zip(self.optimizer.param_groups, impl):
+            group.update(kept)
         self.step, self.tokens = int(state["step"]), int(state["tokens"])
         self.train_time = float(state.get("train_time", 0.0))
         self.evals = [tuple(e) for e in state.get("evals", [])]
