@@ -9,6 +9,7 @@ this script (run with triton 3.6, the GPU machine's version).
     PYTHONPATH=src python bench/compile_sm90.py                    # every kernel below
     PYTHONPATH=src python bench/compile_sm90.py --kernels twopass --gather-sources 4 --gather-warps 2
     PYTHONPATH=src python bench/compile_sm90.py --kernels hyper   # the hyper-connection glue
+    PYTHONPATH=src python bench/compile_sm90.py --kernels adamw   # the fused AdamW
 """
 
 from __future__ import annotations
@@ -76,11 +77,24 @@ def hyper_rows(row) -> None:
         row(fn.fn.__name__ if hasattr(fn, "fn") else str(fn), "-", "-", hyper._WARPS, r)
 
 
+def adamw_rows(row) -> None:
+    """The fused AdamW kernel (mhar.train.adamw_kernel), as the optimiser launches it."""
+    from mhar.train import adamw_kernel as ak
+
+    types = {"CHUNK_T": "*i32", "CHUNK_S": "*i64", "P": "*i64", "G": "*i64", "M": "*i64", "V": "*i64",
+             "NUMEL": "*i64", "SCALE": "*fp32"}
+    SCALARS.update({k: "fp32" for k in ("decay", "beta1", "one_minus_beta1", "beta2", "one_minus_beta2",
+                                        "step_size", "bc2_sqrt")})
+    r = resources(ak._adamw_kernel, {"BLOCK": ak.BLOCK, "ALIGN": 16}, ak.WARPS, types)
+    row("_adamw_kernel", "-", "-", ak.WARPS, r)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--kernels", default="single,twopass", help="single: the one-query kernels (backward with and "
                     "without running sums); twopass: the two-pass phase-1 backward (COEF pass and gather); hyper: "
-                    "the hyper-connection glue (n = 4 streams, bf16, the library's block and 4 warps)")
+                    "the hyper-connection glue (n = 4 streams, bf16, the library's block and 4 warps); adamw: the "
+                    "fused AdamW kernel")
     ap.add_argument("--warps", default="1", help="comma list of warps for the source-loop kernels")
     ap.add_argument("--gather-sources", type=int, default=16, help="sources per gather program (KS)")
     ap.add_argument("--gather-cols", type=int, default=128, help="columns per gather chunk")
@@ -99,6 +113,9 @@ def main() -> None:
     for kind in args.kernels.split(","):
         if kind == "hyper":
             hyper_rows(row)
+            continue
+        if kind == "adamw":
+            adamw_rows(row)
             continue
         for d, heads in SHAPES:
             for w in [int(v) for v in args.warps.split(",")]:
