@@ -75,6 +75,23 @@ def test_route_many_tiles(n, lead, d, heads, gen, small_tiles):
     check_route(n, lead, d, heads, gen=gen)
 
 
+@pytest.mark.parametrize("qb", [2, 8])
+def test_partial_blocks_of_queries(qb, gen):
+    # phase 1's forward with several queries per program (_fwd_queries_kernel): query
+    # counts below, equal to and past the block, heads of every kind, bf16, and the
+    # two-phase read and gradient sums built on it
+    rop.TUNE = dict(fwd_queries=qb)
+    try:
+        for n, lead, d, heads, S in [(1, (3,), 1, 1, 2), (3, (5,), 123, 1, 3), (6, (7,), 80, 4, 5),
+                                     (5, (9,), 40, 8, 9), (73, (2,), 16, 4, 2)]:
+            check_partial(n, lead, d, heads, S, gen=gen)
+        check_partial(4, (6,), 64, 8, 3, dtype=torch.bfloat16, tol=1e-2, gen=gen)
+        check_two_phase(3, 2, (5,), 40, 8, 3, gen=gen, fused=True)
+        check_sink_chain(5, (5,), 32, 4, gen=gen, chunk=3, extra=False)
+    finally:
+        rop.TUNE = None
+
+
 @pytest.mark.parametrize("tune", [dict(gather_sources=8), dict(gather_cols=24)])
 def test_gather_config_must_fit_a_matrix_product(tune, gen):
     srcs, q, g = make_inputs(3, (5,), 32, torch.float32, "cpu", S=2, gen=gen)

@@ -148,12 +148,16 @@ def _pow2(n: int) -> int:
 # which measured 1.5-1.8 ms faster per whole step at 1280/73 (1.5%) for 4x the rounding.
 _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 128, "gather_warps": 4,
                     "gather_precision": "tf32x3"}
+# Phase 1's forward: "fwd_queries" > 1 runs ``_fwd_queries_kernel``, that many queries per
+# program (each source tile read once per block of queries instead of once per query),
+# with "fwd_queries_warps" warps. Interpreter-tested, not yet timed on a GPU: off (1).
+_PHASE1_FORWARD = {"fwd_queries": 1, "fwd_queries_warps": 4}
 # pad_heads: a head width that is not a power of two as one padded part (see _geometry)
 _DEFAULTS = {
-    False: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1,
+    False: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1, **_PHASE1_FORWARD,
             "bwd_elems": 1024, "bwd_warps": 2, "bwd_pf": 1, "bwd_progs_per_sm": 16, "pad_heads": False,
             **_PHASE1_BACKWARD},
-    True: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1,
+    True: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1, **_PHASE1_FORWARD,
            "bwd_elems": 1024, "bwd_warps": 2, "bwd_pf": 1, "bwd_progs_per_sm": 16, "pad_heads": False,
            **_PHASE1_BACKWARD},
 }
@@ -294,7 +298,13 @@ def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, h
     m = _new((S, n_tok, heads), torch.float32, dev)
     l = _new((S, n_tok, heads), torch.float32, dev)
     o = _new((S, n_tok, d), torch.float32, dev)
-    if n_tiles:
+    qb = min(cfg["fwd_queries"], _pow2(S))
+    if n_tiles and qb > 1:  # blocks of queries per program, each source tile read once per block
+        from mhar.routing.triton_kernels import _fwd_queries_kernel
+
+        _fwd_queries_kernel[(-(-S // qb), n_tiles)](table, srcs[0], w, m, l, o, len(srcs), n_tok, S, d, dh, eps,
+                                                    **tile, QB=qb, num_warps=cfg["fwd_queries_warps"])
+    elif n_tiles:
         _fwd_kernel[(S, n_tiles)](table, srcs[0], w, m, l, o, m, l, o, len(srcs), n_tok, d, dh, eps,
                                   **tile, FINAL=False, PF=cfg["fwd_pf"], num_warps=cfg["fwd_warps"])
     return m, l, o

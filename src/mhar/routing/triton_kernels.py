@@ -188,6 +188,78 @@ def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, M0, L0, O0,
 
 
 @triton.jit
+def _fwd_queries_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, n_src, n_tok, n_q, d: tl.constexpr, dh: tl.constexpr, eps,
+                        H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, BM: tl.constexpr,
+                        QB: tl.constexpr, HAS_B: tl.constexpr, EVEN: tl.constexpr, ALIGN: tl.constexpr):
+    """Phase 1's forward with QB queries per program (grid (query blocks, token tiles)):
+    a program reads each source tile once and keeps the (m, l, o) of its QB queries, a
+    (QB, BM, HP, lanes) accumulator. ``_fwd_kernel`` runs one query per program, so the S
+    programs of a token tile each read its sources, S reads through L2 for one from
+    device memory; here a block of QB queries shares one. Outputs as ``_fwd_kernel``'s
+    phase-1 ones: m, l (S, n_tok, H) and the unnormalised o (S, n_tok, d), fp32."""
+    rq = tl.program_id(0) * QB + tl.arange(0, QB)
+    tile = tl.program_id(1)
+    qmask = rq < n_q
+    rm = tile * BM + tl.arange(0, BM)
+    rh = tl.arange(0, HP)
+    ra = tl.arange(0, DA)
+    col_a = rh[:, None] * dh + ra[None, :]                                      # (HP, DA)
+    cmask_a = (rh[:, None] < H) & (ra[None, :] < dh)
+    mmask = rm < n_tok
+    row = rm.to(tl.int64)[:, None, None] * d
+    offs_a = row + col_a[None, :, :]                                            # (BM, HP, DA)
+    mask_a = mmask[:, None, None] & cmask_a[None, :, :]
+    wq = W + rq[:, None, None] * d                                              # (QB, 1, 1) query rows
+    wa = tl.load(wq + col_a[None, :, :], mask=qmask[:, None, None] & cmask_a[None, :, :], other=0.0)
+    wa = wa.to(tl.float32)[:, None, :, :]                                       # (QB, 1, HP, DA)
+    m_i = tl.full([QB, BM, HP], float("-inf"), tl.float32)
+    l_i = tl.zeros([QB, BM, HP], tl.float32)
+    acc_a = tl.zeros([QB, BM, HP, DA], tl.float32)
+    p0 = _src(table, 0, ref, ALIGN)
+    xa_n = _ld(p0 + offs_a, mask_a, EVEN)
+    if HAS_B:
+        rb = tl.arange(0, DB)
+        col_b = rh[:, None] * dh + DA + rb[None, :]
+        cmask_b = (rh[:, None] < H) & ((DA + rb[None, :]) < dh)
+        offs_b = row + col_b[None, :, :]
+        mask_b = mmask[:, None, None] & cmask_b[None, :, :]
+        wb = tl.load(wq + col_b[None, :, :], mask=qmask[:, None, None] & cmask_b[None, :, :], other=0.0)
+        wb = wb.to(tl.float32)[:, None, :, :]
+        acc_b = tl.zeros([QB, BM, HP, DB], tl.float32)
+        xb_n = _ld(p0 + offs_b, mask_b, EVEN)
+    p_next = _src(table, tl.minimum(1, n_src - 1), ref, ALIGN)
+    for i in range(n_src):
+        xa, xa_n, _ = _next_tile(xa_n, xa_n, p_next, offs_a, mask_a, EVEN, 1)
+        ss = tl.sum(tl.sum(xa * xa, axis=2), axis=1)                            # (BM,)
+        zr = tl.sum(xa[None, :, :, :] * wa, axis=3)                             # (QB, BM, HP)
+        if HAS_B:
+            xb, xb_n, _ = _next_tile(xb_n, xb_n, p_next, offs_b, mask_b, EVEN, 1)
+            ss += tl.sum(tl.sum(xb * xb, axis=2), axis=1)
+            zr += tl.sum(xb[None, :, :, :] * wb, axis=3)
+        p_next = _src(table, tl.minimum(i + 2, n_src - 1), ref, ALIGN)
+        rstd = 1.0 / tl.sqrt(ss / d + eps)
+        z = zr * rstd[None, :, None]
+        m_new = tl.maximum(m_i, z)
+        alpha = tl.exp(m_i - m_new)
+        p = tl.exp(z - m_new)
+        l_i = l_i * alpha + p
+        acc_a = acc_a * alpha[:, :, :, None] + p[:, :, :, None] * xa[None, :, :, :]
+        if HAS_B:
+            acc_b = acc_b * alpha[:, :, :, None] + p[:, :, :, None] * xb[None, :, :, :]
+        m_i = m_new
+    q64 = rq.to(tl.int64)
+    hoffs = (q64[:, None, None] * n_tok + rm[None, :, None]) * H + rh[None, None, :]     # (QB, BM, HP)
+    hmask = qmask[:, None, None] & mmask[None, :, None] & (rh[None, None, :] < H)
+    tl.store(OUT_M + hoffs, m_i, mask=hmask)
+    tl.store(OUT_L + hoffs, l_i, mask=hmask)
+    obase = q64[:, None, None, None] * n_tok * d
+    tl.store(OUT_O + obase + offs_a[None, :, :, :], acc_a, mask=qmask[:, None, None, None] & mask_a[None, :, :, :])
+    if HAS_B:
+        tl.store(OUT_O + obase + offs_b[None, :, :, :], acc_b,
+                 mask=qmask[:, None, None, None] & mask_b[None, :, :, :])
+
+
+@triton.jit
 def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW, CA, CB, CC, PM, PGO, PGL,
                 n_src, n_acc, n_tok, n_q, d: tl.constexpr, dh: tl.constexpr, eps, n_tiles, n_prog,
                 H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, BM: tl.constexpr,
