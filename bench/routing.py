@@ -513,16 +513,15 @@ BWD_CONFIGS = [(1024, 1, 1, 16), (1024, 2, 1, 16), (1024, 4, 1, 8), (1024, 4, 2,
 # routing_h200.md and session9/. --phase1 replaces this list.
 PHASE1 = [("", None)] + [(", " + name, cfg) for name, cfg in (
     ("gather tf32", {"gather_precision": "tf32"}),
-    ("gather 32 src", {"gather_sources": 32}),
     # the forward and backward kernels' warps in the whole step (the per-call sweep
     # picked them; with 8 heads they carry most of the gap to one head)
     ("fwd 1 warp", {"fwd_warps": 1}), ("fwd 2 warps", {"fwd_warps": 2}),
     ("bwd 1 warp", {"bwd_warps": 1}), ("bwd 2 warps", {"bwd_warps": 2}),
-    # phase 1's forward with several queries per program (_fwd_queries_kernel)
-    ("fwd 2 queries, 2 warps", {"fwd_queries": 2, "fwd_queries_warps": 2}),
-    ("fwd 4 queries, 4 warps", {"fwd_queries": 4, "fwd_queries_warps": 4}),
-    ("fwd 4 queries, 8 warps", {"fwd_queries": 4, "fwd_queries_warps": 8}),
-    ("fwd 8 queries, 8 warps", {"fwd_queries": 8, "fwd_queries_warps": 8}))]
+    # phase 1's forward and COEF pass with blocks of queries per program
+    ("fwd 4 queries", {"fwd_queries": 4}), ("fwd 8 queries", {"fwd_queries": 8}),
+    ("COEF 2 queries, 4 warps", {"coef_queries": 2, "coef_queries_warps": 4}),
+    ("COEF 4 queries", {"coef_queries": 4}),
+    ("fwd and COEF 4 queries", {"fwd_queries": 4, "coef_queries": 4}))]
 # (the S-query loop, {"bwd_twopass": False}, measured 1.6-2x slower at cf14cbd)
 
 

@@ -75,15 +75,21 @@ def test_route_many_tiles(n, lead, d, heads, gen, small_tiles):
     check_route(n, lead, d, heads, gen=gen)
 
 
-@pytest.mark.parametrize("qb", [2, 8])
-def test_partial_blocks_of_queries(qb, gen):
-    # phase 1's forward with several queries per program (_fwd_queries_kernel): query
-    # counts below, equal to and past the block, heads of every kind, bf16, and the
-    # two-phase read and gradient sums built on it
-    rop.TUNE = dict(fwd_queries=qb)
+@pytest.mark.parametrize("tune", [dict(fwd_queries=2), dict(fwd_queries=8), dict(coef_queries=2),
+                                  dict(coef_queries=8), dict(fwd_queries=4, coef_queries=4)])
+def test_partial_blocks_of_queries(tune, gen):
+    # phase 1's forward (_fwd_queries_kernel) and its backward's first pass
+    # (_coef_queries_kernel) with several queries per program: query counts below, equal
+    # to and past the block, heads of every kind, bf16, and the two-phase read and
+    # gradient sums built on them
+    rop.TUNE = tune
     try:
-        for n, lead, d, heads, S in [(1, (3,), 1, 1, 2), (3, (5,), 123, 1, 3), (6, (7,), 80, 4, 5),
-                                     (5, (9,), 40, 8, 9), (73, (2,), 16, 4, 2)]:
+        # d = 1: the key norm makes x / |x|, so the norm's two gradient terms cancel to about
+        # eps / x^2 of themselves and the rounding order shows (for one seed the default
+        # kernels came 1.4e-5 off the fp64 reference, the blocks of queries 2.9e-5)
+        check_partial(1, (3,), 1, 1, 2, gen=gen, tol=1e-4)
+        for n, lead, d, heads, S in [(3, (5,), 123, 1, 3), (6, (7,), 80, 4, 5), (5, (9,), 40, 8, 9),
+                                     (73, (2,), 16, 4, 2)]:
             check_partial(n, lead, d, heads, S, gen=gen)
         check_partial(4, (6,), 64, 8, 3, dtype=torch.bfloat16, tol=1e-2, gen=gen)
         check_two_phase(3, 2, (5,), 40, 8, 3, gen=gen, fused=True)

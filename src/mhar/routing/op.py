@@ -147,11 +147,14 @@ def _pow2(n: int) -> int:
 # compile, no spills). tf32x3 (about fp32's accuracy) rather than single tf32 products,
 # which measured 1.5-1.8 ms faster per whole step at 1280/73 (1.5%) for 4x the rounding.
 _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 128, "gather_warps": 4,
-                    "gather_precision": "tf32x3"}
+                    "gather_precision": "tf32x3", "coef_queries": 1, "coef_queries_warps": 8}
 # Phase 1's forward: "fwd_queries" > 1 runs ``_fwd_queries_kernel``, that many queries per
-# program (each source tile read once per block of queries instead of once per query),
-# with "fwd_queries_warps" warps. Interpreter-tested, not yet timed on a GPU: off (1).
-_PHASE1_FORWARD = {"fwd_queries": 1, "fwd_queries_warps": 4}
+# program (each source tile read once per block of queries instead of once per query
+# through L2), with "fwd_queries_warps" warps; "coef_queries" (in _PHASE1_BACKWARD) does
+# the same for the backward's COEF pass (``_coef_queries_kernel``). Both interpreter-
+# tested, not yet timed on a GPU: off (1). 8 warps: 48-255 registers, no spills, in an
+# offline sm_90 compile at 1024 and 1280 with blocks of 2-8 queries.
+_PHASE1_FORWARD = {"fwd_queries": 1, "fwd_queries_warps": 8}
 # pad_heads: a head width that is not a power of two as one padded part (see _geometry)
 _DEFAULTS = {
     False: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1, **_PHASE1_FORWARD,
@@ -345,18 +348,28 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
             if cfg[key] < 16 or cfg[key] & (cfg[key] - 1):
                 raise ValueError(f"routing config: {key} must be a power of two >= 16, got {cfg[key]}")
         n_tiles = -(-n_tok // tile["BM"])
-        n_prog = max(1, _n_programs(dev, n_tiles, cfg["bwd_progs_per_sm"]) // S)
+        qb = min(cfg["coef_queries"], _pow2(S))  # queries per program of the COEF pass
+        n_blocks = -(-S // qb)
+        n_prog = max(1, _n_programs(dev, n_tiles, cfg["bwd_progs_per_sm"]) // n_blocks)
         dw_parts = torch.empty((n_prog, S, d), dtype=torch.float32, device=dev)  # every (program, query) row
         if n_tiles:
             grad = grad.contiguous()
             coef_a = torch.empty((len(srcs), S, n_tok, heads), dtype=torch.float32, device=dev)
             coef_b = torch.empty_like(coef_a)
             coef_c = torch.empty((len(srcs), S, n_tok), dtype=torch.float32, device=dev)
-            _bwd_kernel[(S, n_prog)](src_table, srcs[0], src_table, w, grad, stat, off.contiguous(), grad, dw_parts,
-                                     coef_a, coef_b, coef_c, dw_parts, dw_parts, dw_parts,
-                                     len(srcs), 0, n_tok, S, d, dh, eps, n_tiles, n_prog,
-                                     **tile, SINGLE=True, FINAL=False, PF=cfg["bwd_pf"], COEF=True,
-                                     num_warps=cfg["bwd_warps"])
+            if qb > 1:  # blocks of queries per program, each source tile read once per block
+                from mhar.routing.triton_kernels import _coef_queries_kernel
+
+                _coef_queries_kernel[(n_blocks, n_prog)](
+                    src_table, srcs[0], w, grad, stat, off.contiguous(), dw_parts, coef_a, coef_b, coef_c,
+                    len(srcs), n_tok, S, d, dh, eps, n_tiles, n_prog, **tile, QB=qb,
+                    num_warps=cfg["coef_queries_warps"])
+            else:
+                _bwd_kernel[(S, n_prog)](src_table, srcs[0], src_table, w, grad, stat, off.contiguous(), grad,
+                                         dw_parts, coef_a, coef_b, coef_c, dw_parts, dw_parts, dw_parts,
+                                         len(srcs), 0, n_tok, S, d, dh, eps, n_tiles, n_prog,
+                                         **tile, SINGLE=True, FINAL=False, PF=cfg["bwd_pf"], COEF=True,
+                                         num_warps=cfg["bwd_warps"])
             _bwd_gather_kernel[(-(-len(srcs) // ks) * n_tok,)](
                 src_table, srcs[0], dest_table, w, grad, coef_a, coef_b, coef_c, len(srcs), n_acc, n_tok, S, d, dh,
                 H=heads, **_gather_geometry(dh, tile["DA"], tile["DB"], cfg["gather_cols"]), KS=ks,

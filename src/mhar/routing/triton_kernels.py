@@ -454,6 +454,85 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW, CA, CB, CC, PM, PGO,
 
 
 @triton.jit
+def _coef_queries_kernel(table, ref, W, G, STAT, OFF, DW, CA, CB, CC, n_src, n_tok, n_q, d: tl.constexpr,
+                         dh: tl.constexpr, eps, n_tiles, n_prog, H: tl.constexpr, HP: tl.constexpr,
+                         DA: tl.constexpr, DB: tl.constexpr, BM: tl.constexpr, QB: tl.constexpr,
+                         HAS_B: tl.constexpr, EVEN: tl.constexpr, ALIGN: tl.constexpr):
+    """The two-pass phase-1 backward's first pass (``_bwd_kernel`` with COEF) for a block
+    of QB queries per program: grid (query blocks, programs), persistent over token tiles.
+    Each source tile is read once per block of queries instead of once per query (the
+    COEF pass's S programs per tile share it only through L2). Writes what the COEF pass
+    writes: per source, query and token the coefficients a and r dz per head (CA, CB) and
+    c (CC), and per (program, query) its d(q*g) row of DW (n_prog, S, d)."""
+    rq = tl.program_id(0) * QB + tl.arange(0, QB)
+    pid = tl.program_id(1)
+    qmask = rq < n_q
+    q64 = rq.to(tl.int64)
+    rh = tl.arange(0, HP)
+    ra = tl.arange(0, DA)
+    col_a = rh[:, None] * dh + ra[None, :]
+    cmask_a = (rh[:, None] < H) & (ra[None, :] < dh)
+    wmask_a = qmask[:, None, None] & cmask_a[None, :, :]
+    wa = tl.load(W + q64[:, None, None] * d + col_a[None, :, :], mask=wmask_a, other=0.0).to(tl.float32)
+    dwa_acc = tl.zeros([QB, HP, DA], tl.float32)
+    if HAS_B:
+        rb = tl.arange(0, DB)
+        col_b = rh[:, None] * dh + DA + rb[None, :]
+        cmask_b = (rh[:, None] < H) & ((DA + rb[None, :]) < dh)
+        wmask_b = qmask[:, None, None] & cmask_b[None, :, :]
+        wb = tl.load(W + q64[:, None, None] * d + col_b[None, :, :], mask=wmask_b, other=0.0).to(tl.float32)
+        dwb_acc = tl.zeros([QB, HP, DB], tl.float32)
+    p_first = _src(table, 0, ref, ALIGN)
+    p_second = _src(table, tl.minimum(1, n_src - 1), ref, ALIGN)
+    for tile in range(pid, n_tiles, n_prog):
+        rm = tile * BM + tl.arange(0, BM)
+        mmask = rm < n_tok
+        row = rm.to(tl.int64)[:, None, None] * d
+        offs_a = row + col_a[None, :, :]                                        # (BM, HP, DA)
+        mask_a = mmask[:, None, None] & cmask_a[None, :, :]
+        hq = (q64[:, None, None] * n_tok + rm[None, :, None]) * H + rh[None, None, :]   # (QB, BM, HP)
+        hmask = qmask[:, None, None] & mmask[None, :, None] & (rh[None, None, :] < H)
+        gbase = q64[:, None, None, None] * n_tok * d
+        goa = tl.load(G + gbase + offs_a[None], mask=qmask[:, None, None, None] & mask_a[None], other=0.0)
+        st0 = tl.load(STAT + hq, mask=hmask, other=0.0)
+        of0 = tl.load(OFF + hq, mask=hmask, other=0.0)
+        xa_n = _ld(p_first + offs_a, mask_a, EVEN)
+        if HAS_B:
+            offs_b = row + col_b[None, :, :]
+            mask_b = mmask[:, None, None] & cmask_b[None, :, :]
+            gob = tl.load(G + gbase + offs_b[None], mask=qmask[:, None, None, None] & mask_b[None], other=0.0)
+            xb_n = _ld(p_first + offs_b, mask_b, EVEN)
+        p_next = p_second
+        for i in range(n_src):
+            xa, xa_n, _ = _next_tile(xa_n, xa_n, p_next, offs_a, mask_a, EVEN, 1)
+            ss = tl.sum(tl.sum(xa * xa, axis=2), axis=1)                        # (BM,)
+            zr = tl.sum(xa[None] * wa[:, None], axis=3)                         # (QB, BM, HP)
+            gx = tl.sum(goa * xa[None], axis=3)
+            if HAS_B:
+                xb, xb_n, _ = _next_tile(xb_n, xb_n, p_next, offs_b, mask_b, EVEN, 1)
+                ss += tl.sum(tl.sum(xb * xb, axis=2), axis=1)
+                zr += tl.sum(xb[None] * wb[:, None], axis=3)
+                gx += tl.sum(gob * xb[None], axis=3)
+            p_next = _src(table, tl.minimum(i + 2, n_src - 1), ref, ALIGN)
+            rstd = 1.0 / tl.sqrt(ss / d + eps)
+            a = tl.where(hmask, tl.exp(zr * rstd[None, :, None] - st0), 0.0)
+            dz = a * (gx + of0)
+            rdz = dz * rstd[None, :, None]
+            c = tl.sum(dz * zr, axis=2) * (rstd * rstd * rstd / d)[None, :]      # (QB, BM)
+            dwa_acc += tl.sum(rdz[:, :, :, None] * xa[None], axis=1)
+            if HAS_B:
+                dwb_acc += tl.sum(rdz[:, :, :, None] * xb[None], axis=1)
+            pair = (i * n_q + q64) * n_tok                                      # (QB,) rows (source i, query)
+            tl.store(CA + pair[:, None, None] * H + (rm[None, :, None] * H + rh[None, None, :]), a, mask=hmask)
+            tl.store(CB + pair[:, None, None] * H + (rm[None, :, None] * H + rh[None, None, :]), rdz, mask=hmask)
+            tl.store(CC + pair[:, None] + rm[None, :], c, mask=qmask[:, None] & mmask[None, :])
+    dw_rows = DW + (tl.cast(pid, tl.int64) * n_q + q64)[:, None, None] * d
+    tl.store(dw_rows + col_a[None], dwa_acc, mask=wmask_a)
+    if HAS_B:
+        tl.store(dw_rows + col_b[None], dwb_acc, mask=wmask_b)
+
+
+@triton.jit
 def _gather_loads(src, dst, W, G, CA, CB, k, kmask, acc_on, t, n_tok, n_q, it,
                   d: tl.constexpr, dh: tl.constexpr, H: tl.constexpr, KS: tl.constexpr, SP: tl.constexpr,
                   OFF: tl.constexpr, P: tl.constexpr, WIDTH: tl.constexpr, FULL: tl.constexpr, ACCUM: tl.constexpr):
