@@ -98,6 +98,17 @@ def test_partial_blocks_of_queries(tune, gen):
         rop.TUNE = None
 
 
+@pytest.mark.parametrize("key", ["fwd_queries", "coef_queries"])
+def test_blocks_of_queries_must_be_a_power_of_two(key, gen):
+    srcs, q, g = make_inputs(3, (5,), 32, torch.float32, "cpu", S=3, gen=gen)
+    rop.TUNE = {key: 3}
+    try:
+        with pytest.raises(ValueError, match=f"{key} must be a power of two"):
+            routing.route_partial(srcs, q, g, 4).o.sum().backward()
+    finally:
+        rop.TUNE = None
+
+
 @pytest.mark.parametrize("tune", [dict(gather_sources=8), dict(gather_cols=24)])
 def test_gather_config_must_fit_a_matrix_product(tune, gen):
     srcs, q, g = make_inputs(3, (5,), 32, torch.float32, "cpu", S=2, gen=gen)

@@ -263,6 +263,14 @@ def _gather_geometry(dh: int, da: int, db: int, chunk: int) -> dict:
     return dict(PA=da, GA=min(da, chunk), PB=db, GB=min(db, chunk) if db else 1)
 
 
+def _queries_per_program(cfg: dict, key: str) -> int:
+    """A blocks-of-queries setting (1: one query per program), checked: a tile dimension."""
+    qb = cfg[key]
+    if qb < 1 or qb & (qb - 1):
+        raise ValueError(f"routing config: {key} must be a power of two >= 1, got {qb}")
+    return qb
+
+
 def _n_programs(device: torch.device, n_tiles: int, per_sm: int) -> int:
     if device.type != "cuda":
         return max(1, min(n_tiles, 3))
@@ -302,7 +310,7 @@ def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, h
     m = _new((S, n_tok, heads), torch.float32, dev)
     l = _new((S, n_tok, heads), torch.float32, dev)
     o = _new((S, n_tok, d), torch.float32, dev)
-    qb = min(cfg["fwd_queries"], _pow2(S))
+    qb = min(_queries_per_program(cfg, "fwd_queries"), _pow2(S))
     if n_tiles and qb > 1:  # blocks of queries per program, each source tile read once per block
         from mhar.routing.triton_kernels import _fwd_queries_kernel
 
@@ -349,7 +357,7 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
             if cfg[key] < 16 or cfg[key] & (cfg[key] - 1):
                 raise ValueError(f"routing config: {key} must be a power of two >= 16, got {cfg[key]}")
         n_tiles = -(-n_tok // tile["BM"])
-        qb = min(cfg["coef_queries"], _pow2(S))  # queries per program of the COEF pass
+        qb = min(_queries_per_program(cfg, "coef_queries"), _pow2(S))  # of the COEF pass
         n_blocks = -(-S // qb)
         n_prog = max(1, _n_programs(dev, n_tiles, cfg["bwd_progs_per_sm"]) // n_blocks)
         dw_parts = torch.empty((n_prog, S, d), dtype=torch.float32, device=dev)  # every (program, query) row

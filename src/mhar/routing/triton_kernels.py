@@ -98,16 +98,10 @@ def _next_tile(x_n, x_n2, p_next, offs, mask, EVEN: tl.constexpr, PF: tl.constex
 
 
 @triton.jit
-def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, M0, L0, O0,
-                n_src, n_tok, d: tl.constexpr, dh: tl.constexpr, eps,
-                H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, BM: tl.constexpr,
-                HAS_B: tl.constexpr, EVEN: tl.constexpr, ALIGN: tl.constexpr, FINAL: tl.constexpr,
-                INIT: tl.constexpr = False, PF: tl.constexpr = 1):
-    """INIT (one query): the online softmax starts from a phase-1 partial read of other
-    sources, M0/L0 (n_tok, H) and O0 (n_tok, d) fp32, instead of from empty: phase 2 of
-    the two-phase schedule, merged and normalised in the same pass."""
-    s = tl.program_id(0)
-    tile = tl.program_id(1)
+def _row_tile(tile, n_tok, d: tl.constexpr, dh: tl.constexpr, H: tl.constexpr, HP: tl.constexpr,
+              DA: tl.constexpr, BM: tl.constexpr):
+    """A token tile's part A: its tokens and their mask, the (HP, DA) head columns and
+    their mask, and the (BM, HP, DA) offsets and mask of the rows' part A."""
     rm = tile * BM + tl.arange(0, BM)
     rh = tl.arange(0, HP)
     ra = tl.arange(0, DA)
@@ -117,6 +111,20 @@ def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, M0, L0, O0,
     row = rm.to(tl.int64)[:, None, None] * d
     offs_a = row + col_a[None, :, :]                            # (BM, HP, DA)
     mask_a = mmask[:, None, None] & cmask_a[None, :, :]
+    return rm, rh, mmask, row, col_a, cmask_a, offs_a, mask_a
+
+
+@triton.jit
+def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, M0, L0, O0,
+                n_src, n_tok, d: tl.constexpr, dh: tl.constexpr, eps,
+                H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, BM: tl.constexpr,
+                HAS_B: tl.constexpr, EVEN: tl.constexpr, ALIGN: tl.constexpr, FINAL: tl.constexpr,
+                INIT: tl.constexpr = False, PF: tl.constexpr = 1):
+    """INIT (one query): the online softmax starts from a phase-1 partial read of other
+    sources, M0/L0 (n_tok, H) and O0 (n_tok, d) fp32, instead of from empty: phase 2 of
+    the two-phase schedule, merged and normalised in the same pass."""
+    s = tl.program_id(0)
+    rm, rh, mmask, row, col_a, cmask_a, offs_a, mask_a = _row_tile(tl.program_id(1), n_tok, d, dh, H, HP, DA, BM)
     wa = _ld(W + s * d + col_a, cmask_a, EVEN).to(tl.float32)
     hmask = mmask[:, None] & (rh[None, :] < H)
     hoffs = rm.to(tl.int64)[:, None] * H + rh[None, :]
@@ -198,17 +206,8 @@ def _fwd_queries_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, n_src, n_tok, n_q, d
     device memory; here a block of QB queries shares one. Outputs as ``_fwd_kernel``'s
     phase-1 ones: m, l (S, n_tok, H) and the unnormalised o (S, n_tok, d), fp32."""
     rq = tl.program_id(0) * QB + tl.arange(0, QB)
-    tile = tl.program_id(1)
     qmask = rq < n_q
-    rm = tile * BM + tl.arange(0, BM)
-    rh = tl.arange(0, HP)
-    ra = tl.arange(0, DA)
-    col_a = rh[:, None] * dh + ra[None, :]                                      # (HP, DA)
-    cmask_a = (rh[:, None] < H) & (ra[None, :] < dh)
-    mmask = rm < n_tok
-    row = rm.to(tl.int64)[:, None, None] * d
-    offs_a = row + col_a[None, :, :]                                            # (BM, HP, DA)
-    mask_a = mmask[:, None, None] & cmask_a[None, :, :]
+    rm, rh, mmask, row, col_a, cmask_a, offs_a, mask_a = _row_tile(tl.program_id(1), n_tok, d, dh, H, HP, DA, BM)
     wq = W + rq[:, None, None] * d                                              # (QB, 1, 1) query rows
     wa = tl.load(wq + col_a[None, :, :], mask=qmask[:, None, None] & cmask_a[None, :, :], other=0.0)
     wa = wa.to(tl.float32)[:, None, :, :]                                       # (QB, 1, HP, DA)
