@@ -153,8 +153,9 @@ _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 12
 # through L2), with "fwd_queries_warps" warps; "coef_queries" (in _PHASE1_BACKWARD) does
 # the same for the backward's COEF pass (``_coef_queries_kernel``). Both interpreter-
 # tested, not yet timed on a GPU: off (1). With 8 warps, compiled offline for sm_90 by
-# triton 3.6 at 1024 and 1280 with blocks of 2-8 queries: 58-255 registers; only the COEF
-# pass with blocks of 8 at 1280 spills (48-120 bytes).
+# triton 3.6 at 1024 and 1280 with blocks of 2-8 queries (bench/compile_sm90.py --kernels
+# queries): 58-255 registers; only the COEF pass with blocks of 8 at 1280 spills (48-120
+# bytes).
 _PHASE1_FORWARD = {"fwd_queries": 1, "fwd_queries_warps": 8}
 # pad_heads: a head width that is not a power of two as one padded part (see _geometry)
 _DEFAULTS = {
