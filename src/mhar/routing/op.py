@@ -143,7 +143,7 @@ def _pow2(n: int) -> int:
 # Kernels that held every query in registers (queries-tile, and a token-major gather)
 # were slower still and are gone (their code is at 9ca617b).
 # The gather's defaults are session 9's whole-step picks (bench/results/routing_h200.md):
-# 16 sources, chunks of 128 columns, 4 warps (56-102 registers in an offline sm_90
+# 16 sources, chunks of 128 columns, 4 warps (55-96 registers in triton 3.6's offline sm_90
 # compile, no spills). tf32x3 (about fp32's accuracy) rather than single tf32 products,
 # which measured 1.5-1.8 ms faster per whole step at 1280/73 (1.5%) for 4x the rounding.
 _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 128, "gather_warps": 4,
