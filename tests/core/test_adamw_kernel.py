@@ -29,9 +29,9 @@ interp = pytest.mark.skipif(not INNER, reason="runs inside test_cases_under_inte
 SHAPES = [(5000,), (37,), (3, 1500), (AK.BLOCK,), (1,)]
 
 
-def _params(dtype=torch.float32, seed=0):
+def _params(dtype=torch.float32, seed=0, device="cpu"):
     gen = torch.Generator().manual_seed(seed)
-    return [torch.nn.Parameter(torch.randn(*s, generator=gen, dtype=dtype)) for s in SHAPES]
+    return [torch.nn.Parameter(torch.randn(*s, generator=gen, dtype=dtype).to(device)) for s in SHAPES]
 
 
 def _groups(params):
@@ -47,11 +47,11 @@ def _run(opt_cls, params, scales, kwargs, fold: bool, seed=1, skip_grad=None, te
     for i, scale in enumerate(scales):
         for j, p in enumerate(params):
             p.grad = None if (skip_grad is not None and j == skip_grad and i == 1) else \
-                torch.randn(p.shape, generator=gen, dtype=p.dtype)
+                torch.randn(p.shape, generator=gen, dtype=p.dtype).to(p.device)
         for g in opt.param_groups:
             g["lr"] = 1e-2 * (i + 1)  # a schedule
         if fold:
-            opt.step(grad_scale=torch.tensor(scale) if tensor_scale else scale)
+            opt.step(grad_scale=torch.tensor(scale, device=params[0].device) if tensor_scale else scale)
         else:
             torch._foreach_mul_([p.grad for p in params if p.grad is not None], scale)
             opt.step()
@@ -143,6 +143,17 @@ def test_interp_trainer_with_the_kernel_follows_torch(tmp_path):
     for a, b in zip(logs["triton"], logs["torch"]):
         assert abs(a["loss"] - b["loss"]) <= 1e-5 * abs(b["loss"]), (a, b)
         assert abs(a["grad_norm"] - b["grad_norm"]) <= 1e-4 * abs(b["grad_norm"]), (a, b)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("skip_grad,tensor_scale", [(None, False), (4, True)])
+def test_cuda_kernel_matches_torch(skip_grad, tensor_scale):
+    """The compiled kernel on a GPU, against torch's AdamW on the same device."""
+    mine, ref = _params(device="cuda"), _params(device="cuda")
+    a = _run(AK.TritonAdamW, mine, [1.0, 0.3, 0.05], KW, fold=True, skip_grad=skip_grad, tensor_scale=tensor_scale)
+    b = _run(torch.optim.AdamW, ref, [1.0, 0.3, 0.05], dict(KW, foreach=False), fold=False, skip_grad=skip_grad)
+    assert a._kernel_applies(mine), "the kernel would not run"
+    _compare(mine, a, ref, b, 1e-6)
 
 
 def test_cases_under_interpreter():
