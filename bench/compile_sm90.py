@@ -86,8 +86,14 @@ def adamw_rows(row) -> None:
              "NUMEL": "*i64", "SCALE": "*fp32"}
     SCALARS.update({k: "fp32" for k in ("decay", "beta1", "one_minus_beta1", "beta2", "one_minus_beta2",
                                         "step_size", "bc2_sqrt")})
-    r = resources(ak._adamw_kernel, {"BLOCK": ak.BLOCK, "ALIGN": 16}, ak.WARPS, types)
-    row("_adamw_kernel", "-", "-", ak.WARPS, r)
+    for block, warps in dict.fromkeys(((ak.BLOCK, ak.WARPS), *ADAMW_VARIANTS)):
+        r = resources(ak._adamw_kernel, {"BLOCK": block, "ALIGN": 16}, warps, types)
+        row(f"_adamw_kernel ({block} elements)", "-", "-", warps, r)
+
+
+# (elements per program, warps): session 9's 4096 / 8 took 166 registers (one program per
+# SM) and ran at half the fused AdamW's speed on the H200 (bench/results/session10/)
+ADAMW_VARIANTS = [(4096, 8), (2048, 8), (1024, 4), (512, 4), (2048, 4)]
 
 
 def queries_rows(row) -> None:

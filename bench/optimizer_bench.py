@@ -25,6 +25,7 @@ import argparse
 import torch
 
 from mhar.bench_cli import PAPER_MICROBATCH, build
+from mhar.train import adamw_kernel as AK
 from mhar.train.adamw_kernel import TritonAdamW
 from mhar.train.trainer import release_memory
 
@@ -55,7 +56,22 @@ def total_norm(grads: list[torch.Tensor]) -> torch.Tensor:
     return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
 
 
-def bench_preset(preset: str, bw: float) -> list[tuple[str, str, float, float]]:
+def triton_alone(params, block: int, warps: int):
+    """The Triton step with another kernel geometry (elements per program, warps); the
+    launch reads the module's settings, and a fresh optimiser builds its chunk tables."""
+    opt = TritonAdamW(params, lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
+
+    def step():
+        saved = AK.BLOCK, AK.WARPS
+        AK.BLOCK, AK.WARPS = block, warps
+        try:
+            opt.step()
+        finally:
+            AK.BLOCK, AK.WARPS = saved
+    return step
+
+
+def bench_preset(preset: str, bw: float, configs: list[tuple[int, int]]) -> list[tuple[str, str, float, float]]:
     model = build(preset, "baseline", PAPER_MICROBATCH[preset][1], [], 8, "cuda")
     params = [p for p in model.parameters() if p.requires_grad]
     n = sum(p.numel() for p in params)
@@ -85,10 +101,12 @@ def bench_preset(preset: str, bw: float) -> list[tuple[str, str, float, float]]:
         ("clip + fused step + zero (the step's optimiser phase)",
          lambda: (torch.nn.utils.clip_grad_norm_(params, 1.0), fused.step(), torch._foreach_zero_(grads)), 11 * gb),
         ("clip folded into the fused step + zero", lambda: (folded(), torch._foreach_zero_(grads)), 9 * gb),
-        ("Triton AdamW step alone (mhar.train.adamw_kernel)", triton_adamw.step, 7 * gb),
+        (f"Triton AdamW step alone ({AK.BLOCK} elements / {AK.WARPS} warps, the default)", triton_adamw.step, 7 * gb),
         ("norm + Triton AdamW with the clip folded in (adamw=triton)", norm_and_triton, 8 * gb),
         ("clip + fused step (the same phase with adamw=torch)",
          lambda: (float(torch.nn.utils.clip_grad_norm_(params, 1.0)), fused.step()), 10 * gb),
+        *((f"Triton AdamW step alone, {b} elements / {w} warps", triton_alone(params, b, w), 7 * gb)
+          for b, w in configs),
     ]
     print(f"\n{preset}: {n / 1e6:.0f}M parameters, {len(params)} tensors")
     rows = []
@@ -104,13 +122,16 @@ def bench_preset(preset: str, bw: float) -> list[tuple[str, str, float, float]]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--presets", default="paper-350m,paper-1b")
+    ap.add_argument("--triton-configs", default="", metavar="BLOCKxWARPS,...",
+                    help="also time the Triton step with these geometries, e.g. 2048x8,4096x8")
     args = ap.parse_args()
+    configs = [tuple(int(v) for v in c.split("x")) for c in args.triton_configs.split(",") if c]
     bw = copy_gbs()
     print(f"device-to-device copy: {bw:.0f} GB/s")
     rows = []
     for preset in args.presets.split(","):
         release_memory()
-        rows += bench_preset(preset, bw)
+        rows += bench_preset(preset, bw, configs)
     print("\n| preset | part | ms | byte floor ms |\n|---|---|---|---|")
     for preset, name, ms, floor in rows:
         print(f"| {preset} | {name.strip()} | {ms:.2f} | {floor:.2f} |")
