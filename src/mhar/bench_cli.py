@@ -188,6 +188,7 @@ def _commit() -> str:
 
 def run_bench_step(args: argparse.Namespace) -> int:
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    adamw = args.adamw if args.adamw != "auto" else ("triton" if device == "cuda" else "torch")  # as the trainer
     methods = args.methods.split(",")
     graph_mode = ("on" if device == "cuda" else "off") if args.cuda_graphs == "auto" else args.cuda_graphs
     if graph_mode != "off" and device != "cuda":
@@ -215,7 +216,7 @@ def run_bench_step(args: argparse.Namespace) -> int:
                 # and be timed as if compiled: that row fails instead (session 8)
                 with fail_on_recompile_limit():
                     r = time_step(model, batch, seq_len, args.steps, args.warmup, args.compile, args.loss_chunk,
-                                  device, cuda_graphs=graphs, adamw=args.adamw)
+                                  device, cuda_graphs=graphs, adamw=adamw)
             except torch.OutOfMemoryError as err:
                 r = {"error": f"out of memory: {err}"[:200]}
             except _RECOMPILE_LIMIT_ERRORS as err:
@@ -235,7 +236,7 @@ def run_bench_step(args: argparse.Namespace) -> int:
         "command": " ".join(["mhar"] + sys.argv[1:]),
         "device": torch.cuda.get_device_name() if device == "cuda" else platform.processor() or "cpu",
         "torch": torch.__version__, "python": platform.python_version(), "commit": _commit(),
-        "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "adamw": args.adamw,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "adamw": adamw,
     }
     try:
         import triton
@@ -315,9 +316,10 @@ def register(sub) -> None:
     s.add_argument("--compile", choices=("regions", "full", "off"), default="regions",
                    help="regions: compile each sublayer once (fast to compile); full: the whole model")
     s.add_argument("--activation-checkpointing", action="store_true")
-    s.add_argument("--adamw", choices=("torch", "triton"), default="torch",
+    s.add_argument("--adamw", choices=("auto", "torch", "triton"), default="auto",
                    help="the optimiser phase: clip_grad_norm_ + torch's fused AdamW, or the norm + one Triton "
-                        "kernel with the clip folded in (mhar.train.adamw_kernel)")
+                        "kernel with the clip folded in (mhar.train.adamw_kernel); auto: triton on CUDA, "
+                        "as the trainer")
     s.add_argument("--cuda-graphs", choices=("auto", *GRAPH_MODES), default="auto",
                    help="replay each step's forward and backward as a CUDA graph (no host time); "
                         "auto: on with a GPU; both: every method twice, eager then graphed")

@@ -25,7 +25,7 @@ DTYPES = ("auto", "float32", "bfloat16")
 PARALLEL = ("none", "ddp", "fsdp")  # multi-process training: mhar.train.distributed
 CUDA_GRAPHS = ("auto", "on", "off")  # mhar.train.graphs
 COMPILE = ("auto", "regions", "full", "off")
-ADAMW = ("torch", "triton")  # mhar.train.optim.build_optimizer
+ADAMW = ("auto", "torch", "triton")  # mhar.train.optim.build_optimizer
 _LEGACY_COMPILE = {True: "full", False: "off", "true": "full", "false": "off"}  # compile was a bool
 
 
@@ -103,9 +103,10 @@ class TrainConfig:
     # auto = on for one process on a CUDA device, off otherwise
     cuda_graphs: str = "auto"
     # torch: torch's AdamW (fused on CUDA) after clip_grad_norm_; triton: one Triton
-    # kernel with the clip's scale folded in (mhar.train.adamw_kernel; one process; not
-    # yet timed on a GPU)
-    adamw: str = "torch"
+    # kernel with the clip's scale folded in (mhar.train.adamw_kernel; one process);
+    # auto = triton for one process on a CUDA device (on an H200 its steps were 1.5-2.6%
+    # faster at 350M and 1B: bench/results/step_h200.md, session 10), torch otherwise
+    adamw: str = "auto"
     # recompute each sublayer in backward instead of keeping its activations: less
     # memory for about a third more compute (the stream's sources are kept either way).
     # It composes with CUDA graphs (at 350M on an H200, graphed steps were 12-14% faster

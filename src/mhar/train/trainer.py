@@ -147,12 +147,14 @@ class Trainer:
         self.model = self.build_model().to(self.device)
         self.model.activation_checkpointing = cfg.activation_checkpointing
         self.loss_module = self.wrap_model(LossModule(self.model, cfg.loss_chunk))
+        one_cuda_process = self.device.type == "cuda" and cfg.parallel == "none" and world_size == 1
+        # the optimiser this run uses: "auto" is the Triton kernel for one process on CUDA
+        self.adamw = cfg.adamw if cfg.adamw != "auto" else ("triton" if one_cuda_process else "torch")
         self.optimizer = build_optimizer(self.model, cfg.lr, cfg.weight_decay, (cfg.beta1, cfg.beta2), cfg.eps,
-                                         cfg.decay_all, impl=cfg.adamw)
+                                         cfg.decay_all, impl=self.adamw)
         if cfg.cuda_graphs == "on" and self.device.type != "cuda":
             raise ValueError(f"cuda_graphs=on needs a CUDA device; this run is on {self.device}")
-        self.use_graphs = cfg.cuda_graphs == "on" or (
-            cfg.cuda_graphs == "auto" and self.device.type == "cuda" and cfg.parallel == "none" and world_size == 1)
+        self.use_graphs = cfg.cuda_graphs == "on" or (cfg.cuda_graphs == "auto" and one_cuda_process)
         self.graphed: GraphedStep | None = None  # captured on the first step when use_graphs
         if resume_state is not None:
             self.load_state_dict(resume_state)
@@ -346,7 +348,7 @@ class Trainer:
             self.zero_grad()
             raise DivergenceError(self._divergence_message("loss", loss_value))
         max_norm = c.grad_clip if c.grad_clip > 0 else math.inf
-        fold = c.adamw == "triton"  # the clip's scale goes into the optimiser's kernel
+        fold = self.adamw == "triton"  # the clip's scale goes into the optimiser's kernel
         grad_norm = float(self.gradient_norm() if fold else self.clip_gradients(max_norm))
         if not math.isfinite(grad_norm):
             self.zero_grad()
