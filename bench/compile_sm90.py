@@ -10,7 +10,6 @@ this script (run with triton 3.6, the GPU machine's version).
     PYTHONPATH=src python bench/compile_sm90.py --kernels twopass --gather-sources 4 --gather-warps 2
     PYTHONPATH=src python bench/compile_sm90.py --kernels hyper   # the hyper-connection glue
     PYTHONPATH=src python bench/compile_sm90.py --kernels adamw   # the fused AdamW
-    PYTHONPATH=src python bench/compile_sm90.py --kernels queries # phase 1 with blocks of queries
 """
 
 from __future__ import annotations
@@ -96,24 +95,12 @@ def adamw_rows(row) -> None:
 ADAMW_VARIANTS = [(4096, 8), (2048, 8), (1024, 4), (512, 4), (2048, 4)]
 
 
-def queries_rows(row) -> None:
-    """Phase 1's blocks-of-queries kernels (fwd_queries, coef_queries) with 8 warps, one
-    token per tile as at the paper widths >= 1024, blocks of 2, 4 and 8 queries."""
-    for fn in (tk._fwd_queries_kernel, tk._coef_queries_kernel):
-        for d, heads in SHAPES:
-            if d < 1024:
-                continue
-            for qb in (2, 4, 8):
-                row(f"{fn.fn.__name__ if hasattr(fn, 'fn') else fn} ({qb} queries)", d, heads, 8,
-                    resources(fn, dict(tile(d, heads), BM=1, QB=qb), 8))
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--kernels", default="single,twopass", help="single: the one-query kernels (backward with and "
                     "without running sums); twopass: the two-pass phase-1 backward (COEF pass and gather); hyper: "
                     "the hyper-connection glue (n = 4 streams, bf16, the library's block and 4 warps); adamw: the "
-                    "fused AdamW kernel; queries: phase 1's blocks-of-queries kernels")
+                    "fused AdamW kernel")
     ap.add_argument("--warps", default="1", help="comma list of warps for the source-loop kernels")
     ap.add_argument("--gather-sources", type=int, default=16, help="sources per gather program (KS)")
     ap.add_argument("--gather-cols", type=int, default=128, help="columns per gather chunk")
@@ -135,9 +122,6 @@ def main() -> None:
             continue
         if kind == "adamw":
             adamw_rows(row)
-            continue
-        if kind == "queries":
-            queries_rows(row)
             continue
         for d, heads in SHAPES:
             for w in [int(v) for v in args.warps.split(",")]:

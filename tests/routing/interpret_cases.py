@@ -75,40 +75,6 @@ def test_route_many_tiles(n, lead, d, heads, gen, small_tiles):
     check_route(n, lead, d, heads, gen=gen)
 
 
-@pytest.mark.parametrize("tune", [dict(fwd_queries=2), dict(fwd_queries=8), dict(coef_queries=2),
-                                  dict(coef_queries=8), dict(fwd_queries=4, coef_queries=4)])
-def test_partial_blocks_of_queries(tune, gen):
-    # phase 1's forward (_fwd_queries_kernel) and its backward's first pass
-    # (_coef_queries_kernel) with several queries per program: query counts below, equal
-    # to and past the block, heads of every kind, bf16, and the two-phase read and
-    # gradient sums built on them
-    rop.TUNE = tune
-    try:
-        # d = 1: the key norm makes x / |x|, so the norm's two gradient terms cancel to about
-        # eps / x^2 of themselves and the rounding order shows (for one seed the default
-        # kernels came 1.4e-5 off the fp64 reference, the blocks of queries 2.9e-5)
-        check_partial(1, (3,), 1, 1, 2, gen=gen, tol=1e-4)
-        for n, lead, d, heads, S in [(3, (5,), 123, 1, 3), (6, (7,), 80, 4, 5), (5, (9,), 40, 8, 9),
-                                     (73, (2,), 16, 4, 2)]:
-            check_partial(n, lead, d, heads, S, gen=gen)
-        check_partial(4, (6,), 64, 8, 3, dtype=torch.bfloat16, tol=1e-2, gen=gen)
-        check_two_phase(3, 2, (5,), 40, 8, 3, gen=gen, fused=True)
-        check_sink_chain(5, (5,), 32, 4, gen=gen, chunk=3, extra=False)
-    finally:
-        rop.TUNE = None
-
-
-@pytest.mark.parametrize("key", ["fwd_queries", "coef_queries"])
-def test_blocks_of_queries_must_be_a_power_of_two(key, gen):
-    srcs, q, g = make_inputs(3, (5,), 32, torch.float32, "cpu", S=3, gen=gen)
-    rop.TUNE = {key: 3}
-    try:
-        with pytest.raises(ValueError, match=f"{key} must be a power of two"):
-            routing.route_partial(srcs, q, g, 4).o.sum().backward()
-    finally:
-        rop.TUNE = None
-
-
 @pytest.mark.parametrize("tune", [dict(gather_sources=8), dict(gather_cols=24)])
 def test_gather_config_must_fit_a_matrix_product(tune, gen):
     srcs, q, g = make_inputs(3, (5,), 32, torch.float32, "cpu", S=2, gen=gen)

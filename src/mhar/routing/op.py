@@ -146,23 +146,18 @@ def _pow2(n: int) -> int:
 # 16 sources, chunks of 128 columns, 4 warps (55-96 registers in triton 3.6's offline sm_90
 # compile, no spills). tf32x3 (about fp32's accuracy) rather than single tf32 products,
 # which measured 1.5-1.8 ms faster per whole step at 1280/73 (1.5%) for 4x the rounding.
+# Blocks of queries per program for phase 1's forward and COEF pass (each source tile
+# read once per block instead of once per query through L2; session 9) measured slower
+# in every whole-step row of session 10, up to 2.5x (bench/results/routing_h200.md);
+# their code is at 6d5e552.
 _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 128, "gather_warps": 4,
-                    "gather_precision": "tf32x3", "coef_queries": 1, "coef_queries_warps": 8}
-# Phase 1's forward: "fwd_queries" > 1 runs ``_fwd_queries_kernel``, that many queries per
-# program (each source tile read once per block of queries instead of once per query
-# through L2), with "fwd_queries_warps" warps; "coef_queries" (in _PHASE1_BACKWARD) does
-# the same for the backward's COEF pass (``_coef_queries_kernel``). Both interpreter-
-# tested, not yet timed on a GPU: off (1). With 8 warps, compiled offline for sm_90 by
-# triton 3.6 at 1024 and 1280 with blocks of 2-8 queries (bench/compile_sm90.py --kernels
-# queries): 58-255 registers; only the COEF pass with blocks of 8 at 1280 spills (48-120
-# bytes).
-_PHASE1_FORWARD = {"fwd_queries": 1, "fwd_queries_warps": 8}
+                    "gather_precision": "tf32x3"}
 # pad_heads: a head width that is not a power of two as one padded part (see _geometry)
 _DEFAULTS = {
-    False: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1, **_PHASE1_FORWARD,
+    False: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1,
             "bwd_elems": 1024, "bwd_warps": 2, "bwd_pf": 1, "bwd_progs_per_sm": 16, "pad_heads": False,
             **_PHASE1_BACKWARD},
-    True: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1, **_PHASE1_FORWARD,
+    True: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1,
            "bwd_elems": 1024, "bwd_warps": 2, "bwd_pf": 1, "bwd_progs_per_sm": 16, "pad_heads": False,
            **_PHASE1_BACKWARD},
 }
@@ -267,14 +262,6 @@ def _gather_geometry(dh: int, da: int, db: int, chunk: int) -> dict:
     return dict(PA=da, GA=min(da, chunk), PB=db, GB=min(db, chunk) if db else 1)
 
 
-def _queries_per_program(cfg: dict, key: str) -> int:
-    """A blocks-of-queries setting (1: one query per program), checked: a tile dimension."""
-    qb = cfg[key]
-    if qb < 1 or qb & (qb - 1):
-        raise ValueError(f"routing config: {key} must be a power of two >= 1, got {qb}")
-    return qb
-
-
 def _n_programs(device: torch.device, n_tiles: int, per_sm: int) -> int:
     if device.type != "cuda":
         return max(1, min(n_tiles, 3))
@@ -314,13 +301,7 @@ def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, h
     m = _new((S, n_tok, heads), torch.float32, dev)
     l = _new((S, n_tok, heads), torch.float32, dev)
     o = _new((S, n_tok, d), torch.float32, dev)
-    qb = min(_queries_per_program(cfg, "fwd_queries"), _pow2(S))
-    if n_tiles and qb > 1:  # blocks of queries per program, each source tile read once per block
-        from mhar.routing.triton_kernels import _fwd_queries_kernel
-
-        _fwd_queries_kernel[(-(-S // qb), n_tiles)](table, srcs[0], w, m, l, o, len(srcs), n_tok, S, d, dh, eps,
-                                                    **tile, QB=qb, num_warps=cfg["fwd_queries_warps"])
-    elif n_tiles:
+    if n_tiles:
         _fwd_kernel[(S, n_tiles)](table, srcs[0], w, m, l, o, m, l, o, len(srcs), n_tok, d, dh, eps,
                                   **tile, FINAL=False, PF=cfg["fwd_pf"], num_warps=cfg["fwd_warps"])
     return m, l, o
@@ -361,28 +342,18 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
             if cfg[key] < 16 or cfg[key] & (cfg[key] - 1):
                 raise ValueError(f"routing config: {key} must be a power of two >= 16, got {cfg[key]}")
         n_tiles = -(-n_tok // tile["BM"])
-        qb = min(_queries_per_program(cfg, "coef_queries"), _pow2(S))  # of the COEF pass
-        n_blocks = -(-S // qb)
-        n_prog = max(1, _n_programs(dev, n_tiles, cfg["bwd_progs_per_sm"]) // n_blocks)
+        n_prog = max(1, _n_programs(dev, n_tiles, cfg["bwd_progs_per_sm"]) // S)
         dw_parts = torch.empty((n_prog, S, d), dtype=torch.float32, device=dev)  # every (program, query) row
         if n_tiles:
             grad = grad.contiguous()
             coef_a = torch.empty((len(srcs), S, n_tok, heads), dtype=torch.float32, device=dev)
             coef_b = torch.empty_like(coef_a)
             coef_c = torch.empty((len(srcs), S, n_tok), dtype=torch.float32, device=dev)
-            if qb > 1:  # blocks of queries per program, each source tile read once per block
-                from mhar.routing.triton_kernels import _coef_queries_kernel
-
-                _coef_queries_kernel[(n_blocks, n_prog)](
-                    src_table, srcs[0], w, grad, stat, off.contiguous(), dw_parts, coef_a, coef_b, coef_c,
-                    len(srcs), n_tok, S, d, dh, eps, n_tiles, n_prog, **tile, QB=qb,
-                    num_warps=cfg["coef_queries_warps"])
-            else:
-                _bwd_kernel[(S, n_prog)](src_table, srcs[0], src_table, w, grad, stat, off.contiguous(), grad,
-                                         dw_parts, coef_a, coef_b, coef_c, dw_parts, dw_parts, dw_parts,
-                                         len(srcs), 0, n_tok, S, d, dh, eps, n_tiles, n_prog,
-                                         **tile, SINGLE=True, FINAL=False, PF=cfg["bwd_pf"], COEF=True,
-                                         num_warps=cfg["bwd_warps"])
+            _bwd_kernel[(S, n_prog)](src_table, srcs[0], src_table, w, grad, stat, off.contiguous(), grad, dw_parts,
+                                     coef_a, coef_b, coef_c, dw_parts, dw_parts, dw_parts,
+                                     len(srcs), 0, n_tok, S, d, dh, eps, n_tiles, n_prog,
+                                     **tile, SINGLE=True, FINAL=False, PF=cfg["bwd_pf"], COEF=True,
+                                     num_warps=cfg["bwd_warps"])
             _bwd_gather_kernel[(-(-len(srcs) // ks) * n_tok,)](
                 src_table, srcs[0], dest_table, w, grad, coef_a, coef_b, coef_c, len(srcs), n_acc, n_tok, S, d, dh,
                 H=heads, **_gather_geometry(dh, tile["DA"], tile["DB"], cfg["gather_cols"]), KS=ks,

@@ -98,23 +98,6 @@ def _next_tile(x_n, x_n2, p_next, offs, mask, EVEN: tl.constexpr, PF: tl.constex
 
 
 @triton.jit
-def _row_tile(tile, n_tok, d: tl.constexpr, dh: tl.constexpr, H: tl.constexpr, HP: tl.constexpr,
-              DA: tl.constexpr, BM: tl.constexpr):
-    """A token tile's part A: its tokens and their mask, the (HP, DA) head columns and
-    their mask, and the (BM, HP, DA) offsets and mask of the rows' part A."""
-    rm = tile * BM + tl.arange(0, BM)
-    rh = tl.arange(0, HP)
-    ra = tl.arange(0, DA)
-    col_a = rh[:, None] * dh + ra[None, :]                      # (HP, DA)
-    cmask_a = (rh[:, None] < H) & (ra[None, :] < dh)
-    mmask = rm < n_tok
-    row = rm.to(tl.int64)[:, None, None] * d
-    offs_a = row + col_a[None, :, :]                            # (BM, HP, DA)
-    mask_a = mmask[:, None, None] & cmask_a[None, :, :]
-    return rm, rh, mmask, row, col_a, cmask_a, offs_a, mask_a
-
-
-@triton.jit
 def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, M0, L0, O0,
                 n_src, n_tok, d: tl.constexpr, dh: tl.constexpr, eps,
                 H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, BM: tl.constexpr,
@@ -124,7 +107,16 @@ def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, M0, L0, O0,
     sources, M0/L0 (n_tok, H) and O0 (n_tok, d) fp32, instead of from empty: phase 2 of
     the two-phase schedule, merged and normalised in the same pass."""
     s = tl.program_id(0)
-    rm, rh, mmask, row, col_a, cmask_a, offs_a, mask_a = _row_tile(tl.program_id(1), n_tok, d, dh, H, HP, DA, BM)
+    tile = tl.program_id(1)
+    rm = tile * BM + tl.arange(0, BM)
+    rh = tl.arange(0, HP)
+    ra = tl.arange(0, DA)
+    col_a = rh[:, None] * dh + ra[None, :]                      # (HP, DA)
+    cmask_a = (rh[:, None] < H) & (ra[None, :] < dh)
+    mmask = rm < n_tok
+    row = rm.to(tl.int64)[:, None, None] * d
+    offs_a = row + col_a[None, :, :]                            # (BM, HP, DA)
+    mask_a = mmask[:, None, None] & cmask_a[None, :, :]
     wa = _ld(W + s * d + col_a, cmask_a, EVEN).to(tl.float32)
     hmask = mmask[:, None] & (rh[None, :] < H)
     hoffs = rm.to(tl.int64)[:, None] * H + rh[None, :]
@@ -193,69 +185,6 @@ def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, M0, L0, O0,
         _st(OUT_O + base_o + offs_a, acc_a, mask_a, EVEN)
         if HAS_B:
             _st(OUT_O + base_o + offs_b, acc_b, mask_b, EVEN)
-
-
-@triton.jit
-def _fwd_queries_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, n_src, n_tok, n_q, d: tl.constexpr, dh: tl.constexpr, eps,
-                        H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, BM: tl.constexpr,
-                        QB: tl.constexpr, HAS_B: tl.constexpr, EVEN: tl.constexpr, ALIGN: tl.constexpr):
-    """Phase 1's forward with QB queries per program (grid (query blocks, token tiles)):
-    a program reads each source tile once and keeps the (m, l, o) of its QB queries, a
-    (QB, BM, HP, lanes) accumulator. ``_fwd_kernel`` runs one query per program, so the S
-    programs of a token tile each read its sources, S reads through L2 for one from
-    device memory; here a block of QB queries shares one. Outputs as ``_fwd_kernel``'s
-    phase-1 ones: m, l (S, n_tok, H) and the unnormalised o (S, n_tok, d), fp32."""
-    rq = tl.program_id(0) * QB + tl.arange(0, QB)
-    qmask = rq < n_q
-    rm, rh, mmask, row, col_a, cmask_a, offs_a, mask_a = _row_tile(tl.program_id(1), n_tok, d, dh, H, HP, DA, BM)
-    wq = W + rq[:, None, None] * d                                              # (QB, 1, 1) query rows
-    wa = tl.load(wq + col_a[None, :, :], mask=qmask[:, None, None] & cmask_a[None, :, :], other=0.0)
-    wa = wa.to(tl.float32)[:, None, :, :]                                       # (QB, 1, HP, DA)
-    m_i = tl.full([QB, BM, HP], float("-inf"), tl.float32)
-    l_i = tl.zeros([QB, BM, HP], tl.float32)
-    acc_a = tl.zeros([QB, BM, HP, DA], tl.float32)
-    p0 = _src(table, 0, ref, ALIGN)
-    xa_n = _ld(p0 + offs_a, mask_a, EVEN)
-    if HAS_B:
-        rb = tl.arange(0, DB)
-        col_b = rh[:, None] * dh + DA + rb[None, :]
-        cmask_b = (rh[:, None] < H) & ((DA + rb[None, :]) < dh)
-        offs_b = row + col_b[None, :, :]
-        mask_b = mmask[:, None, None] & cmask_b[None, :, :]
-        wb = tl.load(wq + col_b[None, :, :], mask=qmask[:, None, None] & cmask_b[None, :, :], other=0.0)
-        wb = wb.to(tl.float32)[:, None, :, :]
-        acc_b = tl.zeros([QB, BM, HP, DB], tl.float32)
-        xb_n = _ld(p0 + offs_b, mask_b, EVEN)
-    p_next = _src(table, tl.minimum(1, n_src - 1), ref, ALIGN)
-    for i in range(n_src):
-        xa, xa_n, _ = _next_tile(xa_n, xa_n, p_next, offs_a, mask_a, EVEN, 1)
-        ss = tl.sum(tl.sum(xa * xa, axis=2), axis=1)                            # (BM,)
-        zr = tl.sum(xa[None, :, :, :] * wa, axis=3)                             # (QB, BM, HP)
-        if HAS_B:
-            xb, xb_n, _ = _next_tile(xb_n, xb_n, p_next, offs_b, mask_b, EVEN, 1)
-            ss += tl.sum(tl.sum(xb * xb, axis=2), axis=1)
-            zr += tl.sum(xb[None, :, :, :] * wb, axis=3)
-        p_next = _src(table, tl.minimum(i + 2, n_src - 1), ref, ALIGN)
-        rstd = 1.0 / tl.sqrt(ss / d + eps)
-        z = zr * rstd[None, :, None]
-        m_new = tl.maximum(m_i, z)
-        alpha = tl.exp(m_i - m_new)
-        p = tl.exp(z - m_new)
-        l_i = l_i * alpha + p
-        acc_a = acc_a * alpha[:, :, :, None] + p[:, :, :, None] * xa[None, :, :, :]
-        if HAS_B:
-            acc_b = acc_b * alpha[:, :, :, None] + p[:, :, :, None] * xb[None, :, :, :]
-        m_i = m_new
-    q64 = rq.to(tl.int64)
-    hoffs = (q64[:, None, None] * n_tok + rm[None, :, None]) * H + rh[None, None, :]     # (QB, BM, HP)
-    hmask = qmask[:, None, None] & mmask[None, :, None] & (rh[None, None, :] < H)
-    tl.store(OUT_M + hoffs, m_i, mask=hmask)
-    tl.store(OUT_L + hoffs, l_i, mask=hmask)
-    obase = q64[:, None, None, None] * n_tok * d
-    tl.store(OUT_O + obase + offs_a[None, :, :, :], acc_a, mask=qmask[:, None, None, None] & mask_a[None, :, :, :])
-    if HAS_B:
-        tl.store(OUT_O + obase + offs_b[None, :, :, :], acc_b,
-                 mask=qmask[:, None, None, None] & mask_b[None, :, :, :])
 
 
 @triton.jit
@@ -450,85 +379,6 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW, CA, CB, CC, PM, PGO,
         _st(dw_row + col_a, dwa_acc, cmask_a, EVEN)
         if HAS_B:
             _st(dw_row + col_b, dwb_acc, cmask_b, EVEN)
-
-
-@triton.jit
-def _coef_queries_kernel(table, ref, W, G, STAT, OFF, DW, CA, CB, CC, n_src, n_tok, n_q, d: tl.constexpr,
-                         dh: tl.constexpr, eps, n_tiles, n_prog, H: tl.constexpr, HP: tl.constexpr,
-                         DA: tl.constexpr, DB: tl.constexpr, BM: tl.constexpr, QB: tl.constexpr,
-                         HAS_B: tl.constexpr, EVEN: tl.constexpr, ALIGN: tl.constexpr):
-    """The two-pass phase-1 backward's first pass (``_bwd_kernel`` with COEF) for a block
-    of QB queries per program: grid (query blocks, programs), persistent over token tiles.
-    Each source tile is read once per block of queries instead of once per query (the
-    COEF pass's S programs per tile share it only through L2). Writes what the COEF pass
-    writes: per source, query and token the coefficients a and r dz per head (CA, CB) and
-    c (CC), and per (program, query) its d(q*g) row of DW (n_prog, S, d)."""
-    rq = tl.program_id(0) * QB + tl.arange(0, QB)
-    pid = tl.program_id(1)
-    qmask = rq < n_q
-    q64 = rq.to(tl.int64)
-    rh = tl.arange(0, HP)
-    ra = tl.arange(0, DA)
-    col_a = rh[:, None] * dh + ra[None, :]
-    cmask_a = (rh[:, None] < H) & (ra[None, :] < dh)
-    wmask_a = qmask[:, None, None] & cmask_a[None, :, :]
-    wa = tl.load(W + q64[:, None, None] * d + col_a[None, :, :], mask=wmask_a, other=0.0).to(tl.float32)
-    dwa_acc = tl.zeros([QB, HP, DA], tl.float32)
-    if HAS_B:
-        rb = tl.arange(0, DB)
-        col_b = rh[:, None] * dh + DA + rb[None, :]
-        cmask_b = (rh[:, None] < H) & ((DA + rb[None, :]) < dh)
-        wmask_b = qmask[:, None, None] & cmask_b[None, :, :]
-        wb = tl.load(W + q64[:, None, None] * d + col_b[None, :, :], mask=wmask_b, other=0.0).to(tl.float32)
-        dwb_acc = tl.zeros([QB, HP, DB], tl.float32)
-    p_first = _src(table, 0, ref, ALIGN)
-    p_second = _src(table, tl.minimum(1, n_src - 1), ref, ALIGN)
-    for tile in range(pid, n_tiles, n_prog):
-        rm = tile * BM + tl.arange(0, BM)
-        mmask = rm < n_tok
-        row = rm.to(tl.int64)[:, None, None] * d
-        offs_a = row + col_a[None, :, :]                                        # (BM, HP, DA)
-        mask_a = mmask[:, None, None] & cmask_a[None, :, :]
-        hq = (q64[:, None, None] * n_tok + rm[None, :, None]) * H + rh[None, None, :]   # (QB, BM, HP)
-        hmask = qmask[:, None, None] & mmask[None, :, None] & (rh[None, None, :] < H)
-        gbase = q64[:, None, None, None] * n_tok * d
-        goa = tl.load(G + gbase + offs_a[None], mask=qmask[:, None, None, None] & mask_a[None], other=0.0)
-        st0 = tl.load(STAT + hq, mask=hmask, other=0.0)
-        of0 = tl.load(OFF + hq, mask=hmask, other=0.0)
-        xa_n = _ld(p_first + offs_a, mask_a, EVEN)
-        if HAS_B:
-            offs_b = row + col_b[None, :, :]
-            mask_b = mmask[:, None, None] & cmask_b[None, :, :]
-            gob = tl.load(G + gbase + offs_b[None], mask=qmask[:, None, None, None] & mask_b[None], other=0.0)
-            xb_n = _ld(p_first + offs_b, mask_b, EVEN)
-        p_next = p_second
-        for i in range(n_src):
-            xa, xa_n, _ = _next_tile(xa_n, xa_n, p_next, offs_a, mask_a, EVEN, 1)
-            ss = tl.sum(tl.sum(xa * xa, axis=2), axis=1)                        # (BM,)
-            zr = tl.sum(xa[None] * wa[:, None], axis=3)                         # (QB, BM, HP)
-            gx = tl.sum(goa * xa[None], axis=3)
-            if HAS_B:
-                xb, xb_n, _ = _next_tile(xb_n, xb_n, p_next, offs_b, mask_b, EVEN, 1)
-                ss += tl.sum(tl.sum(xb * xb, axis=2), axis=1)
-                zr += tl.sum(xb[None] * wb[:, None], axis=3)
-                gx += tl.sum(gob * xb[None], axis=3)
-            p_next = _src(table, tl.minimum(i + 2, n_src - 1), ref, ALIGN)
-            rstd = 1.0 / tl.sqrt(ss / d + eps)
-            a = tl.where(hmask, tl.exp(zr * rstd[None, :, None] - st0), 0.0)
-            dz = a * (gx + of0)
-            rdz = dz * rstd[None, :, None]
-            c = tl.sum(dz * zr, axis=2) * (rstd * rstd * rstd / d)[None, :]      # (QB, BM)
-            dwa_acc += tl.sum(rdz[:, :, :, None] * xa[None], axis=1)
-            if HAS_B:
-                dwb_acc += tl.sum(rdz[:, :, :, None] * xb[None], axis=1)
-            pair = (i * n_q + q64) * n_tok                                      # (QB,) rows (source i, query)
-            tl.store(CA + pair[:, None, None] * H + (rm[None, :, None] * H + rh[None, None, :]), a, mask=hmask)
-            tl.store(CB + pair[:, None, None] * H + (rm[None, :, None] * H + rh[None, None, :]), rdz, mask=hmask)
-            tl.store(CC + pair[:, None] + rm[None, :], c, mask=qmask[:, None] & mmask[None, :])
-    dw_rows = DW + (tl.cast(pid, tl.int64) * n_q + q64)[:, None, None] * d
-    tl.store(dw_rows + col_a[None], dwa_acc, mask=wmask_a)
-    if HAS_B:
-        tl.store(dw_rows + col_b[None], dwb_acc, mask=wmask_b)
 
 
 @triton.jit
