@@ -11,9 +11,16 @@ CUDA-event medians, next to its byte floor at the copy bandwidth measured in the
 run, and one alternative: the clip's scale folded into the fused AdamW kernel
 (``grad_scale``, the AMP unscale path: the kernel divides each gradient as it reads
 it). On the H200 that was no faster (the kernel writes the divided gradients back;
-bench/results/step_h200.md, session 7), so the trainer keeps ``clip_grad_norm_``. And
-the trainer's ``adamw=triton`` path: the norm, then one Triton kernel that applies the
+bench/results/step_h200.md, session 7). And the trainer's ``adamw=triton`` path (its
+default on one GPU since session 10): the norm, then one Triton kernel that applies the
 clip's scale as it reads each gradient and never writes it (``mhar.train.adamw_kernel``).
+
+Each part is timed twice: as called (the host's time to queue it counts where the device
+would otherwise wait), and with the host ahead (the device first sleeps, so only device
+time counts). A training step's update is queued while the device still runs the
+backward, unless the host waits for a value first (adamw=torch reads the norm before
+its step), so the second figure is the one a step pays for queued work. Session 10's
+first isolated timings (run 1-2) were the first kind only.
 
     PYTHONPATH=src python bench/optimizer_bench.py --presets paper-350m,paper-1b
 """
@@ -30,13 +37,18 @@ from mhar.train.adamw_kernel import TritonAdamW
 from mhar.train.trainer import release_memory
 
 
-def timed(fn, reps: int = 10, warmup: int = 3) -> float:
-    """Median ms of fn over reps, CUDA events around each call."""
+def timed(fn, reps: int = 10, warmup: int = 3, host_ahead: bool = False) -> float:
+    """Median ms of fn over reps, CUDA events around each call. host_ahead: the device
+    first sleeps 20 ms, so that the host has queued all of fn's work before the device
+    reaches it and the time is the device's alone (as in a training step, where the host
+    queues the update while the device still runs the backward)."""
     for _ in range(warmup):
         fn()
     out = []
     for _ in range(reps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if host_ahead:
+            torch.cuda._sleep(40_000_000)  # cycles: about 20 ms at the H200's clock
         start.record()
         fn()
         end.record()
@@ -71,7 +83,7 @@ def triton_alone(params, block: int, warps: int):
     return step
 
 
-def bench_preset(preset: str, bw: float, configs: list[tuple[int, int]]) -> list[tuple[str, str, float, float]]:
+def bench_preset(preset: str, bw: float, configs: list[tuple[int, int]]) -> list[tuple[str, str, float, float, float]]:
     model = build(preset, "baseline", PAPER_MICROBATCH[preset][1], [], 8, "cuda")
     params = [p for p in model.parameters() if p.requires_grad]
     n = sum(p.numel() for p in params)
@@ -82,9 +94,11 @@ def bench_preset(preset: str, bw: float, configs: list[tuple[int, int]]) -> list
     foreach = torch.optim.AdamW(params, lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1, foreach=True)
     triton_adamw = TritonAdamW(params, lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
 
-    def norm_and_triton():  # what the trainer runs with adamw=triton (the norm read back for its checks)
-        norm = float(total_norm(grads))
-        triton_adamw.step(grad_scale=min(1.0, 1.0 / (norm + 1e-6)))
+    def norm_and_triton():  # what the trainer runs with adamw=triton: the scale stays on the device, the
+        # norm is read back after the update is queued
+        norm = total_norm(grads)
+        triton_adamw.step(grad_scale=torch.clamp(1.0 / (norm + 1e-6), max=1.0))
+        float(norm)
 
     def folded():  # the clip's scale applied inside the fused kernel (grad / grad_scale)
         fused.grad_scale = torch.clamp(total_norm(grads) / 1.0, min=1.0).float()
@@ -103,7 +117,7 @@ def bench_preset(preset: str, bw: float, configs: list[tuple[int, int]]) -> list
         ("clip folded into the fused step + zero", lambda: (folded(), torch._foreach_zero_(grads)), 9 * gb),
         (f"Triton AdamW step alone ({AK.BLOCK} elements / {AK.WARPS} warps, the default)", triton_adamw.step, 7 * gb),
         ("norm + Triton AdamW with the clip folded in (adamw=triton)", norm_and_triton, 8 * gb),
-        ("clip + fused step (the same phase with adamw=torch)",
+        ("clip, its norm read, fused step (the same phase with adamw=torch)",
          lambda: (float(torch.nn.utils.clip_grad_norm_(params, 1.0)), fused.step()), 10 * gb),
         *((f"Triton AdamW step alone, {b} elements / {w} warps", triton_alone(params, b, w), 7 * gb)
           for b, w in configs),
@@ -111,11 +125,11 @@ def bench_preset(preset: str, bw: float, configs: list[tuple[int, int]]) -> list
     print(f"\n{preset}: {n / 1e6:.0f}M parameters, {len(params)} tensors")
     rows = []
     for name, fn, nbytes in parts:
-        ms = timed(fn)
+        ms, device_ms = timed(fn), timed(fn, host_ahead=True)
         floor = nbytes / bw * 1e3
-        rows.append((preset, name, ms, floor))
-        print(f"  {name:55s} {ms:7.2f} ms   floor {floor:6.2f} ms ({100 * floor / ms:3.0f}% of copy bandwidth)",
-              flush=True)
+        rows.append((preset, name, ms, device_ms, floor))
+        print(f"  {name:55s} {ms:7.2f} ms, device alone {device_ms:7.2f} ms   floor {floor:6.2f} ms "
+              f"({100 * floor / device_ms:3.0f}% of copy bandwidth)", flush=True)
     return rows
 
 
@@ -132,9 +146,9 @@ def main() -> None:
     for preset in args.presets.split(","):
         release_memory()
         rows += bench_preset(preset, bw, configs)
-    print("\n| preset | part | ms | byte floor ms |\n|---|---|---|---|")
-    for preset, name, ms, floor in rows:
-        print(f"| {preset} | {name.strip()} | {ms:.2f} | {floor:.2f} |")
+    print("\n| preset | part | ms | ms, device alone (host ahead) | byte floor ms |\n|---|---|---|---|---|")
+    for preset, name, ms, device_ms, floor in rows:
+        print(f"| {preset} | {name.strip()} | {ms:.2f} | {device_ms:.2f} | {floor:.2f} |")
 
 
 if __name__ == "__main__":

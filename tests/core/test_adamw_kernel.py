@@ -154,6 +154,53 @@ def _check_trainer_follows_torch(tmp_path, device: str, kernel: str) -> None:
 
 
 @interp
+def test_interp_nan_scale_skips_the_update():
+    """A NaN scale (a number or a device scalar) leaves parameters and moments as they
+    were; rewind_step takes back the step count."""
+    params = _params()
+    opt = _run(AK.TritonAdamW, params, [1.0, 0.5], KW, fold=True)
+    before = [p.detach().clone() for p in params]
+    state = copy.deepcopy(opt.state_dict())
+    for scale in (float("nan"), torch.tensor(float("nan"))):
+        for p in params:
+            p.grad = torch.randn_like(p)
+        opt.step(grad_scale=scale)
+        assert all(torch.equal(p, b) for p, b in zip(params, before))
+        opt.rewind_step()
+        now = opt.state_dict()
+        for i, s in state["state"].items():
+            for key in ("step", "exp_avg", "exp_avg_sq"):
+                assert torch.equal(now["state"][i][key], s[key]), key
+
+
+@interp
+def test_interp_trainer_stops_before_the_update_on_a_nan_loss(tmp_path):
+    """adamw=triton queues the update before it reads the loss: a NaN loss still stops
+    the run with the weights, moments and step counts of the last good step."""
+    from mhar.train import DivergenceError, Trainer, apply_train_overrides, train_preset
+
+    class NanAtThirdStep(Trainer):
+        def compute_loss(self, x, y):
+            loss = super().compute_loss(x, y)
+            return loss * float("nan") if self.step == 2 else loss
+
+    cfg = apply_train_overrides(train_preset("tiny", "mhar"), SMALL_RUN + ["device=cpu", "adamw=triton"])
+    t = NanAtThirdStep(cfg, tmp_path, progress=False)
+    for _ in range(2):
+        t.train_step()
+        t.step += 1
+    weights = copy.deepcopy(t.model.state_dict())
+    state = copy.deepcopy(t.optimizer.state_dict())
+    with pytest.raises(DivergenceError, match="loss is nan at step 3"):
+        t.train_step()
+    assert all(torch.equal(a, b) for a, b in zip(weights.values(), t.model.state_dict().values()))
+    now = t.optimizer.state_dict()
+    for i, s in state["state"].items():
+        for key in ("step", "exp_avg", "exp_avg_sq"):
+            assert torch.equal(now["state"][i][key], s[key]), key
+
+
+@interp
 def test_interp_trainer_with_the_kernel_follows_torch(tmp_path):
     _check_trainer_follows_torch(tmp_path, "cpu", "triton")
 

@@ -72,7 +72,9 @@ def _adamw_kernel(CHUNK_T, CHUNK_S, P, G, M, V, NUMEL, SCALE, decay, beta1, one_
     unmasked path: with the start a known multiple of BLOCK and no mask, the loads and
     stores are 16-byte vectors (a mask against a size read from memory would make them
     4-byte ones). SCALE: the gradients' multiplier, a device scalar (no host sync to
-    form it); the other factors are formed on the host in double, as torch does."""
+    form it); NaN skips the update (the caller found the loss or the norm not finite
+    without waiting for the device). The other factors are formed on the host in
+    double, as torch does."""
     pid = tl.program_id(0)
     i = tl.load(CHUNK_T + pid)
     start = tl.multiple_of(tl.load(CHUNK_S + pid), BLOCK)
@@ -84,6 +86,8 @@ def _adamw_kernel(CHUNK_T, CHUNK_S, P, G, M, V, NUMEL, SCALE, decay, beta1, one_
     m_ptr = tl.multiple_of(tl.load(M + i).to(f32), ALIGN)
     v_ptr = tl.multiple_of(tl.load(V + i).to(f32), ALIGN)
     scale = tl.load(SCALE)
+    if scale != scale:  # NaN: no update
+        return
     if start + BLOCK <= n:
         _update(p_ptr, g_ptr, m_ptr, v_ptr, offs, None, decay, beta1, one_minus_beta1, beta2, one_minus_beta2, eps,
                 step_size, bc2_sqrt, scale, False)
@@ -113,10 +117,11 @@ class TritonAdamW(torch.optim.AdamW):
                  weight_decay: float = 1e-2):
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
         self._chunks: dict = {}  # (device, numels) -> chunk tensor index, chunk start and numel tables
+        self._stepped: list[Tensor] = []  # the parameters whose count the last kernel step advanced
 
     def __setstate__(self, state: dict) -> None:  # copies and unpickled optimisers: a fresh cache
         super().__setstate__(state)
-        self._chunks = {}
+        self._chunks, self._stepped = {}, []
 
     def _kernel_applies(self, params: list[Tensor]) -> bool:
         def flat(t: Tensor, p: Tensor) -> bool:
@@ -132,7 +137,9 @@ class TritonAdamW(torch.optim.AdamW):
     @torch.no_grad()
     def step(self, closure=None, grad_scale: float | Tensor = 1.0):
         """grad_scale: what to multiply the gradients by (the clip's scale), a number or a
-        one-element tensor (left on the device, so that forming it needs no host sync)."""
+        one-element tensor (left on the device, so that forming it needs no host sync).
+        A NaN scale skips the update; :meth:`rewind_step` then takes back the step count."""
+        self._stepped = []
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -155,6 +162,7 @@ class TritonAdamW(torch.optim.AdamW):
                 elif state["step"].device.type != "cpu":  # from torch's fused AdamW: one read, not one a step
                     state["step"] = state["step"].float().cpu()
                 state["step"] += 1
+                self._stepped.append(p)
                 by_step.setdefault(float(state["step"]), []).append(p)
             for step, ps in by_step.items():
                 self._launch(ps, group, step, grad_scale)
@@ -190,8 +198,18 @@ class TritonAdamW(torch.optim.AdamW):
                                           group["eps"], lr / (1 - b1 ** step), (1 - b2 ** step) ** 0.5,
                                           BLOCK=BLOCK, ALIGN=align, num_warps=WARPS)
 
+    def rewind_step(self) -> None:
+        """Take back the last step's count where a NaN scale skipped its update (parameters,
+        moments and counts are then as before that step)."""
+        for p in self._stepped:
+            self.state[p]["step"] -= 1
+        self._stepped = []
+
     def _torch_step(self, groups: list[dict], grad_scale: float | Tensor) -> None:
-        """torch's AdamW step for these groups only, the gradients scaled first."""
+        """torch's AdamW step for these groups only, the gradients scaled first (none for
+        a NaN scale, as the kernel: the fallback's one host sync)."""
+        if bool(torch.isnan(torch.as_tensor(grad_scale)).any()):
+            return
         if isinstance(grad_scale, Tensor) or grad_scale != 1.0:
             grads = [p.grad for g in groups for p in g["params"] if p.grad is not None]
             if isinstance(grad_scale, Tensor):

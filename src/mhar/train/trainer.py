@@ -343,22 +343,40 @@ class Trainer:
                     loss = self.compute_loss(x, y)
                 (loss / c.grad_accum).backward()
             loss_sum += loss.detach().float()
-        loss_value = float(self.reduce_loss(loss_sum)) / c.grad_accum
-        if not math.isfinite(loss_value):
-            self.zero_grad()
-            raise DivergenceError(self._divergence_message("loss", loss_value))
+        loss_sum = self.reduce_loss(loss_sum)
         max_norm = c.grad_clip if c.grad_clip > 0 else math.inf
-        fold = self.adamw == "triton"  # the clip's scale goes into the optimiser's kernel
-        grad_norm = float(self.gradient_norm() if fold else self.clip_gradients(max_norm))
-        if not math.isfinite(grad_norm):
-            self.zero_grad()
-            raise DivergenceError(self._divergence_message("gradient norm", grad_norm))
-        if fold:  # clip_grad_norm_'s scale
-            self.optimizer.step(grad_scale=min(1.0, max_norm / (grad_norm + 1e-6)))
+        if self.adamw == "triton":
+            loss_value, grad_norm = self._kernel_update(loss_sum, max_norm)
         else:
+            loss_value = float(loss_sum) / c.grad_accum
+            if not math.isfinite(loss_value):
+                self.zero_grad()
+                raise DivergenceError(self._divergence_message("loss", loss_value))
+            grad_norm = float(self.clip_gradients(max_norm))
+            if not math.isfinite(grad_norm):
+                self.zero_grad()
+                raise DivergenceError(self._divergence_message("gradient norm", grad_norm))
             self.optimizer.step()
         self.zero_grad()
         return loss_value, grad_norm, lr
+
+    def _kernel_update(self, loss_sum: Tensor, max_norm: float) -> tuple[float, float]:
+        """The update with adamw=triton, queued before the host first waits for the device,
+        so that the host's part of it runs while the device still computes the gradients.
+        The clip's scale (clip_grad_norm_'s) stays on the device; a loss or norm that is not
+        finite makes it NaN, which the kernel takes as no update, and the run stops here
+        with the weights and moments as they were (the step count taken back)."""
+        norm = self.gradient_norm()
+        finite = torch.isfinite(norm) & torch.isfinite(loss_sum)
+        scale = torch.where(finite, torch.clamp(max_norm / (norm + 1e-6), max=1.0), math.nan)
+        self.optimizer.step(grad_scale=scale)
+        loss_value, grad_norm = float(loss_sum) / self.cfg.grad_accum, float(norm)
+        for what, value in (("loss", loss_value), ("gradient norm", grad_norm)):
+            if not math.isfinite(value):
+                self.optimizer.rewind_step()
+                self.zero_grad()
+                raise DivergenceError(self._divergence_message(what, value))
+        return loss_value, grad_norm
 
     def zero_grad(self) -> None:
         # under CUDA graphs the gradients stay: the next step's first replay overwrites them
