@@ -104,8 +104,9 @@ class TrainConfig:
     cuda_graphs: str = "auto"
     # torch: torch's AdamW (fused on CUDA) after clip_grad_norm_; triton: one Triton
     # kernel with the clip's scale folded in (mhar.train.adamw_kernel; one process);
-    # auto = triton for one process on a CUDA device (on an H200 its steps were 1.5-2.6%
-    # faster at 350M and 1B: bench/results/step_h200.md, session 10), torch otherwise
+    # auto = triton for one process on a CUDA device (on an H200 the baseline's steps were
+    # 1.5-2.6% shorter with it at 350M and 1B: bench/results/step_h200.md, session 10),
+    # torch otherwise
     adamw: str = "auto"
     # recompute each sublayer in backward instead of keeping its activations: less
     # memory for about a third more compute (the stream's sources are kept either way).
