@@ -20,7 +20,7 @@ would otherwise wait), and with the host ahead (the device first sleeps, so only
 time counts). A training step's update is queued while the device still runs the
 backward, unless the host waits for a value first (adamw=torch reads the norm before
 its step), so the second figure is the one a step pays for queued work. Session 10's
-first isolated timings (run 1-2) were the first kind only.
+first isolated timings (runs 1 and 2) were the first kind only.
 
     PYTHONPATH=src python bench/optimizer_bench.py --presets paper-350m,paper-1b
 """
