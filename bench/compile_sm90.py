@@ -3,6 +3,8 @@
 Compiles each kernel with triton's own compiler for an H100/H200 target, as the launcher
 would specialise it at the paper widths (bf16 sources, 16-byte aligned tables, every lane
 valid), and reads the cubin's resource usage with the cuobjdump that ships with triton.
+It also counts the layout conversions in the compiled TTGIR, and those inside loop bodies
+(once per iteration: per source in the source loops), with the largest tensor they move.
 The numbers quoted in docs/kernels.md and bench/results/ for register pressure come from
 this script (run with triton 3.6, the GPU machine's version).
 
@@ -15,6 +17,7 @@ this script (run with triton 3.6, the GPU machine's version).
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import subprocess
@@ -53,9 +56,27 @@ def resources(fn, constexprs: dict, warps: int, pointers: dict | None = None) ->
     ptx = kernel.asm["ptx"]
     return {"regs": int(re.search(r"REG:(\d+)", out).group(1)), "stack": int(re.search(r"STACK:(\d+)", out).group(1)),
             "layout_conversions": kernel.asm["ttgir"].count("convert_layout"),
+            "in_loops": loop_conversions(kernel.asm["ttgir"]),
             # memory instructions by width: 16-byte vectors, and 2-byte scalar ones (bf16 without vectorisation)
             "v4": len(re.findall(r"(?:ld|st)\.global[\w.]*\.v4", ptx)),
             "b16": len(re.findall(r"(?:ld|st)\.global[\w.]*\.(?:b16|u16)\b", ptx))}
+
+
+def loop_conversions(ttgir: str) -> str:
+    """The layout conversions inside loop bodies (each runs once per iteration: per source
+    in the source loops), as "count (largest tensor shape)"."""
+    depth, loops, found = 0, [], []
+    for line in ttgir.splitlines():
+        if "convert_layout" in line and loops:
+            found.append(re.search(r"tensor<([\dx]+)x\w+,", line).group(1))
+        opened = depth
+        depth += line.count("{") - line.count("}")
+        if "scf.for" in line and depth > opened:
+            loops.append(depth)
+        while loops and depth < loops[-1]:
+            loops.pop()
+    sizes = sorted(found, key=lambda s: math.prod(int(v) for v in s.split("x")))
+    return f"{len(found)} ({sizes[-1]})" if found else "0"
 
 
 def tile(d: int, heads: int) -> dict:
@@ -109,12 +130,13 @@ def main() -> None:
     args = ap.parse_args()
     if args.stages:
         STAGES["num_stages"] = args.stages
-    print("| kernel | d | H | warps | registers | stack bytes | layout conversions | 16-byte / 2-byte memory ops |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| kernel | d | H | warps | registers | stack bytes | layout conversions | of them in loops (largest) "
+          "| 16-byte / 2-byte memory ops |")
+    print("|---|---|---|---|---|---|---|---|---|")
 
     def row(name, d, heads, w, r):
         print(f"| {name} | {d} | {heads} | {w} | {r['regs']} | {r['stack']} | {r['layout_conversions']} | "
-              f"{r['v4']} / {r['b16']} |", flush=True)
+              f"{r['in_loops']} | {r['v4']} / {r['b16']} |", flush=True)
 
     for kind in args.kernels.split(","):
         if kind == "hyper":
