@@ -467,7 +467,8 @@ def main():
                             {"schedule": name, "fwdbwd_ms": t, **kern,
                              # the phase-1 config it ran (the paper widths are their padded widths)
                              "phase1": {k: rop._cfg(d, h > 1)[k]
-                                        for k in (*rop._PHASE1_BACKWARD, "fwd_warps", "bwd_warps")}})
+                                        for k in (*rop._PHASE1_BACKWARD, "fwd_warps", "bwd_warps",
+                                                  "fwd_wide_b")}})
                         log(f"  whole step H={h} {name}: {t:.2f} ms wall, {kern['kernel_ms']:.2f} ms kernels")
                         for k in kern["top"]:
                             log(f"    {k['ms']:8.3f} ms {k['calls']:4d}x {k['name']}")
@@ -515,7 +516,10 @@ PHASE1 = [("", None)] + [(", " + name, cfg) for name, cfg in (
     # the forward and backward kernels' warps in the whole step (the per-call sweep
     # picked them; with 8 heads they carry most of the gap to one head)
     ("fwd 1 warp", {"fwd_warps": 1}), ("fwd 2 warps", {"fwd_warps": 2}),
-    ("bwd 1 warp", {"bwd_warps": 1}), ("bwd 2 warps", {"bwd_warps": 2}))]
+    ("bwd 1 warp", {"bwd_warps": 1}), ("bwd 2 warps", {"bwd_warps": 2}),
+    # the forward with a head's second part in the first part's width (no tile converted
+    # per source with 8 heads at 1280; session 10, op's "fwd_wide_b")
+    ("fwd wide part B", {"fwd_wide_b": True}))]
 # (the S-query loop, {"bwd_twopass": False}, measured 1.6-2x slower at cf14cbd)
 
 

@@ -114,6 +114,21 @@ def test_padded_heads(n, lead, d, heads, gen):
         rop.TUNE = None
 
 
+@pytest.mark.parametrize("n,lead,d,heads", [(3, (4,), 80, 1), (2, (3,), 160, 8), (6, (5,), 40, 8), (2, (5,), 123, 1),
+                                            (3, (5,), 48, 3)])
+def test_forward_with_wide_part_b(n, lead, d, heads, gen):
+    # fwd_wide_b: the forward loads a head's second part in the first part's width, the
+    # extra lanes masked (heads of 80, 20, 5, 123 and 16 lanes: with and without a
+    # second part), through every path that runs the forward
+    rop.TUNE = dict(fwd_wide_b=True)
+    try:
+        check_route(n, lead, d, heads, gen=gen)
+        check_partial(n, lead, d, heads, 3, gen=gen)
+        check_two_phase(n, 2, lead, d, heads, 3, gen=gen, fused=True)
+    finally:
+        rop.TUNE = None
+
+
 def test_partial_many_tiles(gen, small_tiles):
     check_partial(3, (9,), 24, 2, 3, gen=gen)
 

@@ -163,6 +163,20 @@ def test_other_tile_configs(cfg, gen):
         rop.TUNE = None
 
 
+@pytest.mark.parametrize("d,heads", [(1280, 8), (1280, 1), (123, 1)])
+def test_forward_with_wide_part_b(d, heads, gen):
+    # fwd_wide_b: the forward loads a head's second part in the first part's width (its
+    # extra lanes masked): the plain read, phase 1, and phase 2 fused with the merge
+    rop.TUNE = dict(fwd_wide_b=True)
+    try:
+        check_route(17, (300,), d, heads, device=DEV, gen=gen)
+        check_route(9, (256,), d, heads, dtype=torch.bfloat16, device=DEV, tol=1e-2, gen=gen)
+        check_partial(17, (300,), d, heads, 6, device=DEV, gen=gen)
+        check_two_phase(5, 3, (200,), d, heads, 3, device=DEV, gen=gen, fused=True)
+    finally:
+        rop.TUNE = None
+
+
 @pytest.mark.parametrize("n_sites,d,heads,extra,chunk", [(12, 512, 8, False, 0), (6, 1280, 1, True, 0),
                                                          (9, 1024, 16, False, 4)])
 def test_gradient_sink(n_sites, d, heads, extra, chunk, gen):

@@ -152,12 +152,18 @@ def _pow2(n: int) -> int:
 # their code is at 6d5e552.
 _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 128, "gather_warps": 4,
                     "gather_precision": "tf32x3"}
-# pad_heads: a head width that is not a power of two as one padded part (see _geometry)
+# pad_heads: a head width that is not a power of two as one padded part (see _geometry).
+# fwd_wide_b: the forward loads a head's second part in the first part's width, the lanes
+# past it masked. With several heads of two parts (1280 / 8 = 128 + 32 lanes) the two
+# parts' tiles otherwise take different register layouts, and the compiler converts the
+# 128-lane tile through shared memory once per source; widened, it converts none, at 255
+# registers against 168 (triton 3.6, sm_90, bench/compile_sm90.py). Interpreter-tested,
+# not yet timed on a GPU: off.
 _DEFAULTS = {
-    False: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1,
+    False: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1, "fwd_wide_b": False,
             "bwd_elems": 1024, "bwd_warps": 2, "bwd_pf": 1, "bwd_progs_per_sm": 16, "pad_heads": False,
             **_PHASE1_BACKWARD},
-    True: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1,
+    True: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1, "fwd_wide_b": False,
            "bwd_elems": 1024, "bwd_warps": 2, "bwd_pf": 1, "bwd_progs_per_sm": 16, "pad_heads": False,
            **_PHASE1_BACKWARD},
 }
@@ -289,6 +295,9 @@ def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, h
     table, align = _ptr_table(srcs)
     dh, cfg, tile = _geometry(d, heads, n_tok, "fwd", align)
     n_tiles = -(-n_tok // tile["BM"])
+    # part B's lanes: its own width, or (fwd_wide_b) part A's, the extra lanes masked
+    bw = tile["DA"] if cfg["fwd_wide_b"] and tile["HAS_B"] else tile["DB"]
+    tile = dict(tile, BW=bw, EVEN_B=tile["EVEN"] and bw == tile["DB"])
     if final:
         y = _new(srcs[0].shape, srcs[0].dtype, dev)
         lse = _new((n_tok, heads), torch.float32, dev)
