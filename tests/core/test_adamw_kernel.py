@@ -264,3 +264,4 @@ def test_auto_is_torch_off_one_cuda_process(tmp_path):
     assert cfg.adamw == "auto"
     trainer = Trainer(cfg, tmp_path, progress=False)
     assert trainer.adamw == "torch" and type(trainer.optimizer) is torch.optim.AdamW
+    assert trainer.summary()["adamw"] == "torch"  # the run's summary records what ran

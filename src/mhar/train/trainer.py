@@ -468,6 +468,8 @@ class Trainer:
             "params": counts,
             "device": str(self.device),
             "dtype": str(self.amp_dtype or torch.float32).replace("torch.", ""),
+            # what the run's "auto" settings resolved to
+            "compile": self.compile_mode(), "cuda_graphs": self.use_graphs, "adamw": self.adamw,
             "torch": torch.__version__,
         }
 
