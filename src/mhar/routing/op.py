@@ -157,7 +157,7 @@ _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 12
 # past it masked. With several heads of two parts (1280 / 8 = 128 + 32 lanes) the two
 # parts' tiles otherwise take different register layouts, and the compiler converts the
 # 128-lane tile through shared memory once per source; widened, it converts none, at 255
-# registers against 168 (triton 3.6, sm_90, bench/compile_sm90.py). Interpreter-tested,
+# registers against 172 (triton 3.6, sm_90, bench/compile_sm90.py). Interpreter-tested,
 # not yet timed on a GPU: off.
 _DEFAULTS = {
     False: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1, "fwd_wide_b": False,
