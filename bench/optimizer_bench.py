@@ -97,7 +97,7 @@ def bench_preset(preset: str, bw: float, configs: list[tuple[int, int]]) -> list
     def norm_and_triton():  # what the trainer runs with adamw=triton: the scale stays on the device, the
         # norm is read back after the update is queued
         norm = total_norm(grads)
-        triton_adamw.step(grad_scale=torch.clamp(1.0 / (norm + 1e-6), max=1.0))
+        triton_adamw.step(grad_scale=AK.clip_scale(norm, 1.0))
         float(norm)
 
     def folded():  # the clip's scale applied inside the fused kernel (grad / grad_scale)

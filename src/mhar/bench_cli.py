@@ -85,7 +85,7 @@ def time_step(model: Decoder, batch: int, seq_len: int, steps: int, warmup: int,
     torch.manual_seed(0)
     hyper = dict(lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
     if adamw == "triton":
-        from mhar.train.adamw_kernel import TritonAdamW
+        from mhar.train.adamw_kernel import TritonAdamW, clip_scale
 
         opt = TritonAdamW(model.parameters(), **hyper)
     else:
@@ -107,7 +107,7 @@ def time_step(model: Decoder, batch: int, seq_len: int, steps: int, warmup: int,
         if adamw == "triton":  # the norm, and its clip scale into the kernel (left on the device, as
             # clip_grad_norm_ leaves its own: neither path waits for the device here)
             norm = torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
-            opt.step(grad_scale=torch.clamp(1.0 / (norm + 1e-6), max=1.0))
+            opt.step(grad_scale=clip_scale(norm, 1.0))
         else:
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()

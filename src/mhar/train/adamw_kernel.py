@@ -13,11 +13,13 @@ the norm's read and the update's seven passes, eight in all.
 ``state_dict``, so checkpoints move between the two) whose ``step(grad_scale=...)``
 runs this kernel when every parameter of a group is a contiguous fp32 CUDA tensor (or
 on the CPU under ``TRITON_INTERPRET=1``, for the tests), and torch's own step
-otherwise. The trainer uses it with ``adamw=triton`` (one process).
+otherwise. The trainer uses it with ``adamw=triton``, which ``adamw=auto`` (the default)
+picks for one process on CUDA.
 
 Layout: each tensor is cut into chunks of ``BLOCK`` elements. A program takes one chunk,
 found through a chunk table (tensor index, start), and reads the tensor's data pointers
-(parameter, gradient, first and second moment) from tables, as the routing kernels do. The update is torch's: ``p *= 1 - lr wd``; ``m += (1 - b1)(g - m)``;
+(parameter, gradient, first and second moment) from tables, as the routing kernels do.
+The update is torch's: ``p *= 1 - lr wd``; ``m += (1 - b1)(g - m)``;
 ``v = b2 v + (1 - b2) g^2``; ``p -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps)``.
 """
 
@@ -94,6 +96,12 @@ def _adamw_kernel(CHUNK_T, CHUNK_S, P, G, M, V, NUMEL, SCALE, decay, beta1, one_
     else:
         _update(p_ptr, g_ptr, m_ptr, v_ptr, offs, offs < n, decay, beta1, one_minus_beta1, beta2, one_minus_beta2,
                 eps, step_size, bc2_sqrt, scale, True)
+
+
+def clip_scale(norm: Tensor, max_norm: float) -> Tensor:
+    """``clip_grad_norm_``'s multiplier for gradients of total norm ``norm``, left on the
+    device: ``min(1, max_norm / (norm + 1e-6))``."""
+    return torch.clamp(max_norm / (norm + 1e-6), max=1.0)
 
 
 def _interpreting() -> bool:

@@ -366,9 +366,11 @@ class Trainer:
         The clip's scale (clip_grad_norm_'s) stays on the device; a loss or norm that is not
         finite makes it NaN, which the kernel takes as no update, and the run stops here
         with the weights and moments as they were (the step count taken back)."""
+        from mhar.train.adamw_kernel import clip_scale
+
         norm = self.gradient_norm()
         finite = torch.isfinite(norm) & torch.isfinite(loss_sum)
-        scale = torch.where(finite, torch.clamp(max_norm / (norm + 1e-6), max=1.0), math.nan)
+        scale = torch.where(finite, clip_scale(norm, max_norm), math.nan)
         self.optimizer.step(grad_scale=scale)
         loss_value, grad_norm = float(loss_sum) / self.cfg.grad_accum, float(norm)
         for what, value in (("loss", loss_value), ("gradient norm", grad_norm)):
