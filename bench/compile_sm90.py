@@ -126,6 +126,9 @@ def main() -> None:
     ap.add_argument("--gather-sources", type=int, default=16, help="sources per gather program (KS)")
     ap.add_argument("--gather-cols", type=int, default=128, help="columns per gather chunk")
     ap.add_argument("--gather-warps", type=int, default=4)
+    ap.add_argument("--dot-sources", type=int, default=16, help="sources per block of the dot kernels")
+    ap.add_argument("--dot-warps", default="4", help="comma list of warps for the dot kernels")
+    ap.add_argument("--dot-precision", default="bf16x2", help="comma list of the dot kernels' input precisions")
     ap.add_argument("--stages", type=int, default=0, help="num_stages (default: triton's)")
     args = ap.parse_args()
     if args.stages:
@@ -146,7 +149,7 @@ def main() -> None:
             adamw_rows(row)
             continue
         for d, heads in SHAPES:
-            for w in [int(v) for v in args.warps.split(",")]:
+            for w in [int(v) for v in args.warps.split(",")] if kind in ("single", "twopass") else []:
                 if kind == "single":
                     t = tile(d, heads)
                     c = dict(t, BM=1, PF=1, FINAL=True, BW=t["DB"], EVEN_B=True)
@@ -163,6 +166,15 @@ def main() -> None:
                     c = dict(tile(d, heads), BM=1, PF=1, SINGLE=True, FINAL=False, ACCUM=False, COEF=True,
                              PARTIAL=False)
                     row("_bwd_kernel (COEF)", d, heads, w, resources(tk._bwd_kernel, c, w))
+            if kind == "dot":  # phase 1's forward as matrix products (op's "fwd_dot")
+                t = tile(d, heads)
+                geo = _gather_geometry(t["dh"], t["DA"], t["DB"], 1)
+                c = dict(d=d, dh=t["dh"], H=heads, HP=t["HP"], DA=geo["PA"], DB=geo["PB"], KS=args.dot_sources,
+                         SP=8, ALIGN=16)
+                for w in [int(v) for v in args.dot_warps.split(",")]:
+                    for prec in args.dot_precision.split(","):
+                        row(f"_fwd_dot_kernel ({args.dot_sources} sources, {prec})", d, heads, w,
+                            resources(tk._fwd_dot_kernel, dict(c, PREC=prec), w))
             if kind == "twopass":
                 t = tile(d, heads)
                 ks = args.gather_sources

@@ -467,8 +467,8 @@ def main():
                             {"schedule": name, "fwdbwd_ms": t, **kern,
                              # the phase-1 config it ran (the paper widths are their padded widths)
                              "phase1": {k: rop._cfg(d, h > 1)[k]
-                                        for k in (*rop._PHASE1_BACKWARD, "fwd_warps", "bwd_warps",
-                                                  "fwd_wide_b")}})
+                                        for k in (*rop._PHASE1_BACKWARD, *rop._PHASE1_DOT, "fwd_warps",
+                                                  "bwd_warps", "fwd_wide_b")}})
                         log(f"  whole step H={h} {name}: {t:.2f} ms wall, {kern['kernel_ms']:.2f} ms kernels")
                         for k in kern["top"]:
                             log(f"    {k['ms']:8.3f} ms {k['calls']:4d}x {k['name']}")
@@ -519,7 +519,11 @@ PHASE1 = [("", None)] + [(", " + name, cfg) for name, cfg in (
     ("bwd 1 warp", {"bwd_warps": 1}), ("bwd 2 warps", {"bwd_warps": 2}),
     # the forward with a head's second part in the first part's width (no tile converted
     # per source with 8 heads at 1280; session 10, op's "fwd_wide_b")
-    ("fwd wide part B", {"fwd_wide_b": True}))]
+    ("fwd wide part B", {"fwd_wide_b": True}),
+    # phase 1's forward with one program per token and every query, as matrix products
+    # (session 11, op's "fwd_dot"; heads of 128 lanes or fewer)
+    ("fwd as products", {"fwd_dot": True}), ("fwd as products, 4 warps", {"fwd_dot": True, "dot_warps": 4}),
+    ("fwd as products, tf32x3", {"fwd_dot": True, "dot_precision": "tf32x3"}))]
 # (the S-query loop, {"bwd_twopass": False}, measured 1.6-2x slower at cf14cbd)
 
 

@@ -414,3 +414,34 @@ def test_other_backward_deterministic_and_summing(gen, other_phase1_backward):
     check_deterministic(4, (5,), 24, 2, S=3, gen=gen)
     check_sink_chain(5, (5,), 32, 4, gen=gen, chunk=2, extra=False)
     check_two_phase(3, 2, (5,), 40, 8, 3, gen=gen, fused=True)
+
+
+@pytest.mark.parametrize("n,lead,d,heads,S", [(18, (4,), 80, 1, 3), (2, (3,), 160, 8, 3), (6, (5,), 40, 8, 2),
+                                              (2, (5,), 123, 1, 3), (3, (5,), 48, 3, 1), (20, (3,), 16, 16, 9),
+                                              (1, (2,), 1, 1, 2), (17, (4,), 64, 2, 8)])
+def test_phase_one_forward_as_products(n, lead, d, heads, S, gen):
+    # fwd_dot: phase 1's forward with one program per token and every query (matrix
+    # products per head): heads of 80, 20, 5, 123, 16, 1 and 32 lanes, S from 1 to 9 (SP 16),
+    # more sources than one block (17, 18, 19, 20), and the merged two-phase read
+    rop.TUNE = dict(fwd_dot=True)
+    try:
+        check_partial(n, lead, d, heads, S, gen=gen)
+        check_two_phase(n, 2, lead, d, heads, S, gen=gen, fused=True)
+    finally:
+        rop.TUNE = None
+
+
+@pytest.mark.parametrize("prec", ["bf16x2", "tf32x3"])
+def test_phase_one_forward_as_products_bf16(prec, gen):
+    # bf16 sources: the forward's fp32 outputs within 1e-4 of an fp64 read of the same
+    # bf16 values (bf16x2 splits the fp32 operand in two bf16 parts), gradients at bf16's 1e-2
+    rop.TUNE = dict(fwd_dot=True, dot_precision=prec)
+    try:
+        srcs, q, g = make_inputs(19, (5,), 160, torch.bfloat16, "cpu", S=8, gen=gen)
+        p = routing.route_partial(srcs, q, g, 8)
+        p64 = R.route_partial([s.double() for s in srcs], q.double(), g.double(), 8)
+        for name, a, b in zip("mlo", p, p64):
+            assert rel(a, b) <= 1e-4, (name, rel(a, b))
+        check_partial(19, (5,), 160, 8, 8, dtype=torch.bfloat16, tol=1e-2, gen=gen)
+    finally:
+        rop.TUNE = None

@@ -16,6 +16,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from mhar import routing  # noqa: E402
 from mhar.routing import op as rop  # noqa: E402
+from mhar.routing import reference as R  # noqa: E402
 from routing_checks import (check_deterministic, check_partial, check_route, check_sink_chain, check_two_phase,  # noqa: E402
                             make_inputs, rel)
 
@@ -175,6 +176,25 @@ def test_forward_with_wide_part_b(d, heads, gen):
         check_two_phase(5, 3, (200,), d, heads, 3, device=DEV, gen=gen, fused=True)
     finally:
         rop.TUNE = None
+
+
+@pytest.mark.parametrize("d,heads", [(1280, 8), (1024, 8), (512, 8), (1024, 16), (123, 1), (1280, 1)])
+def test_phase_one_forward_as_products(d, heads, gen):
+    # fwd_dot: phase 1's forward with one program per token and every query (matrix
+    # products per head; one head of 1024 or more lanes keeps _fwd_kernel), fp32 and bf16
+    # (bf16x2: the forward's fp32 outputs within 1e-4 of fp64 on the same bf16 values)
+    for prec in ("bf16x2", "tf32x3"):
+        rop.TUNE = dict(fwd_dot=True, dot_precision=prec)
+        try:
+            check_partial(37, (300,), d, heads, 8, device=DEV, gen=gen)
+            check_two_phase(21, 3, (200,), d, heads, 8, device=DEV, gen=gen, fused=True)
+            srcs, q, g = make_inputs(37, (256,), d, torch.bfloat16, DEV, S=8, gen=gen)
+            p = routing.route_partial(srcs, q, g, heads)
+            p64 = R.route_partial([s.double() for s in srcs], q.double(), g.double(), heads)
+            for name, a, b in zip("mlo", p, p64):
+                assert rel(a, b) <= 1e-4, (prec, name, rel(a, b))
+        finally:
+            rop.TUNE = None
 
 
 @pytest.mark.parametrize("n_sites,d,heads,extra,chunk", [(12, 512, 8, False, 0), (6, 1280, 1, True, 0),

@@ -159,13 +159,22 @@ _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 12
 # 128-lane tile through shared memory once per source; widened, it converts none, at 255
 # registers against 172 (triton 3.6, sm_90, bench/compile_sm90.py). Interpreter-tested,
 # not yet timed on a GPU: off.
+# fwd_dot: phase 1's forward as ``_fwd_dot_kernel``, one program per token and every
+# query (each source row read once per token, the per-head sums as matrix products) with
+# blocks of "dot_sources" sources and "dot_warps" warps.
+# "dot_precision" is the products' input precision for bf16 sources: "bf16x2" (the sources
+# as they are, the fp32 operand as two bf16 parts, two products: within about 2^-17 of
+# fp32) or one of tl.dot's. Head parts wider than 128 lanes (one head of 1024 or 1280)
+# keep ``_fwd_kernel``: triton 3.6 compiles their tiles to local memory (thousands of
+# stack bytes, bench/compile_sm90.py --kernels dot).
+_PHASE1_DOT = {"fwd_dot": False, "dot_sources": 16, "dot_warps": 8, "dot_precision": "bf16x2"}
 _DEFAULTS = {
     False: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1, "fwd_wide_b": False,
             "bwd_elems": 1024, "bwd_warps": 2, "bwd_pf": 1, "bwd_progs_per_sm": 16, "pad_heads": False,
-            **_PHASE1_BACKWARD},
+            **_PHASE1_BACKWARD, **_PHASE1_DOT},
     True: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1, "fwd_wide_b": False,
            "bwd_elems": 1024, "bwd_warps": 2, "bwd_pf": 1, "bwd_progs_per_sm": 16, "pad_heads": False,
-           **_PHASE1_BACKWARD},
+           **_PHASE1_BACKWARD, **_PHASE1_DOT},
 }
 # The sweep's picks at the paper widths where they differ from the defaults.
 # The phase-1 gather entries are the whole-step picks at e88ebdb (bench/routing.py
@@ -268,6 +277,20 @@ def _gather_geometry(dh: int, da: int, db: int, chunk: int) -> dict:
     return dict(PA=da, GA=min(da, chunk), PB=db, GB=min(db, chunk) if db else 1)
 
 
+def _check_pow2_16(cfg: dict, key: str) -> None:
+    """A matrix product's size from the config: a power of two >= 16."""
+    if cfg[key] < 16 or cfg[key] & (cfg[key] - 1):
+        raise ValueError(f"routing config: {key} must be a power of two >= 16, got {cfg[key]}")
+
+
+def _precision(src: Tensor, cfg: dict, key: str) -> str:
+    """A phase-1 matrix product's input precision: "ieee" for fp32 sources, the config's
+    ``key`` for bf16 ones ("bf16x2" is only for bf16: other 16-bit sources take tf32x3)."""
+    if src.dtype in (torch.float32, torch.float64):
+        return "ieee"
+    return "tf32x3" if cfg[key] == "bf16x2" and src.dtype != torch.bfloat16 else cfg[key]
+
+
 def _n_programs(device: torch.device, n_tiles: int, per_sm: int) -> int:
     if device.type != "cuda":
         return max(1, min(n_tiles, 3))
@@ -310,7 +333,16 @@ def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, h
     m = _new((S, n_tok, heads), torch.float32, dev)
     l = _new((S, n_tok, heads), torch.float32, dev)
     o = _new((S, n_tok, d), torch.float32, dev)
-    if n_tiles:
+    geo = _gather_geometry(dh, *_split_width(dh), 1)
+    if n_tok and cfg["fwd_dot"] and geo["PA"] <= 128:
+        from mhar.routing.triton_kernels import _fwd_dot_kernel
+
+        _check_pow2_16(cfg, "dot_sources")
+        _fwd_dot_kernel[(n_tok,)](table, srcs[0], w, m, l, o, len(srcs), n_tok, S, d, dh, eps, H=heads,
+                                  HP=tile["HP"], DA=geo["PA"], DB=geo["PB"], KS=cfg["dot_sources"],
+                                  SP=max(8, _pow2(S)), ALIGN=align, PREC=_precision(srcs[0], cfg, "dot_precision"),
+                                  num_warps=cfg["dot_warps"])
+    elif n_tiles:
         _fwd_kernel[(S, n_tiles)](table, srcs[0], w, m, l, o, m, l, o, len(srcs), n_tok, d, dh, eps,
                                   **tile, FINAL=False, PF=cfg["fwd_pf"], num_warps=cfg["fwd_warps"])
     return m, l, o
@@ -348,8 +380,7 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
 
         ks = cfg["gather_sources"]
         for key in ("gather_sources", "gather_cols"):  # a matrix product's rows, and its columns
-            if cfg[key] < 16 or cfg[key] & (cfg[key] - 1):
-                raise ValueError(f"routing config: {key} must be a power of two >= 16, got {cfg[key]}")
+            _check_pow2_16(cfg, key)
         n_tiles = -(-n_tok // tile["BM"])
         n_prog = max(1, _n_programs(dev, n_tiles, cfg["bwd_progs_per_sm"]) // S)
         dw_parts = torch.empty((n_prog, S, d), dtype=torch.float32, device=dev)  # every (program, query) row
@@ -367,7 +398,7 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
                 src_table, srcs[0], dest_table, w, grad, coef_a, coef_b, coef_c, len(srcs), n_acc, n_tok, S, d, dh,
                 H=heads, **_gather_geometry(dh, tile["DA"], tile["DB"], cfg["gather_cols"]), KS=ks,
                 SP=max(8, _pow2(S)), ALIGN=tile["ALIGN"], ACCUM=n_acc > 0,
-                PREC="ieee" if srcs[0].dtype in (torch.float32, torch.float64) else cfg["gather_precision"],
+                PREC=_precision(srcs[0], cfg, "gather_precision"),
                 num_warps=cfg["gather_warps"])
     else:
         n_tiles = -(-n_tok // tile["BM"])

@@ -50,8 +50,15 @@ owns its output, so neither holds all S queries' rows per token.
 
 from __future__ import annotations
 
+import os
+
 import triton
 import triton.language as tl
+
+# Under TRITON_INTERPRET=1 (the CPU tests), tl.dot of bf16 tiles returns garbage in triton
+# 3.6 and 3.9 (errors of 1e10 on a 16x16 product of unit values): the bf16 products then
+# run on the same values in fp32.
+_INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET") == "1")
 
 
 @triton.jit
@@ -480,3 +487,113 @@ def _bwd_gather_kernel(table, ref, gtable, W, G, CA, CB, CC, n_src, n_acc, n_tok
     if PB > 0:
         _gather_part(src, dst, W, G, CA, CB, cs, k, kmask, acc_on, t, n_tok, n_q, d, dh, H, KS, SP, PA, PB, GB,
                      False, ACCUM, PREC)
+
+
+@triton.jit
+def _dot_cols(rh, rc, dh: tl.constexpr, H: tl.constexpr, OFF: tl.constexpr, AXIS: tl.constexpr):
+    """Column offsets and mask of a head part (``OFF`` onward, lanes ``rc``) as a 3-D
+    (heads, 1, lanes) tile (AXIS 2) or (heads, lanes, 1) tile (AXIS 1)."""
+    hh = rh[:, None, None]
+    if AXIS == 2:
+        cc = rc[None, None, :]
+    else:
+        cc = rc[None, :, None]
+    return hh * dh + OFF + cc, (hh < H) & (OFF + cc < dh)
+
+
+@triton.jit
+def _split_bf16(x):
+    """x (fp32) as bf16 high and low parts: hi + lo holds 16 of fp32's 24 mantissa bits, so
+    a product with bf16 operands taken twice (hi, then lo, fp32 accumulation) is within
+    about 2^-17 of the fp32 one."""
+    hi = x.to(tl.bfloat16)
+    return hi, (x - hi.to(tl.float32)).to(tl.bfloat16)
+
+
+@triton.jit
+def _dot_split(a, b, acc, PREC: tl.constexpr):
+    """acc + a b: with PREC "bf16x2", a bf16 (exact) and b fp32 split into two bf16 parts;
+    otherwise both fp32 at tl.dot's input precision PREC."""
+    if PREC == "bf16x2":
+        hi, lo = _split_bf16(b)
+        if _INTERPRETED:  # the interpreter multiplies bf16 tiles wrongly: the same values in fp32
+            a, hi, lo = a.to(tl.float32), hi.to(tl.float32), lo.to(tl.float32)
+            out = tl.dot(a, lo, tl.dot(a, hi, acc, input_precision="ieee"), input_precision="ieee")
+        else:
+            out = tl.dot(a, lo, tl.dot(a, hi, acc))
+    else:
+        out = tl.dot(a.to(tl.float32), b, acc, input_precision=PREC)
+    return out
+
+
+@triton.jit
+def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, n_src, n_tok, n_q, d: tl.constexpr, dh: tl.constexpr, eps,
+                    H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, KS: tl.constexpr,
+                    SP: tl.constexpr, ALIGN: tl.constexpr, PREC: tl.constexpr):
+    """Phase 1's forward (the S queries' unnormalised reads (m, l, o)) with one program per
+    token and every query: each source row is read once per token, where ``_fwd_kernel``
+    runs one program per query and reads it S times (from L2 after the first).
+
+    Per token and head it is flash attention over depth: the logits of a block of KS
+    sources for the SP queries are a (KS, head lanes) by (head lanes, SP) matrix product,
+    and the block's contribution to the output another, (head lanes, KS) by (KS, SP), both
+    batched over heads (``tl.dot`` on 3-D tiles; heads first). The key norm's sum of
+    squares is a reduction over the block's tile, the online softmax runs per block.
+    The output is held transposed, (heads, lanes, SP), so that neither product's rows are
+    the few queries. ``PREC``: the products' input precision: "ieee" for fp32 sources; for bf16 ones
+    "bf16x2" (the sources as they are, the fp32 operand split in two bf16 parts: within
+    about 2^-17 of fp32) or tl.dot's "tf32x3". A head part is at least 16 lanes
+    (a product's inner size), its lanes past the head masked (op's ``_gather_geometry``)."""
+    t = tl.program_id(0)
+    elem = ref.dtype.element_ty
+    rh = tl.arange(0, HP)
+    rk = tl.arange(0, KS)
+    rq = tl.arange(0, SP)
+    qon = rq[None, None, :] < n_q
+    row = t.to(tl.int64) * d
+    # the queries' weights w = q * g, transposed per head: (HP, lanes, SP)
+    cwa, cmwa = _dot_cols(rh, tl.arange(0, DA), dh, H, 0, 1)
+    wta = tl.load(W + rq[None, None, :] * d + cwa, mask=cmwa & qon, other=0.0)
+    cxa, cmxa = _dot_cols(rh, tl.arange(0, DA), dh, H, 0, 2)   # (HP, 1, DA)
+    acc_a = tl.zeros([HP, DA, SP], tl.float32)
+    if DB > 0:
+        cwb, cmwb = _dot_cols(rh, tl.arange(0, DB), dh, H, DA, 1)
+        wtb = tl.load(W + rq[None, None, :] * d + cwb, mask=cmwb & qon, other=0.0)
+        cxb, cmxb = _dot_cols(rh, tl.arange(0, DB), dh, H, DA, 2)
+        acc_b = tl.zeros([HP, DB, SP], tl.float32)
+    m_i = tl.full([HP, SP], float("-inf"), tl.float32)
+    l_i = tl.zeros([HP, SP], tl.float32)
+    for k0 in range(0, n_src, KS):
+        k = k0 + rk
+        kmask = k < n_src
+        src = tl.multiple_of(tl.load(table + k, mask=kmask, other=0).to(tl.pointer_type(elem)), ALIGN)
+        sp = src[None, :, None] + row                                   # (1, KS, 1)
+        km = kmask[None, :, None]
+        xa = tl.load(sp + cxa, mask=km & cmxa, other=0.0)               # (HP, KS, DA)
+        xf = xa.to(tl.float32)
+        ss = tl.sum(tl.sum(xf * xf, axis=2), axis=0)                     # (KS,)
+        zr = _dot_split(xa, wta, tl.zeros([HP, KS, SP], tl.float32), PREC)
+        if DB > 0:
+            xb = tl.load(sp + cxb, mask=km & cmxb, other=0.0)
+            xf = xb.to(tl.float32)
+            ss += tl.sum(tl.sum(xf * xf, axis=2), axis=0)
+            zr = _dot_split(xb, wtb, zr, PREC)
+        rstd = 1.0 / tl.sqrt(ss / d + eps)
+        z = tl.where(km, zr * rstd[None, :, None], float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(z, axis=1))
+        alpha = tl.exp(m_i - m_new)
+        p = tl.exp(z - m_new[:, None, :])                               # (HP, KS, SP)
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc_a = _dot_split(tl.permute(xa, (0, 2, 1)), p, acc_a * alpha[:, None, :], PREC)
+        if DB > 0:
+            acc_b = _dot_split(tl.permute(xb, (0, 2, 1)), p, acc_b * alpha[:, None, :], PREC)
+        m_i = m_new
+    # m, l: (S, n_tok, H); o: (S, n_tok, d), each at this token
+    hq = rq[None, :].to(tl.int64) * n_tok * H + t * H + rh[:, None]     # (HP, SP)
+    hqmask = (rh[:, None] < H) & (rq[None, :] < n_q)
+    tl.store(OUT_M + hq, m_i, mask=hqmask)
+    tl.store(OUT_L + hq, l_i, mask=hqmask)
+    qrow = rq[None, None, :].to(tl.int64) * n_tok * d + row                # (1, 1, SP)
+    tl.store(OUT_O + qrow + cwa, acc_a, mask=cmwa & qon)
+    if DB > 0:
+        tl.store(OUT_O + qrow + cwb, acc_b, mask=cmwb & qon)
