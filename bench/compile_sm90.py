@@ -173,8 +173,9 @@ def main() -> None:
                          SP=8, ALIGN=16)
                 for w in [int(v) for v in args.dot_warps.split(",")]:
                     for prec in args.dot_precision.split(","):
-                        row(f"_fwd_dot_kernel ({args.dot_sources} sources, {prec})", d, heads, w,
-                            resources(tk._fwd_dot_kernel, dict(c, PREC=prec), w))
+                        for pf in (False, True):
+                            row(f"_fwd_dot_kernel ({args.dot_sources} sources, {prec}{', prefetch' if pf else ''})",
+                                d, heads, w, resources(tk._fwd_dot_kernel, dict(c, PREC=prec, PF=pf), w))
             if kind == "twopass":
                 t = tile(d, heads)
                 ks = args.gather_sources

@@ -522,8 +522,7 @@ PHASE1 = [("", None)] + [(", " + name, cfg) for name, cfg in (
     ("fwd wide part B", {"fwd_wide_b": True}),
     # phase 1's forward with one program per token and every query, as matrix products
     # (session 11, op's "fwd_dot"; heads of 128 lanes or fewer)
-    ("fwd as products", {"fwd_dot": True}), ("fwd as products, 4 warps", {"fwd_dot": True, "dot_warps": 4}),
-    ("fwd as products, tf32x3", {"fwd_dot": True, "dot_precision": "tf32x3"}))]
+    ("fwd as products", {"fwd_dot": True}), ("fwd as products, prefetch", {"fwd_dot": True, "dot_pf": True}))]
 # (the S-query loop, {"bwd_twopass": False}, measured 1.6-2x slower at cf14cbd)
 
 

@@ -423,7 +423,7 @@ def test_phase_one_forward_as_products(n, lead, d, heads, S, gen):
     # fwd_dot: phase 1's forward with one program per token and every query (matrix
     # products per head): heads of 80, 20, 5, 123, 16, 1 and 32 lanes, S from 1 to 9 (SP 16),
     # more sources than one block (17, 18, 19, 20), and the merged two-phase read
-    rop.TUNE = dict(fwd_dot=True)
+    rop.TUNE = dict(fwd_dot=True, dot_pf=S % 2 == 1)  # odd S: with the next block's tiles prefetched
     try:
         check_partial(n, lead, d, heads, S, gen=gen)
         check_two_phase(n, 2, lead, d, heads, S, gen=gen, fused=True)
@@ -431,11 +431,11 @@ def test_phase_one_forward_as_products(n, lead, d, heads, S, gen):
         rop.TUNE = None
 
 
-@pytest.mark.parametrize("prec", ["bf16x2", "tf32x3"])
-def test_phase_one_forward_as_products_bf16(prec, gen):
+@pytest.mark.parametrize("prec,pf", [("bf16x2", False), ("bf16x2", True), ("tf32x3", False)])
+def test_phase_one_forward_as_products_bf16(prec, pf, gen):
     # bf16 sources: the forward's fp32 outputs within 1e-4 of an fp64 read of the same
     # bf16 values (bf16x2 splits the fp32 operand in two bf16 parts), gradients at bf16's 1e-2
-    rop.TUNE = dict(fwd_dot=True, dot_precision=prec)
+    rop.TUNE = dict(fwd_dot=True, dot_precision=prec, dot_pf=pf)
     try:
         srcs, q, g = make_inputs(19, (5,), 160, torch.bfloat16, "cpu", S=8, gen=gen)
         p = routing.route_partial(srcs, q, g, 8)

@@ -183,8 +183,8 @@ def test_phase_one_forward_as_products(d, heads, gen):
     # fwd_dot: phase 1's forward with one program per token and every query (matrix
     # products per head; one head of 1024 or more lanes keeps _fwd_kernel), fp32 and bf16
     # (bf16x2: the forward's fp32 outputs within 1e-4 of fp64 on the same bf16 values)
-    for prec in ("bf16x2", "tf32x3"):
-        rop.TUNE = dict(fwd_dot=True, dot_precision=prec)
+    for prec, pf in (("bf16x2", False), ("bf16x2", True), ("tf32x3", False)):
+        rop.TUNE = dict(fwd_dot=True, dot_precision=prec, dot_pf=pf)
         try:
             check_partial(37, (300,), d, heads, 8, device=DEV, gen=gen)
             check_two_phase(21, 3, (200,), d, heads, 8, device=DEV, gen=gen, fused=True)

@@ -167,7 +167,8 @@ _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 12
 # fp32) or one of tl.dot's. Head parts wider than 128 lanes (one head of 1024 or 1280)
 # keep ``_fwd_kernel``: triton 3.6 compiles their tiles to local memory (thousands of
 # stack bytes, bench/compile_sm90.py --kernels dot).
-_PHASE1_DOT = {"fwd_dot": False, "dot_sources": 16, "dot_warps": 8, "dot_precision": "bf16x2"}
+# "dot_pf": the next block's tiles are loaded while this one is reduced.
+_PHASE1_DOT = {"fwd_dot": False, "dot_sources": 16, "dot_warps": 8, "dot_precision": "bf16x2", "dot_pf": False}
 _DEFAULTS = {
     False: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1, "fwd_wide_b": False,
             "bwd_elems": 1024, "bwd_warps": 2, "bwd_pf": 1, "bwd_progs_per_sm": 16, "pad_heads": False,
@@ -341,7 +342,7 @@ def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, h
         _fwd_dot_kernel[(n_tok,)](table, srcs[0], w, m, l, o, len(srcs), n_tok, S, d, dh, eps, H=heads,
                                   HP=tile["HP"], DA=geo["PA"], DB=geo["PB"], KS=cfg["dot_sources"],
                                   SP=max(8, _pow2(S)), ALIGN=align, PREC=_precision(srcs[0], cfg, "dot_precision"),
-                                  num_warps=cfg["dot_warps"])
+                                  PF=cfg["dot_pf"], num_warps=cfg["dot_warps"])
     elif n_tiles:
         _fwd_kernel[(S, n_tiles)](table, srcs[0], w, m, l, o, m, l, o, len(srcs), n_tok, d, dh, eps,
                                   **tile, FINAL=False, PF=cfg["fwd_pf"], num_warps=cfg["fwd_warps"])

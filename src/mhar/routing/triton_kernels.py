@@ -511,25 +511,51 @@ def _split_bf16(x):
 
 
 @triton.jit
-def _dot_split(a, b, acc, PREC: tl.constexpr):
-    """acc + a b: with PREC "bf16x2", a bf16 (exact) and b fp32 split into two bf16 parts;
-    otherwise both fp32 at tl.dot's input precision PREC."""
+def _operand(b, PREC: tl.constexpr):
+    """An fp32 operand of ``_dot_split``: its two bf16 parts for "bf16x2", else itself twice."""
     if PREC == "bf16x2":
         hi, lo = _split_bf16(b)
+    else:
+        hi, lo = b, b
+    return hi, lo
+
+
+@triton.jit
+def _dot_split(a, hi, lo, acc, PREC: tl.constexpr):
+    """acc + a b, b from ``_operand``: with PREC "bf16x2", a bf16 (exact) and b's two bf16
+    parts, two products; otherwise both fp32 at tl.dot's input precision PREC."""
+    if PREC == "bf16x2":
         if _INTERPRETED:  # the interpreter multiplies bf16 tiles wrongly: the same values in fp32
             a, hi, lo = a.to(tl.float32), hi.to(tl.float32), lo.to(tl.float32)
             out = tl.dot(a, lo, tl.dot(a, hi, acc, input_precision="ieee"), input_precision="ieee")
         else:
             out = tl.dot(a, lo, tl.dot(a, hi, acc))
     else:
-        out = tl.dot(a.to(tl.float32), b, acc, input_precision=PREC)
+        out = tl.dot(a.to(tl.float32), hi, acc, input_precision=PREC)
     return out
+
+
+@triton.jit
+def _dot_tiles(table, k0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem: tl.constexpr, ALIGN: tl.constexpr,
+               DB: tl.constexpr):
+    """Token ``row``'s tiles of sources k0 .. k0 + KS - 1 (zeros past n_src): part A
+    (HP, KS, DA), part B (HP, KS, DB; part A again without one), and the sources' mask."""
+    k = k0 + rk
+    kmask = k < n_src
+    src = tl.multiple_of(tl.load(table + k, mask=kmask, other=0).to(tl.pointer_type(elem)), ALIGN)
+    sp = src[None, :, None] + row                                   # (1, KS, 1)
+    km = kmask[None, :, None]
+    xa = tl.load(sp + cxa, mask=km & cmxa, other=0.0)
+    xb = xa
+    if DB > 0:
+        xb = tl.load(sp + cxb, mask=km & cmxb, other=0.0)
+    return xa, xb, km
 
 
 @triton.jit
 def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, n_src, n_tok, n_q, d: tl.constexpr, dh: tl.constexpr, eps,
                     H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, KS: tl.constexpr,
-                    SP: tl.constexpr, ALIGN: tl.constexpr, PREC: tl.constexpr):
+                    SP: tl.constexpr, ALIGN: tl.constexpr, PREC: tl.constexpr, PF: tl.constexpr = False):
     """Phase 1's forward (the S queries' unnormalised reads (m, l, o)) with one program per
     token and every query: each source row is read once per token, where ``_fwd_kernel``
     runs one program per query and reads it S times (from L2 after the first).
@@ -543,7 +569,8 @@ def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, n_src, n_tok, n_q, d: tl
     the few queries. ``PREC``: the products' input precision: "ieee" for fp32 sources; for bf16 ones
     "bf16x2" (the sources as they are, the fp32 operand split in two bf16 parts: within
     about 2^-17 of fp32) or tl.dot's "tf32x3". A head part is at least 16 lanes
-    (a product's inner size), its lanes past the head masked (op's ``_gather_geometry``)."""
+    (a product's inner size), its lanes past the head masked (op's ``_gather_geometry``).
+    ``PF``: the next block's tiles are loaded while this block is reduced."""
     t = tl.program_id(0)
     elem = ref.dtype.element_ty
     rh = tl.arange(0, HP)
@@ -556,37 +583,42 @@ def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, n_src, n_tok, n_q, d: tl
     wta = tl.load(W + rq[None, None, :] * d + cwa, mask=cmwa & qon, other=0.0)
     cxa, cmxa = _dot_cols(rh, tl.arange(0, DA), dh, H, 0, 2)   # (HP, 1, DA)
     acc_a = tl.zeros([HP, DA, SP], tl.float32)
+    cxb, cmxb = cxa, cmxa  # (unused without part B)
     if DB > 0:
         cwb, cmwb = _dot_cols(rh, tl.arange(0, DB), dh, H, DA, 1)
         wtb = tl.load(W + rq[None, None, :] * d + cwb, mask=cmwb & qon, other=0.0)
         cxb, cmxb = _dot_cols(rh, tl.arange(0, DB), dh, H, DA, 2)
         acc_b = tl.zeros([HP, DB, SP], tl.float32)
+    wa_hi, wa_lo = _operand(wta, PREC)
+    if DB > 0:
+        wb_hi, wb_lo = _operand(wtb, PREC)
     m_i = tl.full([HP, SP], float("-inf"), tl.float32)
     l_i = tl.zeros([HP, SP], tl.float32)
+    if PF:
+        xa_n, xb_n, km_n = _dot_tiles(table, 0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem, ALIGN, DB)
     for k0 in range(0, n_src, KS):
-        k = k0 + rk
-        kmask = k < n_src
-        src = tl.multiple_of(tl.load(table + k, mask=kmask, other=0).to(tl.pointer_type(elem)), ALIGN)
-        sp = src[None, :, None] + row                                   # (1, KS, 1)
-        km = kmask[None, :, None]
-        xa = tl.load(sp + cxa, mask=km & cmxa, other=0.0)               # (HP, KS, DA)
+        if PF:  # this block's tiles came in during the last block; issue the next block's
+            xa, xb, km = xa_n, xb_n, km_n
+            xa_n, xb_n, km_n = _dot_tiles(table, k0 + KS, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem, ALIGN, DB)
+        else:
+            xa, xb, km = _dot_tiles(table, k0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem, ALIGN, DB)
         xf = xa.to(tl.float32)
         ss = tl.sum(tl.sum(xf * xf, axis=2), axis=0)                     # (KS,)
-        zr = _dot_split(xa, wta, tl.zeros([HP, KS, SP], tl.float32), PREC)
+        zr = _dot_split(xa, wa_hi, wa_lo, tl.zeros([HP, KS, SP], tl.float32), PREC)
         if DB > 0:
-            xb = tl.load(sp + cxb, mask=km & cmxb, other=0.0)
             xf = xb.to(tl.float32)
             ss += tl.sum(tl.sum(xf * xf, axis=2), axis=0)
-            zr = _dot_split(xb, wtb, zr, PREC)
+            zr = _dot_split(xb, wb_hi, wb_lo, zr, PREC)
         rstd = 1.0 / tl.sqrt(ss / d + eps)
         z = tl.where(km, zr * rstd[None, :, None], float("-inf"))
         m_new = tl.maximum(m_i, tl.max(z, axis=1))
         alpha = tl.exp(m_i - m_new)
         p = tl.exp(z - m_new[:, None, :])                               # (HP, KS, SP)
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        acc_a = _dot_split(tl.permute(xa, (0, 2, 1)), p, acc_a * alpha[:, None, :], PREC)
+        p_hi, p_lo = _operand(p, PREC)
+        acc_a = _dot_split(tl.permute(xa, (0, 2, 1)), p_hi, p_lo, acc_a * alpha[:, None, :], PREC)
         if DB > 0:
-            acc_b = _dot_split(tl.permute(xb, (0, 2, 1)), p, acc_b * alpha[:, None, :], PREC)
+            acc_b = _dot_split(tl.permute(xb, (0, 2, 1)), p_hi, p_lo, acc_b * alpha[:, None, :], PREC)
         m_i = m_new
     # m, l: (S, n_tok, H); o: (S, n_tok, d), each at this token
     hq = rq[None, :].to(tl.int64) * n_tok * H + t * H + rh[:, None]     # (HP, SP)
