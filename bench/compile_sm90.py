@@ -151,12 +151,8 @@ def main() -> None:
         for d, heads in SHAPES:
             for w in [int(v) for v in args.warps.split(",")] if kind in ("single", "twopass") else []:
                 if kind == "single":
-                    t = tile(d, heads)
-                    c = dict(t, BM=1, PF=1, FINAL=True, BW=t["DB"], EVEN_B=True)
+                    c = dict(tile(d, heads), BM=1, PF=1, FINAL=True)
                     row("_fwd_kernel", d, heads, w, resources(tk._fwd_kernel, c, w))
-                    if t["HAS_B"]:  # fwd_wide_b: part B in part A's width, its extra lanes masked
-                        c = dict(c, BW=t["DA"], EVEN_B=False)
-                        row("_fwd_kernel (wide part B)", d, heads, w, resources(tk._fwd_kernel, c, w))
                     for accum in (False, True):
                         c = dict(tile(d, heads), BM=1, PF=1, SINGLE=True, FINAL=True, ACCUM=accum, COEF=False,
                                  PARTIAL=False)

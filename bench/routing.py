@@ -468,7 +468,7 @@ def main():
                              # the phase-1 config it ran (the paper widths are their padded widths)
                              "phase1": {k: rop._cfg(d, h > 1)[k]
                                         for k in (*rop._PHASE1_BACKWARD, *rop._PHASE1_DOT, "fwd_warps",
-                                                  "bwd_warps", "fwd_wide_b")}})
+                                                  "bwd_warps")}})
                         log(f"  whole step H={h} {name}: {t:.2f} ms wall, {kern['kernel_ms']:.2f} ms kernels")
                         for k in kern["top"]:
                             log(f"    {k['ms']:8.3f} ms {k['calls']:4d}x {k['name']}")
@@ -517,12 +517,9 @@ PHASE1 = [("", None)] + [(", " + name, cfg) for name, cfg in (
     # picked them; with 8 heads they carry most of the gap to one head)
     ("fwd 1 warp", {"fwd_warps": 1}), ("fwd 2 warps", {"fwd_warps": 2}),
     ("bwd 1 warp", {"bwd_warps": 1}), ("bwd 2 warps", {"bwd_warps": 2}),
-    # the forward with a head's second part in the first part's width (no tile converted
-    # per source with 8 heads at 1280; session 10, op's "fwd_wide_b")
-    ("fwd wide part B", {"fwd_wide_b": True}),
-    # phase 1's forward with one program per token and every query, as matrix products
-    # (session 11, op's "fwd_dot"; heads of 128 lanes or fewer)
-    ("fwd as products", {"fwd_dot": True}), ("fwd as products, prefetch", {"fwd_dot": True, "dot_pf": True}))]
+    # phase 1's forward with one program per query, and as products without the prefetch
+    # (session 11, op's "fwd_dot", the default for several heads of 128 lanes or fewer)
+    ("fwd one program per query", {"fwd_dot": False}), ("fwd as products, no prefetch", {"dot_pf": False}))]
 # (the S-query loop, {"bwd_twopass": False}, measured 1.6-2x slower at cf14cbd)
 
 

@@ -114,15 +114,12 @@ def test_padded_heads(n, lead, d, heads, gen):
         rop.TUNE = None
 
 
-@pytest.mark.parametrize("n,lead,d,heads", [(3, (4,), 80, 1), (2, (3,), 160, 8), (6, (5,), 40, 8), (2, (5,), 123, 1),
-                                            (3, (5,), 48, 3)])
-def test_forward_with_wide_part_b(n, lead, d, heads, gen):
-    # fwd_wide_b: the forward loads a head's second part in the first part's width, the
-    # extra lanes masked (heads of 80, 20, 5, 123 and 16 lanes: with and without a
-    # second part), through every path that runs the forward
-    rop.TUNE = dict(fwd_wide_b=True)
+@pytest.mark.parametrize("n,lead,d,heads", [(18, (3,), 160, 8), (6, (5,), 40, 8), (3, (5,), 48, 3)])
+def test_phase_one_forward_one_program_per_query(n, lead, d, heads, gen):
+    # several heads take phase 1's forward as products by default (fwd_dot): the kernel
+    # with one program per query, kept for wider heads, with several heads too
+    rop.TUNE = dict(fwd_dot=False)
     try:
-        check_route(n, lead, d, heads, gen=gen)
         check_partial(n, lead, d, heads, 3, gen=gen)
         check_two_phase(n, 2, lead, d, heads, 3, gen=gen, fused=True)
     finally:

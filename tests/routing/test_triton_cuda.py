@@ -164,14 +164,12 @@ def test_other_tile_configs(cfg, gen):
         rop.TUNE = None
 
 
-@pytest.mark.parametrize("d,heads", [(1280, 8), (1280, 1), (123, 1)])
-def test_forward_with_wide_part_b(d, heads, gen):
-    # fwd_wide_b: the forward loads a head's second part in the first part's width (its
-    # extra lanes masked): the plain read, phase 1, and phase 2 fused with the merge
-    rop.TUNE = dict(fwd_wide_b=True)
+@pytest.mark.parametrize("d,heads", [(1280, 8), (1024, 8)])
+def test_phase_one_forward_one_program_per_query(d, heads, gen):
+    # several heads take phase 1's forward as products by default (fwd_dot): the kernel
+    # with one program per query, kept for wider heads, with several heads too
+    rop.TUNE = dict(fwd_dot=False)
     try:
-        check_route(17, (300,), d, heads, device=DEV, gen=gen)
-        check_route(9, (256,), d, heads, dtype=torch.bfloat16, device=DEV, tol=1e-2, gen=gen)
         check_partial(17, (300,), d, heads, 6, device=DEV, gen=gen)
         check_two_phase(5, 3, (200,), d, heads, 3, device=DEV, gen=gen, fused=True)
     finally:
@@ -183,7 +181,7 @@ def test_phase_one_forward_as_products(d, heads, gen):
     # fwd_dot: phase 1's forward with one program per token and every query (matrix
     # products per head; one head of 1024 or more lanes keeps _fwd_kernel), fp32 and bf16
     # (bf16x2: the forward's fp32 outputs within 1e-4 of fp64 on the same bf16 values)
-    for prec, pf in (("bf16x2", False), ("bf16x2", True), ("tf32x3", False)):
+    for prec, pf in (("bf16x2", False), ("bf16x2", True), ("tf32x3", True)):
         rop.TUNE = dict(fwd_dot=True, dot_precision=prec, dot_pf=pf)
         try:
             check_partial(37, (300,), d, heads, 8, device=DEV, gen=gen)

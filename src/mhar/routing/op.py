@@ -153,29 +153,30 @@ def _pow2(n: int) -> int:
 _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 128, "gather_warps": 4,
                     "gather_precision": "tf32x3"}
 # pad_heads: a head width that is not a power of two as one padded part (see _geometry).
-# fwd_wide_b: the forward loads a head's second part in the first part's width, the lanes
-# past it masked. With several heads of two parts (1280 / 8 = 128 + 32 lanes) the two
-# parts' tiles otherwise take different register layouts, and the compiler converts the
-# 128-lane tile through shared memory once per source; widened, it converts none, at 255
-# registers against 172 (triton 3.6, sm_90, bench/compile_sm90.py). Interpreter-tested,
-# not yet timed on a GPU: off.
+# (Session 10's "fwd_wide_b", a head's second part loaded in the first part's width, was
+# slower in the whole step: 131.5 against 118.5 ms at 1280/73 with 8 heads; its code is
+# at 1ceaac1.)
+#
 # fwd_dot: phase 1's forward as ``_fwd_dot_kernel``, one program per token and every
-# query (each source row read once per token, the per-head sums as matrix products) with
-# blocks of "dot_sources" sources and "dot_warps" warps.
-# "dot_precision" is the products' input precision for bf16 sources: "bf16x2" (the sources
-# as they are, the fp32 operand as two bf16 parts, two products: within about 2^-17 of
-# fp32) or one of tl.dot's. Head parts wider than 128 lanes (one head of 1024 or 1280)
-# keep ``_fwd_kernel``: triton 3.6 compiles their tiles to local memory (thousands of
-# stack bytes, bench/compile_sm90.py --kernels dot).
-# "dot_pf": the next block's tiles are loaded while this one is reduced.
-_PHASE1_DOT = {"fwd_dot": False, "dot_sources": 16, "dot_warps": 8, "dot_precision": "bf16x2", "dot_pf": False}
+# query (each source row read once per token, the per-head sums as matrix products), with
+# blocks of "dot_sources" sources and "dot_warps" warps; "dot_pf" loads the next block's
+# tiles while this one is reduced. "dot_precision" is the products' input precision for
+# bf16 sources: "bf16x2" (the sources as they are, the fp32 operand as two bf16 parts, two
+# products: within about 2^-17 of fp32) or one of tl.dot's. Heads of more than 128 lanes
+# (one head of 1024 or 1280) keep ``_fwd_kernel``: triton 3.6 compiles their tiles to local
+# memory (thousands of stack bytes, bench/compile_sm90.py --kernels dot). On for several
+# heads: at 1280/73 with 8 heads phase 1's forward took 15.8 ms against about 23 (the whole
+# step's routing kernels 111.0 against 118.5 ms), and the 1B training step with MHAR went
+# from 0.707 to 0.736 of the baseline (bench/results/session11/). With one head the paper
+# widths have no head of 128 lanes or fewer, so it is unmeasured there: off.
+_PHASE1_DOT = {"fwd_dot": False, "dot_sources": 16, "dot_warps": 8, "dot_precision": "bf16x2", "dot_pf": True}
 _DEFAULTS = {
-    False: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1, "fwd_wide_b": False,
+    False: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1,
             "bwd_elems": 1024, "bwd_warps": 2, "bwd_pf": 1, "bwd_progs_per_sm": 16, "pad_heads": False,
             **_PHASE1_BACKWARD, **_PHASE1_DOT},
-    True: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1, "fwd_wide_b": False,
+    True: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1,
            "bwd_elems": 1024, "bwd_warps": 2, "bwd_pf": 1, "bwd_progs_per_sm": 16, "pad_heads": False,
-           **_PHASE1_BACKWARD, **_PHASE1_DOT},
+           **_PHASE1_BACKWARD, **_PHASE1_DOT, "fwd_dot": True},
 }
 # The sweep's picks at the paper widths where they differ from the defaults.
 # The phase-1 gather entries are the whole-step picks at e88ebdb (bench/routing.py
@@ -319,9 +320,6 @@ def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, h
     table, align = _ptr_table(srcs)
     dh, cfg, tile = _geometry(d, heads, n_tok, "fwd", align)
     n_tiles = -(-n_tok // tile["BM"])
-    # part B's lanes: its own width, or (fwd_wide_b) part A's, the extra lanes masked
-    bw = tile["DA"] if cfg["fwd_wide_b"] and tile["HAS_B"] else tile["DB"]
-    tile = dict(tile, BW=bw, EVEN_B=tile["EVEN"] and bw == tile["DB"])
     if final:
         y = _new(srcs[0].shape, srcs[0].dtype, dev)
         lse = _new((n_tok, heads), torch.float32, dev)

@@ -40,6 +40,11 @@ source and query). The query/norm-weight gradient ``dw = d(q*g)`` is
 reduced per program into its own row of a ``(programs, S, d)`` buffer and summed
 afterwards by torch: no atomics, so gradients are bitwise reproducible.
 
+Phase 1's forward as matrix products (``_fwd_dot_kernel``, op's "fwd_dot", the default
+for several heads): one program per token and all S queries, so each source row is read
+once per token; per head the logits and the read are small matrix products (flash
+attention over depth, batched over heads).
+
 Two-pass S-query backward (``op``'s "bwd_twopass", the default): ``_bwd_kernel`` with
 ``COEF`` runs one program per query and stores, per source and token, the coefficients
 of the source's gradient; ``_bwd_gather_kernel`` runs one program per token and block
@@ -109,13 +114,10 @@ def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, M0, L0, O0,
                 n_src, n_tok, d: tl.constexpr, dh: tl.constexpr, eps,
                 H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, BM: tl.constexpr,
                 HAS_B: tl.constexpr, EVEN: tl.constexpr, ALIGN: tl.constexpr, FINAL: tl.constexpr,
-                BW: tl.constexpr, EVEN_B: tl.constexpr, INIT: tl.constexpr = False, PF: tl.constexpr = 1):
+                INIT: tl.constexpr = False, PF: tl.constexpr = 1):
     """INIT (one query): the online softmax starts from a phase-1 partial read of other
     sources, M0/L0 (n_tok, H) and O0 (n_tok, d) fp32, instead of from empty: phase 2 of
-    the two-phase schedule, merged and normalised in the same pass.
-    BW: part B's lanes, DB or (op's "fwd_wide_b") DA, whose lanes past the head are masked
-    like any lane past it, so that both parts' tiles take one register layout and no tile
-    is converted per source; EVEN_B: part B's loads and stores need no mask."""
+    the two-phase schedule, merged and normalised in the same pass."""
     s = tl.program_id(0)
     tile = tl.program_id(1)
     rm = tile * BM + tl.arange(0, BM)
@@ -145,27 +147,27 @@ def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, M0, L0, O0,
     if PF == 2:
         xa_n2 = _ld(p1 + offs_a, mask_a, EVEN)
     if HAS_B:
-        rb = tl.arange(0, BW)
-        col_b = rh[:, None] * dh + DA + rb[None, :]             # (HP, BW)
-        cmask_b = (rh[:, None] < H) & ((DA + rb[None, :]) < dh)  # (DA + DB >= dh: no lane past DB)
+        rb = tl.arange(0, DB)
+        col_b = rh[:, None] * dh + DA + rb[None, :]             # (HP, DB)
+        cmask_b = (rh[:, None] < H) & ((DA + rb[None, :]) < dh)
         offs_b = row + col_b[None, :, :]
         mask_b = mmask[:, None, None] & cmask_b[None, :, :]
-        wb = _ld(W + s * d + col_b, cmask_b, EVEN_B).to(tl.float32)
+        wb = _ld(W + s * d + col_b, cmask_b, EVEN).to(tl.float32)
         if INIT:
-            acc_b = _ld(O0 + offs_b, mask_b, EVEN_B)
+            acc_b = _ld(O0 + offs_b, mask_b, EVEN)
         else:
-            acc_b = tl.zeros([BM, HP, BW], tl.float32)
-        xb_n = _ld(p0 + offs_b, mask_b, EVEN_B)
+            acc_b = tl.zeros([BM, HP, DB], tl.float32)
+        xb_n = _ld(p0 + offs_b, mask_b, EVEN)
         xb_n2 = xb_n
         if PF == 2:
-            xb_n2 = _ld(p1 + offs_b, mask_b, EVEN_B)
+            xb_n2 = _ld(p1 + offs_b, mask_b, EVEN)
     p_next = _src(table, tl.minimum(PF, n_src - 1), ref, ALIGN)
     for i in range(n_src):
         xa, xa_n, xa_n2 = _next_tile(xa_n, xa_n2, p_next, offs_a, mask_a, EVEN, PF)
         ss = tl.sum(tl.sum(xa * xa, axis=2), axis=1)            # (BM,)
         zr = tl.sum(xa * wa[None, :, :], axis=2)                # (BM, HP)
         if HAS_B:
-            xb, xb_n, xb_n2 = _next_tile(xb_n, xb_n2, p_next, offs_b, mask_b, EVEN_B, PF)
+            xb, xb_n, xb_n2 = _next_tile(xb_n, xb_n2, p_next, offs_b, mask_b, EVEN, PF)
             ss += tl.sum(tl.sum(xb * xb, axis=2), axis=1)
             zr += tl.sum(xb * wb[None, :, :], axis=2)
         p_next = _src(table, tl.minimum(i + PF + 1, n_src - 1), ref, ALIGN)
@@ -185,7 +187,7 @@ def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, M0, L0, O0,
         inv = 1.0 / l_i[:, :, None]
         _st(OUT_O + offs_a, (acc_a * inv).to(OUT_O.dtype.element_ty), mask_a, EVEN)
         if HAS_B:
-            _st(OUT_O + offs_b, (acc_b * inv).to(OUT_O.dtype.element_ty), mask_b, EVEN_B)
+            _st(OUT_O + offs_b, (acc_b * inv).to(OUT_O.dtype.element_ty), mask_b, EVEN)
         _st(OUT_M + hoffs, m_i + tl.log(l_i), hmask, EVEN)
     else:
         base_h = s.to(tl.int64) * n_tok * H
@@ -194,7 +196,7 @@ def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, M0, L0, O0,
         _st(OUT_L + base_h + hoffs, l_i, hmask, EVEN)
         _st(OUT_O + base_o + offs_a, acc_a, mask_a, EVEN)
         if HAS_B:
-            _st(OUT_O + base_o + offs_b, acc_b, mask_b, EVEN_B)
+            _st(OUT_O + base_o + offs_b, acc_b, mask_b, EVEN)
 
 
 @triton.jit
