@@ -169,9 +169,11 @@ def main() -> None:
                          SP=8, ALIGN=16)
                 for w in [int(v) for v in args.dot_warps.split(",")]:
                     for prec in args.dot_precision.split(","):
-                        for pf in (False, True):
-                            row(f"_fwd_dot_kernel ({args.dot_sources} sources, {prec}{', prefetch' if pf else ''})",
-                                d, heads, w, resources(tk._fwd_dot_kernel, dict(c, PREC=prec, PF=pf), w))
+                        for fn in (tk._fwd_dot_kernel, tk._coef_dot_kernel):
+                            for pf in (False, True):
+                                row(f"{fn.fn.__name__} ({args.dot_sources} sources, {prec}"
+                                    f"{', prefetch' if pf else ''})", d, heads, w,
+                                    resources(fn, dict(c, PREC=prec, PF=pf), w))
             if kind == "twopass":
                 t = tile(d, heads)
                 ks = args.gather_sources

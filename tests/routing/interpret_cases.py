@@ -442,3 +442,27 @@ def test_phase_one_forward_as_products_bf16(prec, pf, gen):
         check_partial(19, (5,), 160, 8, 8, dtype=torch.bfloat16, tol=1e-2, gen=gen)
     finally:
         rop.TUNE = None
+
+
+@pytest.mark.parametrize("n,lead,d,heads,S", [(18, (4,), 80, 1, 3), (2, (3,), 160, 8, 3), (6, (5,), 40, 8, 2),
+                                              (2, (5,), 123, 1, 3), (20, (3,), 16, 16, 9), (1, (2,), 1, 1, 2),
+                                              (17, (7,), 64, 2, 8)])
+def test_phase_one_coef_pass_as_products(n, lead, d, heads, S, gen):
+    # coef_dot: the backward's COEF pass with every query in a program (matrix products per
+    # head, programs persistent over tokens: 7 tokens over 3 programs), with and without the
+    # prefetch, then the gather; also through the two-phase read and a gradient sink
+    rop.TUNE = dict(coef_dot=True, dot_pf=S % 2 == 1)
+    try:
+        check_partial(n, lead, d, heads, S, gen=gen)
+        check_two_phase(n, 2, lead, d, heads, S, gen=gen, fused=True)
+    finally:
+        rop.TUNE = None
+
+
+def test_phase_one_coef_pass_as_products_bf16(gen):
+    rop.TUNE = dict(coef_dot=True)
+    try:
+        check_partial(19, (5,), 160, 8, 8, dtype=torch.bfloat16, tol=1e-2, gen=gen)
+        check_sink_chain(12, (5,), 160, 8, dtype=torch.bfloat16, tol=2e-2, gen=gen, chunk=4, extra=False)
+    finally:
+        rop.TUNE = None

@@ -195,6 +195,21 @@ def test_phase_one_forward_as_products(d, heads, gen):
             rop.TUNE = None
 
 
+@pytest.mark.parametrize("d,heads", [(1280, 8), (1024, 8), (512, 8), (1024, 16), (123, 1)])
+def test_phase_one_coef_pass_as_products(d, heads, gen):
+    # coef_dot: the COEF pass of phase 1's backward with every query in a program (matrix
+    # products per head, programs persistent over tokens), then the gather; fp32, and bf16
+    # through a gradient sink
+    for pf, per_sm in ((False, 1), (True, 2)):
+        rop.TUNE = dict(coef_dot=True, dot_pf=pf, coef_dot_progs_per_sm=per_sm)
+        try:
+            check_partial(37, (300,), d, heads, 8, device=DEV, gen=gen)
+            check_two_phase(21, 3, (200,), d, heads, 8, device=DEV, gen=gen, fused=True)
+            check_sink_chain(20, (256,), d, heads, dtype=torch.bfloat16, device=DEV, tol=2e-2, gen=gen, chunk=8)
+        finally:
+            rop.TUNE = None
+
+
 @pytest.mark.parametrize("n_sites,d,heads,extra,chunk", [(12, 512, 8, False, 0), (6, 1280, 1, True, 0),
                                                          (9, 1024, 16, False, 4)])
 def test_gradient_sink(n_sites, d, heads, extra, chunk, gen):

@@ -169,7 +169,10 @@ _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 12
 # step's routing kernels 111.0 against 118.5 ms), and the 1B training step with MHAR went
 # from 0.707 to 0.736 of the baseline (bench/results/session11/). With one head the paper
 # widths have no head of 128 lanes or fewer, so it is unmeasured there: off.
-_PHASE1_DOT = {"fwd_dot": False, "dot_sources": 16, "dot_warps": 8, "dot_precision": "bf16x2", "dot_pf": True}
+# coef_dot: the backward's COEF pass the same way (``_coef_dot_kernel``), programs
+# persistent over tokens, "coef_dot_progs_per_sm" of them per SM.
+_PHASE1_DOT = {"fwd_dot": False, "dot_sources": 16, "dot_warps": 8, "dot_precision": "bf16x2", "dot_pf": True,
+               "coef_dot": False, "coef_dot_progs_per_sm": 1}
 _DEFAULTS = {
     False: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1,
             "bwd_elems": 1024, "bwd_warps": 2, "bwd_pf": 1, "bwd_progs_per_sm": 16, "pad_heads": False,
@@ -279,6 +282,19 @@ def _gather_geometry(dh: int, da: int, db: int, chunk: int) -> dict:
     return dict(PA=da, GA=min(da, chunk), PB=db, GB=min(db, chunk) if db else 1)
 
 
+def _dot_tile(cfg: dict, key: str, dh: int, heads: int, S: int, align: int, src: Tensor) -> dict | None:
+    """The constexprs of a phase-1 kernel as matrix products (``_fwd_dot_kernel``,
+    ``_coef_dot_kernel``) when the config's ``key`` turns it on and the heads' first part is
+    at most 128 lanes (wider ones compile to local memory); else None. A head part is at
+    least 16 lanes (a product's inner size), its lanes past the head masked."""
+    geo = _gather_geometry(dh, *_split_width(dh), 1)
+    if not cfg[key] or geo["PA"] > 128:
+        return None
+    _check_pow2_16(cfg, "dot_sources")
+    return dict(H=heads, HP=_pow2(heads), DA=geo["PA"], DB=geo["PB"], KS=cfg["dot_sources"], SP=max(8, _pow2(S)),
+                ALIGN=align, PREC=_precision(src, cfg, "dot_precision"), PF=cfg["dot_pf"])
+
+
 def _check_pow2_16(cfg: dict, key: str) -> None:
     """A matrix product's size from the config: a power of two >= 16."""
     if cfg[key] < 16 or cfg[key] & (cfg[key] - 1):
@@ -332,15 +348,12 @@ def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, h
     m = _new((S, n_tok, heads), torch.float32, dev)
     l = _new((S, n_tok, heads), torch.float32, dev)
     o = _new((S, n_tok, d), torch.float32, dev)
-    geo = _gather_geometry(dh, *_split_width(dh), 1)
-    if n_tok and cfg["fwd_dot"] and geo["PA"] <= 128:
+    dot = _dot_tile(cfg, "fwd_dot", dh, heads, S, align, srcs[0])
+    if n_tok and dot:
         from mhar.routing.triton_kernels import _fwd_dot_kernel
 
-        _check_pow2_16(cfg, "dot_sources")
-        _fwd_dot_kernel[(n_tok,)](table, srcs[0], w, m, l, o, len(srcs), n_tok, S, d, dh, eps, H=heads,
-                                  HP=tile["HP"], DA=geo["PA"], DB=geo["PB"], KS=cfg["dot_sources"],
-                                  SP=max(8, _pow2(S)), ALIGN=align, PREC=_precision(srcs[0], cfg, "dot_precision"),
-                                  PF=cfg["dot_pf"], num_warps=cfg["dot_warps"])
+        _fwd_dot_kernel[(n_tok,)](table, srcs[0], w, m, l, o, len(srcs), n_tok, S, d, dh, eps, **dot,
+                                  num_warps=cfg["dot_warps"])
     elif n_tiles:
         _fwd_kernel[(S, n_tiles)](table, srcs[0], w, m, l, o, m, l, o, len(srcs), n_tok, d, dh, eps,
                                   **tile, FINAL=False, PF=cfg["fwd_pf"], num_warps=cfg["fwd_warps"])
@@ -381,18 +394,29 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
         for key in ("gather_sources", "gather_cols"):  # a matrix product's rows, and its columns
             _check_pow2_16(cfg, key)
         n_tiles = -(-n_tok // tile["BM"])
-        n_prog = max(1, _n_programs(dev, n_tiles, cfg["bwd_progs_per_sm"]) // S)
+        dot = _dot_tile(cfg, "coef_dot", dh, heads, S, src_align, srcs[0])
+        if dot:  # programs persistent over tokens, every query in each
+            n_prog = _n_programs(dev, n_tok, cfg["coef_dot_progs_per_sm"])
+        else:
+            n_prog = max(1, _n_programs(dev, n_tiles, cfg["bwd_progs_per_sm"]) // S)
         dw_parts = torch.empty((n_prog, S, d), dtype=torch.float32, device=dev)  # every (program, query) row
         if n_tiles:
             grad = grad.contiguous()
             coef_a = torch.empty((len(srcs), S, n_tok, heads), dtype=torch.float32, device=dev)
             coef_b = torch.empty_like(coef_a)
             coef_c = torch.empty((len(srcs), S, n_tok), dtype=torch.float32, device=dev)
-            _bwd_kernel[(S, n_prog)](src_table, srcs[0], src_table, w, grad, stat, off.contiguous(), grad, dw_parts,
-                                     coef_a, coef_b, coef_c, dw_parts, dw_parts, dw_parts,
-                                     len(srcs), 0, n_tok, S, d, dh, eps, n_tiles, n_prog,
-                                     **tile, SINGLE=True, FINAL=False, PF=cfg["bwd_pf"], COEF=True,
-                                     num_warps=cfg["bwd_warps"])
+            if dot:
+                from mhar.routing.triton_kernels import _coef_dot_kernel
+
+                _coef_dot_kernel[(n_prog,)](src_table, srcs[0], w, grad, stat, off.contiguous(), dw_parts, coef_a,
+                                            coef_b, coef_c, len(srcs), n_tok, S, n_prog, d, dh, eps, **dot,
+                                            num_warps=cfg["dot_warps"])
+            else:
+                _bwd_kernel[(S, n_prog)](src_table, srcs[0], src_table, w, grad, stat, off.contiguous(), grad,
+                                         dw_parts, coef_a, coef_b, coef_c, dw_parts, dw_parts, dw_parts,
+                                         len(srcs), 0, n_tok, S, d, dh, eps, n_tiles, n_prog,
+                                         **tile, SINGLE=True, FINAL=False, PF=cfg["bwd_pf"], COEF=True,
+                                         num_warps=cfg["bwd_warps"])
             _bwd_gather_kernel[(-(-len(srcs) // ks) * n_tok,)](
                 src_table, srcs[0], dest_table, w, grad, coef_a, coef_b, coef_c, len(srcs), n_acc, n_tok, S, d, dh,
                 H=heads, **_gather_geometry(dh, tile["DA"], tile["DB"], cfg["gather_cols"]), KS=ks,

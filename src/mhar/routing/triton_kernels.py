@@ -631,3 +631,85 @@ def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, n_src, n_tok, n_q, d: tl
     tl.store(OUT_O + qrow + cwa, acc_a, mask=cmwa & qon)
     if DB > 0:
         tl.store(OUT_O + qrow + cwb, acc_b, mask=cmwb & qon)
+
+
+@triton.jit
+def _coef_dot_kernel(table, ref, W, G, STAT, OFF, DW, CA, CB, CC, n_src, n_tok, n_q, n_prog, d: tl.constexpr,
+                     dh: tl.constexpr, eps, H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr,
+                     KS: tl.constexpr, SP: tl.constexpr, ALIGN: tl.constexpr, PREC: tl.constexpr,
+                     PF: tl.constexpr = False):
+    """The COEF pass of phase 1's backward (``_bwd_kernel`` with COEF, see there) with every
+    query in one program, as matrix products like ``_fwd_dot_kernel``: programs persistent
+    over tokens, each source row read once per token. Per block of KS sources and head,
+    the logits zr and g.x are (KS, lanes) by (lanes, SP) products; the coefficients a,
+    r dz (per head) and c are stored into CA, CB, CC (n_src, S, n_tok[, H]) for
+    ``_bwd_gather_kernel``; d(q*g) += (lanes, KS) by (KS, SP) products, held transposed
+    per program and written to its row of DW (n_prog, S, d)."""
+    pid = tl.program_id(0)
+    elem = ref.dtype.element_ty
+    rh = tl.arange(0, HP)
+    rk = tl.arange(0, KS)
+    rq = tl.arange(0, SP)
+    qon = rq[None, None, :] < n_q
+    hq_on = (rh[:, None] < H) & (rq[None, :] < n_q)                    # (HP, SP)
+    cwa, cmwa = _dot_cols(rh, tl.arange(0, DA), dh, H, 0, 1)            # (HP, DA, 1)
+    wa_hi, wa_lo = _operand(tl.load(W + rq[None, None, :] * d + cwa, mask=cmwa & qon, other=0.0), PREC)
+    cxa, cmxa = _dot_cols(rh, tl.arange(0, DA), dh, H, 0, 2)            # (HP, 1, DA)
+    dw_a = tl.zeros([HP, DA, SP], tl.float32)
+    cxb, cmxb = cxa, cmxa  # (unused without part B)
+    if DB > 0:
+        cwb, cmwb = _dot_cols(rh, tl.arange(0, DB), dh, H, DA, 1)
+        wb_hi, wb_lo = _operand(tl.load(W + rq[None, None, :] * d + cwb, mask=cmwb & qon, other=0.0), PREC)
+        cxb, cmxb = _dot_cols(rh, tl.arange(0, DB), dh, H, DA, 2)
+        dw_b = tl.zeros([HP, DB, SP], tl.float32)
+    for t in range(pid, n_tok, n_prog):
+        row = tl.cast(t, tl.int64) * d
+        # this token's upstream gradients (transposed like w), statistics and offsets
+        grow = rq[None, None, :].to(tl.int64) * n_tok * d + row
+        ga_hi, ga_lo = _operand(tl.load(G + grow + cwa, mask=cmwa & qon, other=0.0), PREC)
+        if DB > 0:
+            gb_hi, gb_lo = _operand(tl.load(G + grow + cwb, mask=cmwb & qon, other=0.0), PREC)
+        hq = rq[None, :].to(tl.int64) * n_tok * H + t * H + rh[:, None]  # (HP, SP)
+        st = tl.load(STAT + hq, mask=hq_on, other=0.0)
+        of = tl.load(OFF + hq, mask=hq_on, other=0.0)
+        if PF:
+            xa_n, xb_n, km_n = _dot_tiles(table, 0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem, ALIGN, DB)
+        for k0 in range(0, n_src, KS):
+            if PF:
+                xa, xb, km = xa_n, xb_n, km_n
+                xa_n, xb_n, km_n = _dot_tiles(table, k0 + KS, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem, ALIGN,
+                                              DB)
+            else:
+                xa, xb, km = _dot_tiles(table, k0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem, ALIGN, DB)
+            xf = xa.to(tl.float32)
+            ss = tl.sum(tl.sum(xf * xf, axis=2), axis=0)                 # (KS,)
+            zero = tl.zeros([HP, KS, SP], tl.float32)
+            zr = _dot_split(xa, wa_hi, wa_lo, zero, PREC)                # (HP, KS, SP)
+            gx = _dot_split(xa, ga_hi, ga_lo, zero, PREC)
+            if DB > 0:
+                xf = xb.to(tl.float32)
+                ss += tl.sum(tl.sum(xf * xf, axis=2), axis=0)
+                zr = _dot_split(xb, wb_hi, wb_lo, zr, PREC)
+                gx = _dot_split(xb, gb_hi, gb_lo, gx, PREC)
+            rstd = 1.0 / tl.sqrt(ss / d + eps)
+            r3 = rstd[None, :, None]
+            on = km & hq_on[:, None, :]
+            a = tl.where(on, tl.exp(zr * r3 - st[:, None, :]), 0.0)
+            dz = a * (gx + of[:, None, :])
+            rdz = dz * r3
+            c = tl.sum(dz * zr, axis=0) * (rstd * rstd * rstd / d)[:, None]  # (KS, SP)
+            # coefficients of source k, query q: CA, CB at ((k * n_q + q) * n_tok + t) * H + h
+            k = k0 + rk
+            pair = (k.to(tl.int64)[:, None] * n_q + rq[None, :]) * n_tok + t   # (KS, SP)
+            tl.store(CA + pair[None, :, :] * H + rh[:, None, None], a, mask=on)
+            tl.store(CB + pair[None, :, :] * H + rh[:, None, None], rdz, mask=on)
+            tl.store(CC + pair, c, mask=(k < n_src)[:, None] & (rq[None, :] < n_q))
+            r_hi, r_lo = _operand(rdz, PREC)
+            dw_a = _dot_split(tl.permute(xa, (0, 2, 1)), r_hi, r_lo, dw_a, PREC)
+            if DB > 0:
+                dw_b = _dot_split(tl.permute(xb, (0, 2, 1)), r_hi, r_lo, dw_b, PREC)
+    # this program's d(q*g) rows: DW[pid, q, h * dh + c]
+    dwrow = (pid.to(tl.int64) * n_q + rq[None, None, :]) * d
+    tl.store(DW + dwrow + cwa, dw_a, mask=cmwa & qon)
+    if DB > 0:
+        tl.store(DW + dwrow + cwb, dw_b, mask=cmwb & qon)
