@@ -517,12 +517,11 @@ PHASE1 = [("", None)] + [(", " + name, cfg) for name, cfg in (
     # picked them; with 8 heads they carry most of the gap to one head)
     ("fwd 1 warp", {"fwd_warps": 1}), ("fwd 2 warps", {"fwd_warps": 2}),
     ("bwd 1 warp", {"bwd_warps": 1}), ("bwd 2 warps", {"bwd_warps": 2}),
-    # phase 1's forward with one program per query, and as products without the prefetch
-    # (session 11, op's "fwd_dot", the default for several heads of 128 lanes or fewer)
-    ("fwd one program per query", {"fwd_dot": False}), ("fwd as products, no prefetch", {"dot_pf": False}),
-    # the COEF pass as products too (session 11, op's "coef_dot")
-    ("COEF as products", {"coef_dot": True}), ("COEF as products, no prefetch", {"coef_dot": True, "dot_pf": False}),
-    ("COEF as products, 2 per SM", {"coef_dot": True, "coef_dot_progs_per_sm": 2}))]
+    # phase 1's forward with one program per query, and as products without the prefetch,
+    # and the COEF pass likewise (session 11, op's "fwd_dot" and "coef_dot", the defaults
+    # for several heads of 128 lanes or fewer)
+    ("fwd one program per query", {"fwd_dot": False}), ("COEF one program per query", {"coef_dot": False}),
+    ("as products, no prefetch", {"dot_pf": False}))]
 # (the S-query loop, {"bwd_twopass": False}, measured 1.6-2x slower at cf14cbd)
 
 

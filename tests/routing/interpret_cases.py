@@ -115,10 +115,11 @@ def test_padded_heads(n, lead, d, heads, gen):
 
 
 @pytest.mark.parametrize("n,lead,d,heads", [(18, (3,), 160, 8), (6, (5,), 40, 8), (3, (5,), 48, 3)])
-def test_phase_one_forward_one_program_per_query(n, lead, d, heads, gen):
-    # several heads take phase 1's forward as products by default (fwd_dot): the kernel
-    # with one program per query, kept for wider heads, with several heads too
-    rop.TUNE = dict(fwd_dot=False)
+def test_phase_one_one_program_per_query(n, lead, d, heads, gen):
+    # several heads take phase 1's forward and COEF pass as products by default (fwd_dot,
+    # coef_dot): the kernels with one program per query, kept for wider heads and fp32
+    # sources on a GPU, with several heads too
+    rop.TUNE = dict(fwd_dot=False, coef_dot=False)
     try:
         check_partial(n, lead, d, heads, 3, gen=gen)
         check_two_phase(n, 2, lead, d, heads, 3, gen=gen, fused=True)

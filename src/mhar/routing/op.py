@@ -170,7 +170,10 @@ _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 12
 # from 0.707 to 0.736 of the baseline (bench/results/session11/). With one head the paper
 # widths have no head of 128 lanes or fewer, so it is unmeasured there: off.
 # coef_dot: the backward's COEF pass the same way (``_coef_dot_kernel``), programs
-# persistent over tokens, "coef_dot_progs_per_sm" of them per SM.
+# persistent over tokens, "coef_dot_progs_per_sm" of them per SM. On for several heads:
+# at 1280/73 with 8 heads its calls took 18.0 ms per step, and the whole step's routing
+# kernels 99.8 against 112.4 ms; the 1B step with MHAR went to 0.763 of the baseline
+# (bench/results/session11/, run 3). Two programs per SM measured the same (99.9 ms).
 _PHASE1_DOT = {"fwd_dot": False, "dot_sources": 16, "dot_warps": 8, "dot_precision": "bf16x2", "dot_pf": True,
                "coef_dot": False, "coef_dot_progs_per_sm": 1}
 _DEFAULTS = {
@@ -179,7 +182,7 @@ _DEFAULTS = {
             **_PHASE1_BACKWARD, **_PHASE1_DOT},
     True: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1,
            "bwd_elems": 1024, "bwd_warps": 2, "bwd_pf": 1, "bwd_progs_per_sm": 16, "pad_heads": False,
-           **_PHASE1_BACKWARD, **_PHASE1_DOT, "fwd_dot": True},
+           **_PHASE1_BACKWARD, **_PHASE1_DOT, "fwd_dot": True, "coef_dot": True},
 }
 # The sweep's picks at the paper widths where they differ from the defaults.
 # The phase-1 gather entries are the whole-step picks at e88ebdb (bench/routing.py
@@ -289,6 +292,11 @@ def _dot_tile(cfg: dict, key: str, dh: int, heads: int, S: int, align: int, src:
     least 16 lanes (a product's inner size), its lanes past the head masked."""
     geo = _gather_geometry(dh, *_split_width(dh), 1)
     if not cfg[key] or geo["PA"] > 128:
+        return None
+    if src.is_cuda and src.element_size() > 2:
+        # fp32 sources' tiles are twice the bytes: the COEF pass at 1280 / 8 heads needs
+        # 233,728 bytes of shared memory (the H200 has 232,448). They are a checking dtype;
+        # the interpreter tests the kernels' fp32 path on the CPU.
         return None
     _check_pow2_16(cfg, "dot_sources")
     return dict(H=heads, HP=_pow2(heads), DA=geo["PA"], DB=geo["PB"], KS=cfg["dot_sources"], SP=max(8, _pow2(S)),
