@@ -1,4 +1,4 @@
-"""Registers and stack of the routing kernels, compiled offline for sm_90 (no GPU needed).
+"""Registers, stack and shared memory of the routing kernels, compiled offline for sm_90 (no GPU needed).
 
 Compiles each kernel with triton's own compiler for an H100/H200 target, as the launcher
 would specialise it at the paper widths (bf16 sources, 16-byte aligned tables, every lane
@@ -55,6 +55,7 @@ def resources(fn, constexprs: dict, warps: int, pointers: dict | None = None) ->
         out = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True, check=True).stdout
     ptx = kernel.asm["ptx"]
     return {"regs": int(re.search(r"REG:(\d+)", out).group(1)), "stack": int(re.search(r"STACK:(\d+)", out).group(1)),
+            "shared": kernel.metadata.shared,
             "layout_conversions": kernel.asm["ttgir"].count("convert_layout"),
             "in_loops": loop_conversions(kernel.asm["ttgir"]),
             # memory instructions by width: 16-byte vectors, and 2-byte scalar ones (bf16 without vectorisation)
@@ -128,17 +129,19 @@ def main() -> None:
     ap.add_argument("--gather-warps", type=int, default=4)
     ap.add_argument("--dot-sources", type=int, default=16, help="sources per block of the dot kernels")
     ap.add_argument("--dot-warps", default="4", help="comma list of warps for the dot kernels")
-    ap.add_argument("--dot-precision", default="bf16x2", help="comma list of the dot kernels' input precisions")
+    ap.add_argument("--dot-precision", default="bf16x2", help="comma list of the dot kernels' input precisions "
+                    "(the library uses bf16x2; tl.dot's tf32x3 overflows shared memory in the COEF pass)")
     ap.add_argument("--stages", type=int, default=0, help="num_stages (default: triton's)")
     args = ap.parse_args()
     if args.stages:
         STAGES["num_stages"] = args.stages
-    print("| kernel | d | H | warps | registers | stack bytes | layout conversions | of them in loops (largest) "
-          "| 16-byte / 2-byte memory ops |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| kernel | d | H | warps | registers | stack bytes | shared bytes | layout conversions "
+          "| of them in loops (largest) | 16-byte / 2-byte memory ops |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
 
     def row(name, d, heads, w, r):
-        print(f"| {name} | {d} | {heads} | {w} | {r['regs']} | {r['stack']} | {r['layout_conversions']} | "
+        print(f"| {name} | {d} | {heads} | {w} | {r['regs']} | {r['stack']} | {r['shared']} | "
+              f"{r['layout_conversions']} | "
               f"{r['in_loops']} | {r['v4']} / {r['b16']} |", flush=True)
 
     for kind in args.kernels.split(","):

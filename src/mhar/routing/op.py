@@ -160,9 +160,11 @@ _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 12
 # fwd_dot: phase 1's forward as ``_fwd_dot_kernel``, one program per token and every
 # query (each source row read once per token, the per-head sums as matrix products), with
 # blocks of "dot_sources" sources and "dot_warps" warps; "dot_pf" loads the next block's
-# tiles while this one is reduced. "dot_precision" is the products' input precision for
-# bf16 sources: "bf16x2" (the sources as they are, the fp32 operand as two bf16 parts, two
-# products: within about 2^-17 of fp32) or one of tl.dot's. Heads of more than 128 lanes
+# tiles while this one is reduced. For bf16 sources the products take them as they are
+# and the fp32 operand as two bf16 parts, two products: within about 2^-17 of fp32
+# ("bf16x2"). tl.dot's tf32x3 was slower (the whole step 121.1 against 113.1 ms with the
+# forward alone, run 1) and its fp32 tiles overflow shared memory in the COEF pass; other
+# dtypes keep the per-query kernels on a GPU (see _dot_tile). Heads of more than 128 lanes
 # (one head of 1024 or 1280) keep ``_fwd_kernel``: triton 3.6 compiles their tiles to local
 # memory (thousands of stack bytes, bench/compile_sm90.py --kernels dot). On for several
 # heads: at 1280/73 with 8 heads phase 1's forward took 15.8 ms against about 23 (the whole
@@ -174,7 +176,7 @@ _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 12
 # at 1280/73 with 8 heads its calls took 18.0 ms per step, and the whole step's routing
 # kernels 99.8 against 112.4 ms; the 1B step with MHAR went to 0.763 of the baseline
 # (bench/results/session11/, run 3). Two programs per SM measured the same (99.9 ms).
-_PHASE1_DOT = {"fwd_dot": False, "dot_sources": 16, "dot_warps": 8, "dot_precision": "bf16x2", "dot_pf": True,
+_PHASE1_DOT = {"fwd_dot": False, "dot_sources": 16, "dot_warps": 8, "dot_pf": True,
                "coef_dot": False, "coef_dot_progs_per_sm": 1}
 _DEFAULTS = {
     False: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1,
@@ -293,14 +295,15 @@ def _dot_tile(cfg: dict, key: str, dh: int, heads: int, S: int, align: int, src:
     geo = _gather_geometry(dh, *_split_width(dh), 1)
     if not cfg[key] or geo["PA"] > 128:
         return None
-    if src.is_cuda and src.element_size() > 2:
-        # fp32 sources' tiles are twice the bytes: the COEF pass at 1280 / 8 heads needs
-        # 233,728 bytes of shared memory (the H200 has 232,448). They are a checking dtype;
-        # the interpreter tests the kernels' fp32 path on the CPU.
+    if src.is_cuda and src.dtype != torch.bfloat16:
+        # On a GPU, bf16 sources only: fp32 tiles (fp32 sources, or bf16 ones taken as fp32
+        # by tl.dot's tf32x3) are twice the bytes, and the COEF pass at 1280 / 8 heads then
+        # needs 233,728 to 294,912 bytes of shared memory (the H200 has 232,448; run 3 and
+        # run 4 of bench/results/session11/). The interpreter runs the fp32 path on the CPU.
         return None
     _check_pow2_16(cfg, "dot_sources")
     return dict(H=heads, HP=_pow2(heads), DA=geo["PA"], DB=geo["PB"], KS=cfg["dot_sources"], SP=max(8, _pow2(S)),
-                ALIGN=align, PREC=_precision(src, cfg, "dot_precision"), PF=cfg["dot_pf"])
+                ALIGN=align, PREC="bf16x2" if src.dtype == torch.bfloat16 else "ieee", PF=cfg["dot_pf"])
 
 
 def _check_pow2_16(cfg: dict, key: str) -> None:
@@ -309,12 +312,9 @@ def _check_pow2_16(cfg: dict, key: str) -> None:
         raise ValueError(f"routing config: {key} must be a power of two >= 16, got {cfg[key]}")
 
 
-def _precision(src: Tensor, cfg: dict, key: str) -> str:
-    """A phase-1 matrix product's input precision: "ieee" for fp32 sources, the config's
-    ``key`` for bf16 ones ("bf16x2" is only for bf16: other 16-bit sources take tf32x3)."""
-    if src.dtype in (torch.float32, torch.float64):
-        return "ieee"
-    return "tf32x3" if cfg[key] == "bf16x2" and src.dtype != torch.bfloat16 else cfg[key]
+def _precision(src: Tensor, cfg: dict) -> str:
+    """The phase-1 gather's input precision: "ieee" for fp32 sources, the config's for 16-bit ones."""
+    return "ieee" if src.dtype in (torch.float32, torch.float64) else cfg["gather_precision"]
 
 
 def _n_programs(device: torch.device, n_tiles: int, per_sm: int) -> int:
@@ -429,7 +429,7 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
                 src_table, srcs[0], dest_table, w, grad, coef_a, coef_b, coef_c, len(srcs), n_acc, n_tok, S, d, dh,
                 H=heads, **_gather_geometry(dh, tile["DA"], tile["DB"], cfg["gather_cols"]), KS=ks,
                 SP=max(8, _pow2(S)), ALIGN=tile["ALIGN"], ACCUM=n_acc > 0,
-                PREC=_precision(srcs[0], cfg, "gather_precision"),
+                PREC=_precision(srcs[0], cfg),
                 num_warps=cfg["gather_warps"])
     else:
         n_tiles = -(-n_tok // tile["BM"])

@@ -568,9 +568,9 @@ def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, n_src, n_tok, n_q, d: tl
     batched over heads (``tl.dot`` on 3-D tiles; heads first). The key norm's sum of
     squares is a reduction over the block's tile, the online softmax runs per block.
     The output is held transposed, (heads, lanes, SP), so that neither product's rows are
-    the few queries. ``PREC``: the products' input precision: "ieee" for fp32 sources; for bf16 ones
-    "bf16x2" (the sources as they are, the fp32 operand split in two bf16 parts: within
-    about 2^-17 of fp32) or tl.dot's "tf32x3". A head part is at least 16 lanes
+    the few queries. ``PREC``: the products' input precision: "bf16x2" for bf16 sources (the sources as
+    they are, the fp32 operand split in two bf16 parts: within about 2^-17 of fp32);
+    "ieee" for fp32 ones, which only the interpreter runs (op's ``_dot_tile``). A head part is at least 16 lanes
     (a product's inner size), its lanes past the head masked (op's ``_gather_geometry``).
     ``PF``: the next block's tiles are loaded while this block is reduced."""
     t = tl.program_id(0)
