@@ -467,3 +467,35 @@ def test_phase_one_coef_pass_as_products_bf16(gen):
         check_sink_chain(12, (5,), 160, 8, dtype=torch.bfloat16, tol=2e-2, gen=gen, chunk=4, extra=False)
     finally:
         rop.TUNE = None
+
+
+def test_products_that_do_not_fit_fall_back(gen, monkeypatch):
+    # a product kernel that needs more shared memory than the GPU has (triton raises at
+    # launch, before it runs): phase 1 takes the per-query kernels, warns once, and does not
+    # try that launch again
+    from types import SimpleNamespace
+
+    from triton.runtime.errors import OutOfResources
+
+    from mhar.routing import triton_kernels as tk
+
+    tries = []
+
+    class TooBig:
+        def __init__(self, name):
+            self.fn = SimpleNamespace(__name__=name)
+
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                tries.append(self.fn.__name__)
+                raise OutOfResources(233728, 232448, "shared memory")
+            return launch
+
+    monkeypatch.setattr(tk, "_fwd_dot_kernel", TooBig("_fwd_dot_kernel"))
+    monkeypatch.setattr(tk, "_coef_dot_kernel", TooBig("_coef_dot_kernel"))
+    monkeypatch.setattr(rop, "_DOT_UNFIT", set())
+    with pytest.warns(UserWarning, match="does not fit"):
+        check_partial(18, (3,), 160, 8, 8, gen=gen)
+    assert sorted(tries) == ["_coef_dot_kernel", "_fwd_dot_kernel"]
+    check_two_phase(18, 2, (3,), 160, 8, 8, gen=gen, fused=True)
+    assert len(tries) == 2

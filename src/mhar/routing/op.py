@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from collections import OrderedDict
 from types import SimpleNamespace
 from typing import Optional, Sequence
@@ -326,6 +327,32 @@ def _n_programs(device: torch.device, n_tiles: int, per_sm: int) -> int:
     return max(1, min(n_tiles, _SM_COUNT[idx] * per_sm))
 
 
+# (kernel, constexprs, warps, device) of product kernels that did not fit this GPU's
+# shared memory: those launches take the per-query kernels from then on
+_DOT_UNFIT: set = set()
+
+
+def _launch_dot(kernel, grid: tuple, args: tuple, consts: dict, warps: int, device: torch.device) -> bool:
+    """Launch a phase-1 kernel as matrix products; False (nothing launched) when it needs
+    more shared memory than the GPU has. Up to 131,072 bytes at the paper widths
+    (``bench/compile_sm90.py --kernels dot``): an H100/H200 or A100 has room, GPUs with about
+    100 KB per block do not, and triton raises before the kernel runs."""
+    from triton.runtime.errors import OutOfResources
+
+    key = (kernel.fn.__name__ if hasattr(kernel, "fn") else str(kernel), tuple(sorted(consts.items())), warps,
+           str(device))
+    if key in _DOT_UNFIT:
+        return False
+    try:
+        kernel[grid](*args, **consts, num_warps=warps)
+    except OutOfResources as e:
+        _DOT_UNFIT.add(key)
+        warnings.warn(f"mhar routing: {key[0]} does not fit this GPU ({e}); phase 1 uses the per-query kernels",
+                      stacklevel=2)
+        return False
+    return True
+
+
 def _contig(srcs: Sequence[Tensor]) -> list[Tensor]:
     return [s if s.is_contiguous() else s.contiguous() for s in srcs]
 
@@ -360,9 +387,9 @@ def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, h
     if n_tok and dot:
         from mhar.routing.triton_kernels import _fwd_dot_kernel
 
-        _fwd_dot_kernel[(n_tok,)](table, srcs[0], w, m, l, o, len(srcs), n_tok, S, d, dh, eps, **dot,
-                                  num_warps=cfg["dot_warps"])
-    elif n_tiles:
+        args = (table, srcs[0], w, m, l, o, len(srcs), n_tok, S, d, dh, eps)
+        dot = _launch_dot(_fwd_dot_kernel, (n_tok,), args, dot, cfg["dot_warps"], dev)
+    if n_tiles and not dot:
         _fwd_kernel[(S, n_tiles)](table, srcs[0], w, m, l, o, m, l, o, len(srcs), n_tok, d, dh, eps,
                                   **tile, FINAL=False, PF=cfg["fwd_pf"], num_warps=cfg["fwd_warps"])
     return m, l, o
@@ -402,24 +429,25 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
         for key in ("gather_sources", "gather_cols"):  # a matrix product's rows, and its columns
             _check_pow2_16(cfg, key)
         n_tiles = -(-n_tok // tile["BM"])
-        dot = _dot_tile(cfg, "coef_dot", dh, heads, S, src_align, srcs[0])
-        if dot:  # programs persistent over tokens, every query in each
-            n_prog = _n_programs(dev, n_tok, cfg["coef_dot_progs_per_sm"])
-        else:
-            n_prog = max(1, _n_programs(dev, n_tiles, cfg["bwd_progs_per_sm"]) // S)
-        dw_parts = torch.empty((n_prog, S, d), dtype=torch.float32, device=dev)  # every (program, query) row
+        dot = _dot_tile(cfg, "coef_dot", dh, heads, S, src_align, srcs[0]) if n_tiles else None
         if n_tiles:
             grad = grad.contiguous()
             coef_a = torch.empty((len(srcs), S, n_tok, heads), dtype=torch.float32, device=dev)
             coef_b = torch.empty_like(coef_a)
             coef_c = torch.empty((len(srcs), S, n_tok), dtype=torch.float32, device=dev)
-            if dot:
-                from mhar.routing.triton_kernels import _coef_dot_kernel
+        if dot:  # programs persistent over tokens, every query in each
+            from mhar.routing.triton_kernels import _coef_dot_kernel
 
-                _coef_dot_kernel[(n_prog,)](src_table, srcs[0], w, grad, stat, off.contiguous(), dw_parts, coef_a,
-                                            coef_b, coef_c, len(srcs), n_tok, S, n_prog, d, dh, eps, **dot,
-                                            num_warps=cfg["dot_warps"])
-            else:
+            n_prog = _n_programs(dev, n_tok, cfg["coef_dot_progs_per_sm"])
+            dw_parts = torch.empty((n_prog, S, d), dtype=torch.float32, device=dev)  # every (program, query) row
+            args = (src_table, srcs[0], w, grad, stat, off.contiguous(), dw_parts, coef_a, coef_b, coef_c, len(srcs),
+                    n_tok, S, n_prog, d, dh, eps)
+            dot = _launch_dot(_coef_dot_kernel, (n_prog,), args, dot, cfg["dot_warps"], dev)
+        if not dot:
+            n_prog = max(1, _n_programs(dev, n_tiles, cfg["bwd_progs_per_sm"]) // S)
+            dw_parts = torch.empty((n_prog, S, d), dtype=torch.float32, device=dev)
+        if n_tiles:
+            if not dot:
                 _bwd_kernel[(S, n_prog)](src_table, srcs[0], src_table, w, grad, stat, off.contiguous(), grad,
                                          dw_parts, coef_a, coef_b, coef_c, dw_parts, dw_parts, dw_parts,
                                          len(srcs), 0, n_tok, S, d, dh, eps, n_tiles, n_prog,
