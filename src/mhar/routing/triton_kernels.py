@@ -555,6 +555,13 @@ def _dot_tiles(table, k0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem: tl.constex
 
 
 @triton.jit
+def _sumsq(x):
+    """Each source's sum of squares over a (heads, sources, lanes) tile: (sources,), fp32."""
+    xf = x.to(tl.float32)
+    return tl.sum(tl.sum(xf * xf, axis=2), axis=0)
+
+
+@triton.jit
 def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, n_src, n_tok, n_q, d: tl.constexpr, dh: tl.constexpr, eps,
                     H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, KS: tl.constexpr,
                     SP: tl.constexpr, ALIGN: tl.constexpr, PREC: tl.constexpr, PF: tl.constexpr = False):
@@ -604,12 +611,10 @@ def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, n_src, n_tok, n_q, d: tl
             xa_n, xb_n, km_n = _dot_tiles(table, k0 + KS, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem, ALIGN, DB)
         else:
             xa, xb, km = _dot_tiles(table, k0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem, ALIGN, DB)
-        xf = xa.to(tl.float32)
-        ss = tl.sum(tl.sum(xf * xf, axis=2), axis=0)                     # (KS,)
+        ss = _sumsq(xa)                                                  # (KS,)
         zr = _dot_split(xa, wa_hi, wa_lo, tl.zeros([HP, KS, SP], tl.float32), PREC)
         if DB > 0:
-            xf = xb.to(tl.float32)
-            ss += tl.sum(tl.sum(xf * xf, axis=2), axis=0)
+            ss += _sumsq(xb)
             zr = _dot_split(xb, wb_hi, wb_lo, zr, PREC)
         rstd = 1.0 / tl.sqrt(ss / d + eps)
         z = tl.where(km, zr * rstd[None, :, None], float("-inf"))
@@ -681,14 +686,12 @@ def _coef_dot_kernel(table, ref, W, G, STAT, OFF, DW, CA, CB, CC, n_src, n_tok, 
                                               DB)
             else:
                 xa, xb, km = _dot_tiles(table, k0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem, ALIGN, DB)
-            xf = xa.to(tl.float32)
-            ss = tl.sum(tl.sum(xf * xf, axis=2), axis=0)                 # (KS,)
+            ss = _sumsq(xa)                                              # (KS,)
             zero = tl.zeros([HP, KS, SP], tl.float32)
             zr = _dot_split(xa, wa_hi, wa_lo, zero, PREC)                # (HP, KS, SP)
             gx = _dot_split(xa, ga_hi, ga_lo, zero, PREC)
             if DB > 0:
-                xf = xb.to(tl.float32)
-                ss += tl.sum(tl.sum(xf * xf, axis=2), axis=0)
+                ss += _sumsq(xb)
                 zr = _dot_split(xb, wb_hi, wb_lo, zr, PREC)
                 gx = _dot_split(xb, gb_hi, gb_lo, gx, PREC)
             rstd = 1.0 / tl.sqrt(ss / d + eps)
