@@ -313,11 +313,6 @@ def _check_pow2_16(cfg: dict, key: str) -> None:
         raise ValueError(f"routing config: {key} must be a power of two >= 16, got {cfg[key]}")
 
 
-def _precision(src: Tensor, cfg: dict) -> str:
-    """The phase-1 gather's input precision: "ieee" for fp32 sources, the config's for 16-bit ones."""
-    return "ieee" if src.dtype in (torch.float32, torch.float64) else cfg["gather_precision"]
-
-
 def _n_programs(device: torch.device, n_tiles: int, per_sm: int) -> int:
     if device.type != "cuda":
         return max(1, min(n_tiles, 3))
@@ -384,12 +379,13 @@ def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, h
     l = _new((S, n_tok, heads), torch.float32, dev)
     o = _new((S, n_tok, d), torch.float32, dev)
     dot = _dot_tile(cfg, "fwd_dot", dh, heads, S, align, srcs[0])
+    done = False  # by the kernel as matrix products
     if n_tok and dot:
         from mhar.routing.triton_kernels import _fwd_dot_kernel
 
         args = (table, srcs[0], w, m, l, o, len(srcs), n_tok, S, d, dh, eps)
-        dot = _launch_dot(_fwd_dot_kernel, (n_tok,), args, dot, cfg["dot_warps"], dev)
-    if n_tiles and not dot:
+        done = _launch_dot(_fwd_dot_kernel, (n_tok,), args, dot, cfg["dot_warps"], dev)
+    if n_tiles and not done:
         _fwd_kernel[(S, n_tiles)](table, srcs[0], w, m, l, o, m, l, o, len(srcs), n_tok, d, dh, eps,
                                   **tile, FINAL=False, PF=cfg["fwd_pf"], num_warps=cfg["fwd_warps"])
     return m, l, o
@@ -435,6 +431,7 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
             coef_a = torch.empty((len(srcs), S, n_tok, heads), dtype=torch.float32, device=dev)
             coef_b = torch.empty_like(coef_a)
             coef_c = torch.empty((len(srcs), S, n_tok), dtype=torch.float32, device=dev)
+        done = False  # the COEF pass, by the kernel as matrix products
         if dot:  # programs persistent over tokens, every query in each
             from mhar.routing.triton_kernels import _coef_dot_kernel
 
@@ -442,12 +439,12 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
             dw_parts = torch.empty((n_prog, S, d), dtype=torch.float32, device=dev)  # every (program, query) row
             args = (src_table, srcs[0], w, grad, stat, off.contiguous(), dw_parts, coef_a, coef_b, coef_c, len(srcs),
                     n_tok, S, n_prog, d, dh, eps)
-            dot = _launch_dot(_coef_dot_kernel, (n_prog,), args, dot, cfg["dot_warps"], dev)
-        if not dot:
+            done = _launch_dot(_coef_dot_kernel, (n_prog,), args, dot, cfg["dot_warps"], dev)
+        if not done:
             n_prog = max(1, _n_programs(dev, n_tiles, cfg["bwd_progs_per_sm"]) // S)
             dw_parts = torch.empty((n_prog, S, d), dtype=torch.float32, device=dev)
         if n_tiles:
-            if not dot:
+            if not done:
                 _bwd_kernel[(S, n_prog)](src_table, srcs[0], src_table, w, grad, stat, off.contiguous(), grad,
                                          dw_parts, coef_a, coef_b, coef_c, dw_parts, dw_parts, dw_parts,
                                          len(srcs), 0, n_tok, S, d, dh, eps, n_tiles, n_prog,
@@ -457,7 +454,7 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
                 src_table, srcs[0], dest_table, w, grad, coef_a, coef_b, coef_c, len(srcs), n_acc, n_tok, S, d, dh,
                 H=heads, **_gather_geometry(dh, tile["DA"], tile["DB"], cfg["gather_cols"]), KS=ks,
                 SP=max(8, _pow2(S)), ALIGN=tile["ALIGN"], ACCUM=n_acc > 0,
-                PREC=_precision(srcs[0], cfg),
+                PREC="ieee" if srcs[0].dtype in (torch.float32, torch.float64) else cfg["gather_precision"],
                 num_warps=cfg["gather_warps"])
     else:
         n_tiles = -(-n_tok // tile["BM"])

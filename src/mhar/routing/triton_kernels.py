@@ -40,9 +40,10 @@ source and query). The query/norm-weight gradient ``dw = d(q*g)`` is
 reduced per program into its own row of a ``(programs, S, d)`` buffer and summed
 afterwards by torch: no atomics, so gradients are bitwise reproducible.
 
-Phase 1's forward as matrix products (``_fwd_dot_kernel``, op's "fwd_dot", the default
-for several heads): one program per token and all S queries, so each source row is read
-once per token; per head the logits and the read are small matrix products (flash
+Phase 1's forward and the backward's COEF pass as matrix products (``_fwd_dot_kernel``,
+``_coef_dot_kernel``; op's "fwd_dot" and "coef_dot", the defaults for several heads with
+bf16 sources): one program per token and all S queries, so each source row is read once
+per token; per head the logits, g.x, the read and d(q*g) are small matrix products (flash
 attention over depth, batched over heads).
 
 Two-pass S-query backward (``op``'s "bwd_twopass", the default): ``_bwd_kernel`` with
