@@ -10,6 +10,7 @@ this script (run with triton 3.6, the GPU machine's version).
 
     PYTHONPATH=src python bench/compile_sm90.py                    # every kernel below
     PYTHONPATH=src python bench/compile_sm90.py --kernels twopass --gather-sources 4 --gather-warps 2
+    PYTHONPATH=src python bench/compile_sm90.py --kernels dot     # phase 1 as matrix products
     PYTHONPATH=src python bench/compile_sm90.py --kernels hyper   # the hyper-connection glue
     PYTHONPATH=src python bench/compile_sm90.py --kernels adamw   # the fused AdamW
 """
@@ -128,7 +129,7 @@ def main() -> None:
     ap.add_argument("--gather-cols", type=int, default=128, help="columns per gather chunk")
     ap.add_argument("--gather-warps", type=int, default=4)
     ap.add_argument("--dot-sources", type=int, default=16, help="sources per block of the dot kernels")
-    ap.add_argument("--dot-warps", default="4", help="comma list of warps for the dot kernels")
+    ap.add_argument("--dot-warps", default="8", help="comma list of warps for the dot kernels (the library's: 8)")
     ap.add_argument("--dot-precision", default="bf16x2", help="comma list of the dot kernels' input precisions "
                     "(the library uses bf16x2; tl.dot's tf32x3 overflows shared memory in the COEF pass)")
     ap.add_argument("--stages", type=int, default=0, help="num_stages (default: triton's)")
@@ -165,7 +166,7 @@ def main() -> None:
                     c = dict(tile(d, heads), BM=1, PF=1, SINGLE=True, FINAL=False, ACCUM=False, COEF=True,
                              PARTIAL=False)
                     row("_bwd_kernel (COEF)", d, heads, w, resources(tk._bwd_kernel, c, w))
-            if kind == "dot":  # phase 1's forward as matrix products (op's "fwd_dot")
+            if kind == "dot":  # phase 1's forward and COEF pass as matrix products (op's fwd_dot, coef_dot)
                 t = tile(d, heads)
                 geo = _gather_geometry(t["dh"], t["DA"], t["DB"], 1)
                 c = dict(d=d, dh=t["dh"], H=heads, HP=t["HP"], DA=geo["PA"], DB=geo["PB"], KS=args.dot_sources,
