@@ -539,6 +539,13 @@ def _dot_split(a, hi, lo, acc, PREC: tl.constexpr):
 
 
 @triton.jit
+def _rows_operand(base, stride, rq, cols, cmask, qon, PREC: tl.constexpr):
+    """The S queries' fp32 rows (w, or g at a token) at a head part's columns, transposed per
+    head to (HP, lanes, SP), as ``_operand`` parts: rows ``base + q * stride``."""
+    return _operand(tl.load(base + rq[None, None, :] * stride + cols, mask=cmask & qon, other=0.0), PREC)
+
+
+@triton.jit
 def _dot_tiles(table, k0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem: tl.constexpr, ALIGN: tl.constexpr,
                DB: tl.constexpr):
     """Token ``row``'s tiles of sources k0 .. k0 + KS - 1 (zeros past n_src): part A
@@ -576,10 +583,11 @@ def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, n_src, n_tok, n_q, d: tl
     batched over heads (``tl.dot`` on 3-D tiles; heads first). The key norm's sum of
     squares is a reduction over the block's tile, the online softmax runs per block.
     The output is held transposed, (heads, lanes, SP), so that neither product's rows are
-    the few queries. ``PREC``: the products' input precision: "bf16x2" for bf16 sources (the sources as
-    they are, the fp32 operand split in two bf16 parts: within about 2^-17 of fp32);
-    "ieee" for fp32 ones, which only the interpreter runs (op's ``_dot_tile``). A head part is at least 16 lanes
-    (a product's inner size), its lanes past the head masked (op's ``_gather_geometry``).
+    the few queries. ``PREC``: the products' input precision: "bf16x2" for bf16 sources
+    (the sources as they are, the fp32 operand split in two bf16 parts: within about 2^-17
+    of fp32); "ieee" for fp32 ones, which only the interpreter runs (op's ``_dot_tile``).
+    A head part is at least 16 lanes (a product's inner size), its lanes past the head
+    masked (op's ``_gather_geometry``).
     ``PF``: the next block's tiles are loaded while this block is reduced."""
     t = tl.program_id(0)
     elem = ref.dtype.element_ty
@@ -590,18 +598,15 @@ def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, n_src, n_tok, n_q, d: tl
     row = t.to(tl.int64) * d
     # the queries' weights w = q * g, transposed per head: (HP, lanes, SP)
     cwa, cmwa = _dot_cols(rh, tl.arange(0, DA), dh, H, 0, 1)
-    wta = tl.load(W + rq[None, None, :] * d + cwa, mask=cmwa & qon, other=0.0)
+    wa_hi, wa_lo = _rows_operand(W, d, rq, cwa, cmwa, qon, PREC)
     cxa, cmxa = _dot_cols(rh, tl.arange(0, DA), dh, H, 0, 2)   # (HP, 1, DA)
     acc_a = tl.zeros([HP, DA, SP], tl.float32)
     cxb, cmxb = cxa, cmxa  # (unused without part B)
     if DB > 0:
         cwb, cmwb = _dot_cols(rh, tl.arange(0, DB), dh, H, DA, 1)
-        wtb = tl.load(W + rq[None, None, :] * d + cwb, mask=cmwb & qon, other=0.0)
+        wb_hi, wb_lo = _rows_operand(W, d, rq, cwb, cmwb, qon, PREC)
         cxb, cmxb = _dot_cols(rh, tl.arange(0, DB), dh, H, DA, 2)
         acc_b = tl.zeros([HP, DB, SP], tl.float32)
-    wa_hi, wa_lo = _operand(wta, PREC)
-    if DB > 0:
-        wb_hi, wb_lo = _operand(wtb, PREC)
     m_i = tl.full([HP, SP], float("-inf"), tl.float32)
     l_i = tl.zeros([HP, SP], tl.float32)
     if PF:
@@ -659,22 +664,21 @@ def _coef_dot_kernel(table, ref, W, G, STAT, OFF, DW, CA, CB, CC, n_src, n_tok, 
     qon = rq[None, None, :] < n_q
     hq_on = (rh[:, None] < H) & (rq[None, :] < n_q)                    # (HP, SP)
     cwa, cmwa = _dot_cols(rh, tl.arange(0, DA), dh, H, 0, 1)            # (HP, DA, 1)
-    wa_hi, wa_lo = _operand(tl.load(W + rq[None, None, :] * d + cwa, mask=cmwa & qon, other=0.0), PREC)
+    wa_hi, wa_lo = _rows_operand(W, d, rq, cwa, cmwa, qon, PREC)
     cxa, cmxa = _dot_cols(rh, tl.arange(0, DA), dh, H, 0, 2)            # (HP, 1, DA)
     dw_a = tl.zeros([HP, DA, SP], tl.float32)
     cxb, cmxb = cxa, cmxa  # (unused without part B)
     if DB > 0:
         cwb, cmwb = _dot_cols(rh, tl.arange(0, DB), dh, H, DA, 1)
-        wb_hi, wb_lo = _operand(tl.load(W + rq[None, None, :] * d + cwb, mask=cmwb & qon, other=0.0), PREC)
+        wb_hi, wb_lo = _rows_operand(W, d, rq, cwb, cmwb, qon, PREC)
         cxb, cmxb = _dot_cols(rh, tl.arange(0, DB), dh, H, DA, 2)
         dw_b = tl.zeros([HP, DB, SP], tl.float32)
     for t in range(pid, n_tok, n_prog):
         row = tl.cast(t, tl.int64) * d
         # this token's upstream gradients (transposed like w), statistics and offsets
-        grow = rq[None, None, :].to(tl.int64) * n_tok * d + row
-        ga_hi, ga_lo = _operand(tl.load(G + grow + cwa, mask=cmwa & qon, other=0.0), PREC)
+        ga_hi, ga_lo = _rows_operand(G + row, tl.cast(n_tok, tl.int64) * d, rq, cwa, cmwa, qon, PREC)
         if DB > 0:
-            gb_hi, gb_lo = _operand(tl.load(G + grow + cwb, mask=cmwb & qon, other=0.0), PREC)
+            gb_hi, gb_lo = _rows_operand(G + row, tl.cast(n_tok, tl.int64) * d, rq, cwb, cmwb, qon, PREC)
         hq = rq[None, :].to(tl.int64) * n_tok * H + t * H + rh[:, None]  # (HP, SP)
         st = tl.load(STAT + hq, mask=hq_on, other=0.0)
         of = tl.load(OFF + hq, mask=hq_on, other=0.0)
