@@ -23,7 +23,7 @@ from mhar.train.trainer import release_memory
 
 # kernel name fragments per kind, first match wins (lower-cased names)
 KINDS = [
-    ("routing", ("_fwd_kernel", "_bwd_kernel", "_bwd_gather_kernel")),
+    ("routing", ("_fwd_kernel", "_fwd_dot_kernel", "_bwd_kernel", "_coef_dot_kernel", "_bwd_gather_kernel")),
     ("loss", ("_ce_",)),
     ("attention", ("sdpa", "flash", "fmha", "cudnn", "attention")),
     ("matmul", ("nvjet", "gemm", "cutlass", "xmma", "cublas")),
@@ -53,7 +53,7 @@ def kernel_kinds(prof, steps: int) -> tuple[dict[str, float], dict[str, dict[str
     return out, names
 
 
-def top_names(names: dict[str, dict[str, float]], per_kind: int = 4) -> str:
+def top_names(names: dict[str, dict[str, float]], per_kind: int = 6) -> str:
     lines = []
     for kind, by_name in names.items():
         for name, ms in sorted(by_name.items(), key=lambda kv: -kv[1])[:per_kind]:
