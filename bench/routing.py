@@ -328,7 +328,7 @@ def write_phase1_config(results, path):
 
 
 def kernel_breakdown(fn, iters=2):
-    """Device time per call of fn, in all and per kernel (the top 6 by time), from the
+    """Device time per call of fn, in all and per kernel (the top 8 by time), from the
     profiler: excludes host overhead."""
     from torch.profiler import ProfilerActivity, profile as prof
     fn()
@@ -342,7 +342,7 @@ def kernel_breakdown(fn, iters=2):
         us = getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0.0)
         if us:
             per[e.key] = (us / iters / 1000.0, e.count // iters)
-    top = sorted(per.items(), key=lambda kv: -kv[1][0])[:6]
+    top = sorted(per.items(), key=lambda kv: -kv[1][0])[:8]
     return {"kernel_ms": sum(v[0] for v in per.values()),
             "top": [{"name": k[:60], "ms": round(v[0], 3), "calls": v[1]} for k, v in top]}
 
@@ -521,7 +521,10 @@ PHASE1 = [("", None)] + [(", " + name, cfg) for name, cfg in (
     # and the COEF pass likewise (session 11, op's "fwd_dot" and "coef_dot", the defaults
     # for several heads of 128 lanes or fewer)
     ("fwd one program per query", {"fwd_dot": False}), ("COEF one program per query", {"coef_dot": False}),
-    ("as products, no prefetch", {"dot_pf": False}))]
+    ("as products, no prefetch", {"dot_pf": False}),
+    # the gather fused into the COEF pass (session 12, op's "coef_gather"), lanes in chunks of 32 or 16
+    ("gather in the COEF pass", {"coef_gather": True}),
+    ("gather in the COEF pass, chunks of 16", {"coef_gather": True, "coef_gather_cols": 16}))]
 # (the S-query loop, {"bwd_twopass": False}, measured 1.6-2x slower at cf14cbd)
 
 
