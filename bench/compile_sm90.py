@@ -134,10 +134,7 @@ def main() -> None:
     ap.add_argument("--dot-warps", default="8", help="comma list of warps for the dot kernels (the library's: 8)")
     ap.add_argument("--dot-precision", default="bf16x2", help="comma list of the dot kernels' input precisions "
                     "(the library uses bf16x2; tl.dot's tf32x3 overflows shared memory in the COEF pass)")
-    ap.add_argument("--coef-gather-cols", default="32", help="comma list of the fused gather's lane chunks "
-                    "(op's coef_gather_cols; empty: no fused rows)")
     ap.add_argument("--shapes", default=",".join(f"{d}/{h}" for d, h in SHAPES), help="comma list of d/H")
-    ap.add_argument("--fused-only", action="store_true", help="--kernels dot: only the fused gather's rows")
     ap.add_argument("--stages", type=int, default=0, help="num_stages (default: triton's)")
     args = ap.parse_args()
     if args.stages:
@@ -179,18 +176,11 @@ def main() -> None:
                          SP=8, ALIGN=16)
                 for w in [int(v) for v in args.dot_warps.split(",")]:
                     for prec in args.dot_precision.split(","):
-                        for fn in () if args.fused_only else (tk._fwd_dot_kernel, tk._coef_dot_kernel):
+                        for fn in (tk._fwd_dot_kernel, tk._coef_dot_kernel):
                             for pf in (False, True):
                                 row(f"{fn.fn.__name__} ({args.dot_sources} sources, {prec}"
                                     f"{', prefetch' if pf else ''})", d, heads, w,
                                     resources(fn, dict(c, PREC=prec, PF=pf), w))
-                        for cw in [int(v) for v in args.coef_gather_cols.split(",") if v]:  # op's coef_gather
-                            for pf in (False, True):
-                                g = dict(c, PREC=prec, PF=pf, GATHER=True, ACCUM=True, CWA=min(cw, c["DA"]),
-                                         CWB=min(cw, c["DB"]) if c["DB"] else 16)
-                                row(f"_coef_dot_kernel ({args.dot_sources} sources, {prec}"
-                                    f"{', prefetch' if pf else ''}, gather in chunks of {cw})", d, heads, w,
-                                    resources(tk._coef_dot_kernel, g, w))
             if kind == "twopass":
                 t = tile(d, heads)
                 ks = args.gather_sources

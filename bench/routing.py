@@ -521,10 +521,7 @@ PHASE1 = [("", None)] + [(", " + name, cfg) for name, cfg in (
     # and the COEF pass likewise (session 11, op's "fwd_dot" and "coef_dot", the defaults
     # for several heads of 128 lanes or fewer)
     ("fwd one program per query", {"fwd_dot": False}), ("COEF one program per query", {"coef_dot": False}),
-    ("as products, no prefetch", {"dot_pf": False}),
-    # the gather fused into the COEF pass (session 12, op's "coef_gather"), lanes in chunks of 32 or 16
-    ("gather in the COEF pass", {"coef_gather": True}),
-    ("gather in the COEF pass, chunks of 16", {"coef_gather": True, "coef_gather_cols": 16}))]
+    ("as products, no prefetch", {"dot_pf": False}))]
 # (the S-query loop, {"bwd_twopass": False}, measured 1.6-2x slower at cf14cbd)
 
 

@@ -469,32 +469,6 @@ def test_phase_one_coef_pass_as_products_bf16(gen):
         rop.TUNE = None
 
 
-@pytest.mark.parametrize("n,lead,d,heads,S", [(18, (4,), 80, 1, 3), (2, (3,), 160, 8, 3), (6, (5,), 40, 8, 2),
-                                              (2, (5,), 123, 1, 3), (20, (3,), 16, 16, 9), (1, (2,), 1, 1, 2),
-                                              (17, (7,), 64, 2, 8)])
-def test_phase_one_gather_fused_into_coef_pass(n, lead, d, heads, S, gen):
-    # coef_gather: the sources' gradients formed in the COEF pass as products (lanes in
-    # chunks of 16: several chunks per head part), no gather kernel; through a phase-1 read
-    # that writes fresh gradients, and through the two-phase read with a gradient sink
-    rop.TUNE = dict(coef_dot=True, coef_gather=True, coef_gather_cols=16, dot_pf=S % 2 == 0)
-    try:
-        check_partial(n, lead, d, heads, S, gen=gen)
-        check_two_phase(n, 2, lead, d, heads, S, gen=gen, fused=True)
-    finally:
-        rop.TUNE = None
-
-
-def test_phase_one_gather_fused_into_coef_pass_bf16(gen):
-    # the chain's bf16 sums are about 2e-2 from fp64 whichever backward runs (0.0228 for the
-    # embedding with seed 0 for the per-query COEF pass, the products, and this)
-    rop.TUNE = dict(coef_dot=True, coef_gather=True)
-    try:
-        check_partial(19, (5,), 160, 8, 8, dtype=torch.bfloat16, tol=1e-2, gen=gen)
-        check_sink_chain(12, (5,), 160, 8, dtype=torch.bfloat16, tol=4e-2, gen=gen, chunk=4, extra=False)
-    finally:
-        rop.TUNE = None
-
-
 def test_products_that_do_not_fit_fall_back(gen, monkeypatch):
     # a product kernel that needs more shared memory than the GPU has (triton raises at
     # launch, before it runs): phase 1 takes the per-query kernels, warns once, and does not

@@ -229,24 +229,6 @@ def test_phase_one_coef_pass_as_products(d, heads, gen):
             rop.TUNE = None
 
 
-@pytest.mark.parametrize("d,heads", [(1280, 8), (1024, 8), (512, 8), (1024, 16), (123, 1)])
-def test_phase_one_coef_pass_as_products_with_gather(d, heads, gen):
-    # coef_gather: the gather fused into the COEF pass as products (no coefficients in
-    # memory), lanes in chunks of 16 or 32, with and without the prefetch; the sources'
-    # gradients written fresh (check_partial) and added into a sink's sums
-    for pf, cols in ((False, 16), (True, 32)):
-        rop.TUNE = dict(coef_dot=True, coef_gather=True, coef_gather_cols=cols, dot_pf=pf)
-        try:
-            check_partial(37, (300,), d, heads, 8, dtype=torch.bfloat16, tol=1e-2, device=DEV, gen=gen)
-            check_two_phase(21, 3, (200,), d, heads, 8, dtype=torch.bfloat16, tol=1e-2, device=DEV, gen=gen,
-                            fused=True)
-            check_sink_chain(20, (256,), d, heads, dtype=torch.bfloat16, device=DEV, gen=gen, chunk=8,
-                             tol=6e-2 if d == 123 else 4e-2)
-            _check_bf16_accuracy(d, heads, gen)
-        finally:
-            rop.TUNE = None
-
-
 @pytest.mark.parametrize("n_sites,d,heads,extra,chunk", [(12, 512, 8, False, 0), (6, 1280, 1, True, 0),
                                                          (9, 1024, 16, False, 4)])
 def test_gradient_sink(n_sites, d, heads, extra, chunk, gen):

@@ -177,12 +177,13 @@ _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 12
 # at 1280/73 with 8 heads its calls took 18.0 ms per step, and the whole step's routing
 # kernels 99.8 against 112.4 ms; the 1B step with MHAR went to 0.763 of the baseline
 # (bench/results/session11/, run 3). Two programs per SM measured the same (99.9 ms).
-# coef_gather: with coef_dot, the gather fused into ``_coef_dot_kernel`` (GATHER): each
-# block's source gradients formed where its coefficients are, lanes in chunks of
-# "coef_gather_cols", so no coefficients go to memory and the sources and upstream-gradient
-# rows are read once per token for the whole phase-1 backward.
+# (Session 12 fused the gather into this kernel: each block's source gradients formed
+# where its coefficients are, no coefficients in memory. At 255 registers one program per
+# SM then waits on every chunk's running-sum reads: 48.6 ms per step at 1280/73 with 8
+# heads against 17.8 + 22.8 for the COEF pass and the gather apart (bench/results/session12/);
+# its code is at f63b16d.)
 _PHASE1_DOT = {"fwd_dot": False, "dot_sources": 16, "dot_warps": 8, "dot_pf": True,
-               "coef_dot": False, "coef_dot_progs_per_sm": 1, "coef_gather": False, "coef_gather_cols": 32}
+               "coef_dot": False, "coef_dot_progs_per_sm": 1}
 _DEFAULTS = {
     False: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1,
             "bwd_elems": 1024, "bwd_warps": 2, "bwd_pf": 1, "bwd_progs_per_sm": 16, "pad_heads": False,
@@ -331,8 +332,7 @@ def _n_programs(device: torch.device, n_tiles: int, per_sm: int) -> int:
 _DOT_UNFIT: set = set()
 
 
-def _launch_dot(kernel, grid: tuple, args: tuple, consts: dict, warps: int, device: torch.device,
-                stages: int | None = None) -> bool:
+def _launch_dot(kernel, grid: tuple, args: tuple, consts: dict, warps: int, device: torch.device) -> bool:
     """Launch a phase-1 kernel as matrix products; False (nothing launched) when it needs
     more shared memory than the GPU has. Up to 131,072 bytes at the paper widths
     (``bench/compile_sm90.py --kernels dot``): an H100/H200 or A100 has room, GPUs with about
@@ -344,7 +344,7 @@ def _launch_dot(kernel, grid: tuple, args: tuple, consts: dict, warps: int, devi
     if key in _DOT_UNFIT:
         return False
     try:
-        kernel[grid](*args, **consts, num_warps=warps, **({} if stages is None else {"num_stages": stages}))
+        kernel[grid](*args, **consts, num_warps=warps)
     except OutOfResources as e:
         _DOT_UNFIT.add(key)
         warnings.warn(f"mhar routing: {key[0]} does not fit this GPU ({e}); phase 1 uses the per-query kernels",
@@ -431,37 +431,24 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
             _check_pow2_16(cfg, key)
         n_tiles = -(-n_tok // tile["BM"])
         dot = _dot_tile(cfg, "coef_dot", dh, heads, S, src_align, srcs[0]) if n_tiles else None
-        done = gathered = False  # the COEF pass as matrix products; the gather fused into it
         if n_tiles:
             grad = grad.contiguous()
+            coef_a = torch.empty((len(srcs), S, n_tok, heads), dtype=torch.float32, device=dev)
+            coef_b = torch.empty_like(coef_a)
+            coef_c = torch.empty((len(srcs), S, n_tok), dtype=torch.float32, device=dev)
+        done = False  # the COEF pass, by the kernel as matrix products
         if dot:  # programs persistent over tokens, every query in each
             from mhar.routing.triton_kernels import _coef_dot_kernel
 
             n_prog = _n_programs(dev, n_tok, cfg["coef_dot_progs_per_sm"])
             dw_parts = torch.empty((n_prog, S, d), dtype=torch.float32, device=dev)  # every (program, query) row
-            if cfg["coef_gather"]:
-                _check_pow2_16(cfg, "coef_gather_cols")
-                dot |= dict(GATHER=True, ACCUM=n_acc > 0, CWA=min(dot["DA"], cfg["coef_gather_cols"]),
-                            CWB=min(dot["DB"], cfg["coef_gather_cols"]) if dot["DB"] else 16)
-                args = (src_table, srcs[0], w, grad, stat, off.contiguous(), dw_parts, w, w, w, dest_table,
-                        len(srcs), n_acc, n_tok, S, n_prog, d, dh, eps)
-                # one stage: software-pipelined, the loads of the [g ; w] rows take 160 KB more shared
-                # memory at 1280 / 8 heads (295 KB, over the H200's 227; bench/compile_sm90.py --stages)
-                done = gathered = _launch_dot(_coef_dot_kernel, (n_prog,), args, dot, cfg["dot_warps"], dev, stages=1)
-                if not done:  # does not fit: the COEF pass as products without it, if that fits
-                    dot = {k: v for k, v in dot.items() if k not in ("GATHER", "ACCUM", "CWA", "CWB")}
-        if n_tiles and not gathered:
-            coef_a = torch.empty((len(srcs), S, n_tok, heads), dtype=torch.float32, device=dev)
-            coef_b = torch.empty_like(coef_a)
-            coef_c = torch.empty((len(srcs), S, n_tok), dtype=torch.float32, device=dev)
-        if dot and not done:
-            args = (src_table, srcs[0], w, grad, stat, off.contiguous(), dw_parts, coef_a, coef_b, coef_c,
-                    dest_table, len(srcs), n_acc, n_tok, S, n_prog, d, dh, eps)
+            args = (src_table, srcs[0], w, grad, stat, off.contiguous(), dw_parts, coef_a, coef_b, coef_c, len(srcs),
+                    n_tok, S, n_prog, d, dh, eps)
             done = _launch_dot(_coef_dot_kernel, (n_prog,), args, dot, cfg["dot_warps"], dev)
         if not done:
             n_prog = max(1, _n_programs(dev, n_tiles, cfg["bwd_progs_per_sm"]) // S)
             dw_parts = torch.empty((n_prog, S, d), dtype=torch.float32, device=dev)
-        if n_tiles and not gathered:
+        if n_tiles:
             if not done:
                 _bwd_kernel[(S, n_prog)](src_table, srcs[0], src_table, w, grad, stat, off.contiguous(), grad,
                                          dw_parts, coef_a, coef_b, coef_c, dw_parts, dw_parts, dw_parts,

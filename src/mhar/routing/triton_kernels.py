@@ -539,52 +539,6 @@ def _dot_split(a, hi, lo, acc, PREC: tl.constexpr):
 
 
 @triton.jit
-def _dot3(a, b, acc, PREC: tl.constexpr):
-    """acc + a b with both operands fp32: for "bf16x2" each split in two bf16 parts and
-    three products (hi hi + hi lo + lo hi, within about 2^-16 of fp32); otherwise one
-    product at tl.dot's input precision PREC."""
-    if PREC == "bf16x2":
-        a_hi, a_lo = _split_bf16(a)
-        b_hi, b_lo = _split_bf16(b)
-        if _INTERPRETED:  # the interpreter multiplies bf16 tiles wrongly: the same values in fp32
-            a_hi, a_lo = a_hi.to(tl.float32), a_lo.to(tl.float32)
-            b_hi, b_lo = b_hi.to(tl.float32), b_lo.to(tl.float32)
-            out = tl.dot(a_hi, b_hi, acc, input_precision="ieee")
-            out = tl.dot(a_lo, b_hi, tl.dot(a_hi, b_lo, out, input_precision="ieee"), input_precision="ieee")
-        else:
-            out = tl.dot(a_lo, b_hi, tl.dot(a_hi, b_lo, tl.dot(a_hi, b_hi, acc)))
-    else:
-        out = tl.dot(a, b, acc, input_precision=PREC)
-    return out
-
-
-@triton.jit
-def _gather_dot_part(src, dst, G, W, row, gstride, coef, cs, km, acc_on, rh, rj, jon, d: tl.constexpr,
-                     dh: tl.constexpr, H: tl.constexpr, HP: tl.constexpr, KS: tl.constexpr, OFF: tl.constexpr,
-                     P: tl.constexpr, CW: tl.constexpr, ACCUM: tl.constexpr, PREC: tl.constexpr):
-    """The fused gather (``_coef_dot_kernel`` with GATHER) over one head part, ``P`` lanes
-    from column ``OFF`` of every head, in chunks of ``CW`` lanes: token ``row``'s gradient
-    of the block's sources, per head the product of their coefficients ``coef`` (HP, KS,
-    2 SP; query q's a at 2q, its r dz at 2q + 1) and the rows [g_q ; w_q] interleaved the
-    same way (HP, 2 SP, CW), minus (the sum of c) x, plus the running sum, stored once.
-    The rows and the sources' chunk are re-read here (from L1: this program just read
-    them) rather than held: held, they cost registers the products need."""
-    q = rj // 2
-    rows = tl.where(rj % 2 == 0, G + row + q.to(tl.int64) * gstride, W + q * d)[None, :, None]   # (1, 2SP, 1)
-    for c in tl.static_range(0, P, CW):
-        cols, cmask = _dot_cols(rh, tl.arange(0, CW), dh, H, OFF + c, 2)                      # (HP, 1, CW)
-        b = tl.load(rows + cols, mask=jon[None, :, None] & cmask, other=0.0)                   # (HP, 2SP, CW)
-        acc = _dot3(coef, b, tl.zeros([HP, KS, CW], tl.float32), PREC)                     # (HP, KS, CW)
-        mask = km & cmask
-        x = tl.load(src[None, :, None] + row + cols, mask=mask, other=0.0)
-        acc -= cs[None, :, None] * x.to(tl.float32)
-        if ACCUM:
-            acc += tl.load(dst[None, :, None] + row + cols, mask=mask & acc_on[None, :, None], other=0.0).to(
-                tl.float32)
-        tl.store(dst[None, :, None] + row + cols, acc.to(dst.dtype.element_ty), mask=mask)
-
-
-@triton.jit
 def _rows_operand(base, stride, rq, cols, cmask, qon, PREC: tl.constexpr):
     """The S queries' fp32 rows (w, or g at a token) at a head part's columns, transposed per
     head to (HP, lanes, SP), as ``_operand`` parts: rows ``base + q * stride``."""
@@ -691,24 +645,17 @@ def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, n_src, n_tok, n_q, d: tl
 
 
 @triton.jit
-def _coef_dot_kernel(table, ref, W, G, STAT, OFF, DW, CA, CB, CC, gtable, n_src, n_acc, n_tok, n_q, n_prog,
-                     d: tl.constexpr, dh: tl.constexpr, eps, H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr,
-                     DB: tl.constexpr, KS: tl.constexpr, SP: tl.constexpr, ALIGN: tl.constexpr, PREC: tl.constexpr,
-                     PF: tl.constexpr = False, GATHER: tl.constexpr = False, ACCUM: tl.constexpr = False,
-                     CWA: tl.constexpr = 16, CWB: tl.constexpr = 16):
+def _coef_dot_kernel(table, ref, W, G, STAT, OFF, DW, CA, CB, CC, n_src, n_tok, n_q, n_prog, d: tl.constexpr,
+                     dh: tl.constexpr, eps, H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr,
+                     KS: tl.constexpr, SP: tl.constexpr, ALIGN: tl.constexpr, PREC: tl.constexpr,
+                     PF: tl.constexpr = False):
     """The COEF pass of phase 1's backward (``_bwd_kernel`` with COEF, see there) with every
     query in one program, as matrix products like ``_fwd_dot_kernel``: programs persistent
     over tokens, each source row read once per token. Per block of KS sources and head,
     the logits zr and g.x are (KS, lanes) by (lanes, SP) products; the coefficients a,
     r dz (per head) and c are stored into CA, CB, CC (n_src, S, n_tok[, H]) for
     ``_bwd_gather_kernel``; d(q*g) += (lanes, KS) by (KS, SP) products, held transposed
-    per program and written to its row of DW (n_prog, S, d).
-
-    ``GATHER``: no coefficients stored; the block's source gradients are formed here
-    instead (``_gather_dot_part``, lanes in chunks of CWA and CWB), written through
-    ``gtable`` (added into the running sums of the first n_acc sources with ACCUM). Then
-    each source row and each upstream-gradient row comes from device memory once per
-    token for the whole phase-1 backward."""
+    per program and written to its row of DW (n_prog, S, d)."""
     pid = tl.program_id(0)
     elem = ref.dtype.element_ty
     rh = tl.arange(0, HP)
@@ -716,8 +663,6 @@ def _coef_dot_kernel(table, ref, W, G, STAT, OFF, DW, CA, CB, CC, gtable, n_src,
     rq = tl.arange(0, SP)
     qon = rq[None, None, :] < n_q
     hq_on = (rh[:, None] < H) & (rq[None, :] < n_q)                    # (HP, SP)
-    rj = tl.arange(0, 2 * SP)                                           # the fused gather's [g_q ; w_q] rows
-    jon = rj // 2 < n_q
     cwa, cmwa = _dot_cols(rh, tl.arange(0, DA), dh, H, 0, 1)            # (HP, DA, 1)
     wa_hi, wa_lo = _rows_operand(W, d, rq, cwa, cmwa, qon, PREC)
     cxa, cmxa = _dot_cols(rh, tl.arange(0, DA), dh, H, 0, 2)            # (HP, 1, DA)
@@ -761,25 +706,12 @@ def _coef_dot_kernel(table, ref, W, G, STAT, OFF, DW, CA, CB, CC, gtable, n_src,
             dz = a * (gx + of[:, None, :])
             rdz = dz * r3
             c = tl.sum(dz * zr, axis=0) * (rstd * rstd * rstd / d)[:, None]  # (KS, SP)
+            # coefficients of source k, query q: CA, CB at ((k * n_q + q) * n_tok + t) * H + h
             k = k0 + rk
-            if GATHER:  # the block's source gradients, now
-                kmask = k < n_src
-                src = tl.multiple_of(tl.load(table + k, mask=kmask, other=0).to(tl.pointer_type(elem)), ALIGN)
-                dst = tl.multiple_of(tl.load(gtable + k, mask=kmask, other=0).to(tl.pointer_type(elem)), ALIGN)
-                coef = tl.reshape(tl.join(a, rdz), (HP, KS, 2 * SP))             # a_q at 2q, r dz_q at 2q + 1
-                cs = tl.sum(c, axis=1)                                           # (KS,)
-                gstride = tl.cast(n_tok, tl.int64) * d
-                _gather_dot_part(src, dst, G, W, row, gstride, coef, cs, km, k < n_acc, rh, rj, jon, d, dh, H, HP,
-                                 KS, 0, DA, CWA, ACCUM, PREC)
-                if DB > 0:
-                    _gather_dot_part(src, dst, G, W, row, gstride, coef, cs, km, k < n_acc, rh, rj, jon, d, dh, H,
-                                     HP, KS, DA, DB, CWB, ACCUM, PREC)
-            else:
-                # coefficients of source k, query q: CA, CB at ((k * n_q + q) * n_tok + t) * H + h
-                pair = (k.to(tl.int64)[:, None] * n_q + rq[None, :]) * n_tok + t   # (KS, SP)
-                tl.store(CA + pair[None, :, :] * H + rh[:, None, None], a, mask=on)
-                tl.store(CB + pair[None, :, :] * H + rh[:, None, None], rdz, mask=on)
-                tl.store(CC + pair, c, mask=(k < n_src)[:, None] & (rq[None, :] < n_q))
+            pair = (k.to(tl.int64)[:, None] * n_q + rq[None, :]) * n_tok + t   # (KS, SP)
+            tl.store(CA + pair[None, :, :] * H + rh[:, None, None], a, mask=on)
+            tl.store(CB + pair[None, :, :] * H + rh[:, None, None], rdz, mask=on)
+            tl.store(CC + pair, c, mask=(k < n_src)[:, None] & (rq[None, :] < n_q))
             r_hi, r_lo = _operand(rdz, PREC)
             dw_a = _dot_split(tl.permute(xa, (0, 2, 1)), r_hi, r_lo, dw_a, PREC)
             if DB > 0:
