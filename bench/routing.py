@@ -228,10 +228,8 @@ def whole_step(case, heads, chunk):
         else:
             for j0 in range(1, n + 1, chunk):
                 j1 = min(n + 1, j0 + chunk)
-                p1 = routing.route_partial(srcs[:j0], Q[j0 - 1:j1 - 1], G[j0 - 1:j1 - 1], heads,
-                                           sink=sink.span(0, j0))
-                rows = [routing.Partial(m.unsqueeze(0), l.unsqueeze(0), o.unsqueeze(0))  # as the stream does
-                        for m, l, o in zip(p1.m.unbind(0), p1.l.unbind(0), p1.o.unbind(0))]
+                rows = routing.route_partial_rows(srcs[:j0], Q[j0 - 1:j1 - 1], G[j0 - 1:j1 - 1], heads,
+                                                  sink=sink.span(0, j0))  # as the routed stream does
                 for j in range(j0, j1):
                     one = rows[j - j0]
                     if j > j0:  # phase 2, fused: merged with the phase-1 row and normalised in one pass
@@ -513,6 +511,8 @@ BWD_CONFIGS = [(1024, 1, 1, 16), (1024, 2, 1, 16), (1024, 4, 1, 8), (1024, 4, 2,
 # routing_h200.md and session9/. --phase1 replaces this list.
 PHASE1 = [("", None)] + [(", " + name, cfg) for name, cfg in (
     ("gather tf32", {"gather_precision": "tf32"}),
+    # phase 1's rows as autograd views, whose gradients autograd stacks (before session 12)
+    ("rows stacked by autograd", {"direct_rows": False}),
     # the forward and backward kernels' warps in the whole step (the per-call sweep
     # picked them; with 8 heads they carry most of the gap to one head)
     ("fwd 1 warp", {"fwd_warps": 1}), ("fwd 2 warps", {"fwd_warps": 2}),

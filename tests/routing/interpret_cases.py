@@ -24,8 +24,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 from mhar import routing  # noqa: E402
 from mhar.routing import op as rop  # noqa: E402
 from mhar.routing import reference as R  # noqa: E402
-from routing_checks import (check_deterministic, check_partial, check_route, check_sink_chain, check_two_phase,  # noqa: E402
-                            make_inputs, rel)
+from routing_checks import (check_deterministic, check_partial, check_phase_one_rows, check_route,  # noqa: E402
+                            check_sink_chain, check_two_phase, make_inputs, rel)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -144,6 +144,31 @@ def test_fused_phase_two(n_old, n_new, lead, d, heads, gen):
 
 def test_fused_phase_two_bf16(gen):
     check_two_phase(3, 2, (5,), 64, 8, 2, dtype=torch.bfloat16, tol=1e-2, gen=gen, fused=True)
+
+
+@pytest.mark.parametrize("n_old,n_new,lead,d,heads,S", [(4, 3, (5,), 32, 1, 4), (3, 1, (2, 3), 40, 8, 3),
+                                                        (5, 2, (3,), 123, 1, 2), (6, 2, (7,), 160, 8, 8)])
+def test_phase_one_rows(n_old, n_new, lead, d, heads, S, gen):
+    # route_partial_rows: the sites' row gradients written into one buffer that phase 1's
+    # backward reads (no stacking by autograd); the rows no site read get zeros
+    rows = check_phase_one_rows(n_old, n_new, lead, d, heads, S, gen=gen)
+    assert rows.direct and rows.grad_o is None  # handed to phase 1's backward, then released
+    check_phase_one_rows(n_old, n_new, lead, d, heads, S, dtype=torch.bfloat16, tol=1e-2, gen=gen)
+
+
+def test_phase_one_rows_off_the_kernels(gen):
+    # the reference backend (and torch.compile) take the rows as autograd views
+    routing.set_backend("reference")
+    try:
+        rows = check_phase_one_rows(4, 3, (5,), 32, 4, 4, gen=gen)
+    finally:
+        routing.set_backend(None)
+    assert not rows.direct
+    rop.TUNE = dict(direct_rows=False)  # and the kernels with the rows as views (for timing)
+    try:
+        assert not check_phase_one_rows(4, 3, (5,), 32, 4, 4, gen=gen).direct
+    finally:
+        rop.TUNE = None
 
 
 @pytest.mark.parametrize("n,lead,d,heads", [(3, (5,), 64, 1), (4, (3,), 64, 8), (2, (5,), 123, 1)])
@@ -294,14 +319,15 @@ def test_model_two_phase_frees_phase1_blocks(overrides, gen, monkeypatch):
     from mhar.streams import routed
 
     blocks = []  # kept alive, so that no other tensor can reuse a block's address
-    real = routed.routing.route_partial
+    real = routed.routing.route_partial_rows
 
     def recording(*args, **kwargs):
-        p = real(*args, **kwargs)
-        blocks.append(p.o)
-        return p
+        rows = real(*args, **kwargs)
+        assert rows.direct
+        blocks.append(rows.partial.o)
+        return rows
 
-    monkeypatch.setattr(routed.routing, "route_partial", recording)
+    monkeypatch.setattr(routed.routing, "route_partial_rows", recording)
     stream = method_stream("mhar", 8, 32, heads=4, schedule="two-phase", **overrides)
     model = Decoder(ModelConfig(vocab_size=64, d_model=32, n_layers=4, n_heads=4, n_kv_heads=2, d_ff=64,
                                 max_seq_len=16, stream=stream))

@@ -97,6 +97,29 @@ def check_two_phase(n_old, n_new, lead, d, heads, S, dtype=torch.float32, device
         assert rel(a, b) <= tol, rel(a, b)
 
 
+def check_phase_one_rows(n_old, n_new, lead, d, heads, S, dtype=torch.float32, device="cpu", tol=1e-5, gen=None):
+    """``route_partial_rows`` as the routed stream takes it: row 0 normalised alone
+    (``finalize``, the read of the old sources), rows 1 .. S - 2 merged with the new
+    sources (``route_merge``), the last row not read (its gradient is zero). Values and
+    gradients equal the fp64 reference read."""
+    srcs, q, g = make_inputs(n_old + n_new, lead, d, dtype, device, S=S, gen=gen)
+    old, new = srcs[:n_old], srcs[n_old:]
+    rows = routing.route_partial_rows(old, q, g, heads)
+    used = range(S - 1 if S > 2 else S)
+    outs = [routing.finalize(rows[0], srcs[0].shape, dtype)[0]]
+    outs += [routing.route_merge(rows[s], new, q[s], g[s], heads) for s in used if s]
+    s64, (q64, g64) = _f64(srcs), _f64([q, g])
+    full = [R.route(s64[:n_old] if s == 0 else s64, q64[s], g64[s], heads) for s in used]
+    for a, b in zip(outs, full):
+        assert rel(a, b) <= tol
+    gys = [torch.randn(b.shape, generator=gen, dtype=torch.float64) for b in full]
+    grads = torch.autograd.grad(sum((a * gy.to(device, dtype)).sum() for a, gy in zip(outs, gys)), [*srcs, q, g])
+    ref = torch.autograd.grad(sum((b * gy).sum() for b, gy in zip(full, gys)), [*s64, q64, g64])
+    for a, b in zip(grads, ref):
+        assert rel(a, b) <= tol, rel(a, b)
+    return rows
+
+
 def check_deterministic(n, lead, d, heads, S=1, device="cpu", dtype=torch.float32, gen=None):
     srcs, q, g = make_inputs(n, lead, d, dtype, device, S=None if S == 1 else S, gen=gen)
 
@@ -131,9 +154,9 @@ def _chain(emb, leaves, q, g, heads, extra, chunk, sink):
         side = [leaves[k - 1] * 0.5] if extra and k else []
         if chunk and k % chunk == 0:
             start = len(sources)
-            rows = routing.route_partial(sources, q[k:k + chunk], g[k:k + chunk], heads, sink=span(0, start))
+            rows = routing.route_partial_rows(sources, q[k:k + chunk], g[k:k + chunk], heads, sink=span(0, start))
         if chunk:
-            row = routing.Partial(*(t[k % chunk:k % chunk + 1] for t in rows))
+            row = rows[k % chunk]  # as the routed stream takes it
             new = sources[start:] + side
             sp = span(start, len(new) - len(side))
             y = routing.route_merge(row, new, q[k], g[k], heads, sink=sp) if new else \

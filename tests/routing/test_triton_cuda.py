@@ -17,8 +17,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 from mhar import routing  # noqa: E402
 from mhar.routing import op as rop  # noqa: E402
 from mhar.routing import reference as R  # noqa: E402
-from routing_checks import (check_deterministic, check_partial, check_route, check_sink_chain, check_two_phase,  # noqa: E402
-                            make_inputs, rel)
+from routing_checks import (check_deterministic, check_partial, check_phase_one_rows, check_route,  # noqa: E402
+                            check_sink_chain, check_two_phase, make_inputs, rel)
 
 DEV = "cuda"
 
@@ -75,6 +75,14 @@ def test_two_phase(heads, gen):
 def test_fused_phase_two(d, heads, gen):
     check_two_phase(12, 4, (257,), d, heads, 4, device=DEV, gen=gen, fused=True)
     check_two_phase(9, 3, (300,), d, heads, 2, dtype=torch.bfloat16, device=DEV, tol=1e-2, gen=gen, fused=True)
+
+
+@pytest.mark.parametrize("d,heads", [(512, 1), (1280, 8), (1024, 8)])
+def test_phase_one_rows(d, heads, gen):
+    # route_partial_rows: the sites' row gradients written into phase 1's buffer (the
+    # routed stream's two-phase path); an unread row's gradient is zero
+    assert check_phase_one_rows(12, 4, (257,), d, heads, 4, device=DEV, gen=gen).direct
+    check_phase_one_rows(21, 3, (300,), d, heads, 8, dtype=torch.bfloat16, device=DEV, tol=1e-2, gen=gen)
 
 
 @pytest.mark.parametrize("S", [1, 4])

@@ -6,7 +6,18 @@ elsewhere; force one with :func:`set_backend` or ``MHAR_ROUTING_BACKEND``).
 The reference's own functions stay importable from :mod:`mhar.routing.reference`.
 """
 
-from mhar.routing.op import GradientSink, finalize, get_backend, route, route_merge, route_partial, set_backend
+from mhar.routing.op import (
+    GradientSink,
+    PhaseOneRow,
+    PhaseOneRows,
+    finalize,
+    get_backend,
+    route,
+    route_merge,
+    route_partial,
+    route_partial_rows,
+    set_backend,
+)
 from mhar.routing.reference import (
     KEY_NORM_EPS,
     Partial,
@@ -14,5 +25,6 @@ from mhar.routing.reference import (
     routing_weights,
 )
 
-__all__ = ["GradientSink", "KEY_NORM_EPS", "Partial", "finalize", "get_backend", "merge_partials", "route", "route_merge",
-           "route_partial", "routing_weights", "set_backend"]
+__all__ = ["GradientSink", "KEY_NORM_EPS", "Partial", "PhaseOneRow", "PhaseOneRows", "finalize", "get_backend",
+           "merge_partials", "route", "route_merge", "route_partial", "route_partial_rows", "routing_weights",
+           "set_backend"]

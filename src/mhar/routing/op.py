@@ -29,7 +29,7 @@ import os
 import warnings
 from collections import OrderedDict
 from types import SimpleNamespace
-from typing import Optional, Sequence
+from typing import NamedTuple, Optional, Sequence
 
 import torch
 from torch import Tensor
@@ -182,8 +182,11 @@ _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 12
 # SM then waits on every chunk's running-sum reads: 48.6 ms per step at 1280/73 with 8
 # heads against 17.8 + 22.8 for the COEF pass and the gather apart (bench/results/session12/);
 # its code is at f63b16d.)
+# direct_rows: route_partial_rows's sites write their rows' gradients into phase 1's
+# buffer (PhaseOneRows); False takes the rows as autograd views, which stacks them (for
+# side-by-side timing).
 _PHASE1_DOT = {"fwd_dot": False, "dot_sources": 16, "dot_warps": 8, "dot_pf": True,
-               "coef_dot": False, "coef_dot_progs_per_sm": 1}
+               "coef_dot": False, "coef_dot_progs_per_sm": 1, "direct_rows": True}
 _DEFAULTS = {
     False: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1,
             "bwd_elems": 1024, "bwd_warps": 2, "bwd_pf": 1, "bwd_progs_per_sm": 16, "pad_heads": False,
@@ -725,24 +728,92 @@ class _RouteFn(torch.autograd.Function):
 
 
 class _PartialFn(torch.autograd.Function):
+    """rows (a PhaseOneRows, or None): the sites that read this call's rows write their
+    gradients into its buffers (returning None to autograd), and backward takes them."""
+
     @staticmethod
-    def forward(ctx, queries, norm_weights, heads, eps, sink, *sources):
+    def forward(ctx, queries, norm_weights, heads, eps, sink, rows, *sources):
         m, l, o = _forward_impl(list(sources), queries, norm_weights, heads, eps, False)
         ctx.save_for_backward(queries, norm_weights, m, *sources)
-        ctx.heads, ctx.eps, ctx.sink = heads, eps, sink
+        ctx.heads, ctx.eps, ctx.sink, ctx.rows = heads, eps, sink, rows
         ctx.mark_non_differentiable(m)
+        ctx.set_materialize_grads(False)
         return m, l, o
 
     @staticmethod
     def backward(ctx, grad_m, grad_l, grad_o):
         queries, norm_weights, m, *sources = ctx.saved_tensors
         S, d = queries.shape
+        if ctx.rows is not None:
+            grad_l, grad_o = ctx.rows.take_grads(grad_l, grad_o)
+        if grad_l is None and grad_o is None:
+            return (None,) * (6 + len(sources))
         if grad_l is None:
             grad_l = torch.zeros_like(m)
         if grad_o is None:
             grad_o = m.new_zeros((S, m.shape[1], d))
         res = _backward_impl(sources, queries, norm_weights, grad_o, m, grad_l, None, ctx.heads, ctx.eps, ctx.sink)
-        return (res[0], res[1], None, None, None, *res[2:])
+        return (res[0], res[1], None, None, None, None, *res[2:])
+
+
+class PhaseOneRow(NamedTuple):
+    """Row ``index`` of a :class:`PhaseOneRows`: what ``route_merge`` and ``finalize`` take
+    for one site in place of a one-row :class:`Partial`."""
+    rows: "PhaseOneRows"
+    index: int
+
+
+class PhaseOneRows:
+    """The S rows of a phase-1 read, one per site of a chunk (``route_partial_rows``).
+
+    ``partial`` is the read, (m, l, o) of all S queries. On the eager Triton path each
+    site's ``route_merge`` / ``finalize`` backward writes its row's gradients straight
+    into one (S, M, d) buffer (and one (S, M, H)) that the phase-1 backward then reads,
+    and returns None to autograd. Rows taken as autograd views instead (``unbind``) get S
+    separate gradients that autograd stacks: a copy of the chunk's whole fp32 block per
+    chunk (3.0 ms of a 1B MHAR step on the H200, session 12). Elsewhere (the reference,
+    torch.compile) ``view(i)`` gives the rows through one unbind per field."""
+
+    def __init__(self, partial: Partial, direct: bool):
+        self.partial, self.direct = partial, direct
+        self.grad_l = self.grad_o = None
+        self.written: set[int] = set()
+        self._views = None
+
+    def __len__(self) -> int:
+        return self.partial.o.shape[0]
+
+    def __getitem__(self, i: int) -> PhaseOneRow:
+        return PhaseOneRow(self, i)
+
+    def view(self, i: int) -> Partial:
+        """Row i as a one-row Partial of autograd views (one unbind per field for all rows)."""
+        if self._views is None:
+            p = self.partial
+            self._views = [Partial(m.unsqueeze(0), l.unsqueeze(0), o.unsqueeze(0))
+                           for m, l, o in zip(p.m.unbind(0), p.l.unbind(0), p.o.unbind(0))]
+        return self._views[i]
+
+    def grad_rows(self, i: int) -> tuple[Tensor, Tensor]:
+        """Row i's gradient buffers, (M, H) and (M, d) fp32 views, for its site to fill."""
+        if self.grad_o is None:
+            l, o = self.partial.l, self.partial.o
+            self.grad_l, self.grad_o = _new(l.shape, l.dtype, l.device), _new(o.shape, o.dtype, o.device)
+        self.written.add(i)
+        return self.grad_l[i], self.grad_o[i]
+
+    def take_grads(self, grad_l: Tensor | None, grad_o: Tensor | None) -> tuple[Tensor | None, Tensor | None]:
+        """The rows' gradients for the phase-1 backward (rows no site wrote are zero), plus any
+        that reached l and o through autograd; the buffers are released."""
+        bl, bo, written = self.grad_l, self.grad_o, self.written
+        self.grad_l = self.grad_o = None
+        self.written = set()
+        if bo is None:
+            return grad_l, grad_o
+        for i in set(range(len(self))) - written:
+            bl[i].zero_()
+            bo[i].zero_()
+        return (bl if grad_l is None else bl + grad_l), (bo if grad_o is None else bo + grad_o)
 
 
 class _MergeFn(torch.autograd.Function):
@@ -753,27 +824,36 @@ class _MergeFn(torch.autograd.Function):
     grad_l = -e^(m - lse) (g . y), written by the same backward kernel."""
 
     @staticmethod
-    def forward(ctx, m0, l0, o0, query, norm_weight, heads, eps, sink, *sources):
+    def forward(ctx, m0, l0, o0, query, norm_weight, heads, eps, sink, row, *sources):
+        # row (a PhaseOneRow): m0, l0, o0 are the whole phase-1 read, and this site's is row.index
+        if row is not None:
+            m0, l0, o0 = m0[row.index], l0[row.index], o0[row.index]
         d = query.shape[-1]
         n_tok = o0.shape[-2]
         init = Partial(m0.reshape(n_tok, heads), l0.reshape(n_tok, heads), o0.reshape(n_tok, d))
         y, lse = _triton_forward(list(sources), query.view(1, d), norm_weight.view(1, d), heads, eps, True, init)
         ctx.save_for_backward(query, norm_weight, y, lse, m0, *sources)
-        ctx.heads, ctx.eps, ctx.sink = heads, eps, sink
+        ctx.heads, ctx.eps, ctx.sink, ctx.row = heads, eps, sink, row
         return y
 
     @staticmethod
     def backward(ctx, grad_y):
         query, norm_weight, y, lse, m0, *sources = ctx.saved_tensors
         heads, d, n_tok = ctx.heads, query.shape[-1], lse.shape[0]
-        # the partial row's gradients, written by the same kernel (PARTIAL)
-        grad_o = _new((1, n_tok, d), torch.float32, lse.device)
-        grad_l = _new((1, n_tok, heads), torch.float32, lse.device)
+        # the partial row's gradients, written by the same kernel (PARTIAL): into the
+        # phase-1 read's buffers for a PhaseOneRow (None to autograd), else fresh
+        if ctx.row is not None:
+            grad_l, grad_o = ctx.row.rows.grad_rows(ctx.row.index)
+        else:
+            grad_o = _new((1, n_tok, d), torch.float32, lse.device)
+            grad_l = _new((1, n_tok, heads), torch.float32, lse.device)
         res = _triton_backward(sources, query.view(1, d), norm_weight.view(1, d), grad_y.reshape(1, n_tok, d),
                                lse.view(1, n_tok, heads), None, y, heads, ctx.eps, ctx.sink,
                                partial=(m0.reshape(n_tok, heads).contiguous(), grad_o, grad_l))
+        if ctx.row is not None:
+            grad_l = grad_o = None
         return (None, grad_l, grad_o, res[0].view(query.shape), res[1].view(norm_weight.shape), None, None, None,
-                *res[2:])
+                None, *res[2:])
 
 
 class _FinalizeFn(torch.autograd.Function):
@@ -784,11 +864,15 @@ class _FinalizeFn(torch.autograd.Function):
     fused phase 2's backward does)."""
 
     @staticmethod
-    def forward(ctx, l, o, shape, dtype):
+    def forward(ctx, l, o, shape, dtype, row=None):
+        # row (a PhaseOneRow): l and o are the whole phase-1 read; this site's is row.index
+        if row is not None:
+            l, o = l[row.index:row.index + 1], o[row.index:row.index + 1]
         S, M, H = l.shape
         d = o.shape[-1]
         x = (o.view(S, M, H, d // H) / l.unsqueeze(-1)).view(S, *shape).to(dtype)
         ctx.save_for_backward(l, x)
+        ctx.row = row
         return x
 
     @staticmethod
@@ -797,15 +881,27 @@ class _FinalizeFn(torch.autograd.Function):
         S, M, H = l.shape
         d = x.shape[-1]
         inv = 1 / l.unsqueeze(-1)
-        g = g.reshape(S, M, H, d // H).to(l.dtype)
+        g = g.reshape(S, M, H, d // H)
+        if ctx.row is not None:  # into the phase-1 read's buffers (None to autograd)
+            grad_l, grad_o = ctx.row.rows.grad_rows(ctx.row.index)
+            torch.mul(g[0], inv[0], out=grad_o.view(M, H, d // H))
+            torch.sum(grad_o.view(M, H, d // H) * x.reshape(M, H, d // H), -1, out=grad_l)
+            grad_l.neg_()
+            return None, None, None, None, None
+        g = g.to(l.dtype)
         grad_o = (g * inv).view(S, M, d)
         grad_l = -(g * x.reshape(S, M, H, d // H).to(l.dtype)).sum(-1) * inv.squeeze(-1)
-        return grad_l, grad_o, None, None
+        return grad_l, grad_o, None, None, None
 
 
-def finalize(p: Partial, shape, dtype: torch.dtype) -> Tensor:
+def finalize(p: Partial | PhaseOneRow, shape, dtype: torch.dtype) -> Tensor:
     """Normalise a partial read: x = o / l, reshaped to (S, *shape) in ``dtype``. Same
-    values as :func:`mhar.routing.reference.finalize`; keeps l and x for backward, not o."""
+    values as :func:`mhar.routing.reference.finalize`; keeps l and x for backward, not o.
+    A PhaseOneRow gives (1, *shape)."""
+    if isinstance(p, PhaseOneRow):
+        if p.rows.direct:
+            return _FinalizeFn.apply(p.rows.partial.l, p.rows.partial.o, tuple(shape), dtype, p)
+        p = p.rows.view(p.index)
     return _FinalizeFn.apply(p.l, p.o, tuple(shape), dtype)
 
 
@@ -874,12 +970,18 @@ def route_merge(partial: Partial, sources, query: Tensor, norm_weight: Tensor, h
         raise ValueError(f"query and norm_weight must both be (d,); got {tuple(query.shape)} and {tuple(norm_weight.shape)}")
     _validate(srcs, query.shape[0], heads)
     _check_sink(sink, srcs)
-    if partial.o.shape[0] != 1:
+    row = None
+    if isinstance(partial, PhaseOneRow):
+        if partial.rows.direct:
+            row, partial = partial, partial.rows.partial
+        else:
+            partial = partial.rows.view(partial.index)
+    elif partial.o.shape[0] != 1:
         raise ValueError(f"route_merge takes a one-row partial; got {partial.o.shape[0]} rows")
-    if _compiling() or not _use_triton(srcs[0]):
+    if row is None and (_compiling() or not _use_triton(srcs[0])):
         new = route_partial(srcs, query.view(1, -1), norm_weight.view(1, -1), heads, eps, sink)
         return _ref.finalize(_ref.merge_partials(partial, new), srcs[0].shape, srcs[0].dtype)[0]
-    return _MergeFn.apply(partial.m, partial.l, partial.o, query, norm_weight, heads, eps, sink, *srcs)
+    return _MergeFn.apply(partial.m, partial.l, partial.o, query, norm_weight, heads, eps, sink, row, *srcs)
 
 
 def route_partial(sources, queries: Tensor, norm_weights: Tensor, heads: int = 1,
@@ -895,5 +997,24 @@ def route_partial(sources, queries: Tensor, norm_weights: Tensor, heads: int = 1
     if _compiling():
         m, l, o = route_partial_op(srcs, queries, norm_weights, heads, eps)
     else:
-        m, l, o = _PartialFn.apply(queries, norm_weights, heads, eps, sink, *srcs)
+        m, l, o = _PartialFn.apply(queries, norm_weights, heads, eps, sink, None, *srcs)
     return Partial(m, l, o)
+
+
+def route_partial_rows(sources, queries: Tensor, norm_weights: Tensor, heads: int = 1,
+                       eps: float = KEY_NORM_EPS, sink: SinkSpan | None = None) -> PhaseOneRows:
+    """``route_partial`` for S sites that each take their row (``rows[i]``) to
+    ``route_merge`` or ``finalize``: on the eager Triton path their gradients then go
+    straight into one buffer for the phase-1 backward (see :class:`PhaseOneRows`)."""
+    srcs = _as_list(sources)
+    if _compiling() or not srcs or not _use_triton(srcs[0]) or \
+            not _cfg(padded_width(queries.shape[-1], heads), heads > 1)["direct_rows"]:
+        return PhaseOneRows(route_partial(srcs, queries, norm_weights, heads, eps, sink), direct=False)
+    if queries.dim() != 2 or norm_weights.shape != queries.shape:
+        raise ValueError(f"queries and norm_weights must both be (S, d); got {tuple(queries.shape)} "
+                         f"and {tuple(norm_weights.shape)}")
+    _validate(srcs, queries.shape[1], heads)
+    _check_sink(sink, srcs)
+    rows = PhaseOneRows(None, direct=True)
+    rows.partial = Partial(*_PartialFn.apply(queries, norm_weights, heads, eps, sink, rows, *srcs))
+    return rows

@@ -28,14 +28,6 @@ from mhar import routing
 from mhar.streams.base import ResidualStream, SourceList, StreamState, autocast_dtype, uses_two_phase
 
 
-def _rows(p: routing.Partial) -> list[routing.Partial]:
-    """The S one-row partials of a phase-1 read, through one unbind per field: autograd
-    then stacks their gradients once, instead of a zero-filled (S, M, d) gradient per
-    sliced row."""
-    return [routing.Partial(m.unsqueeze(0), l.unsqueeze(0), o.unsqueeze(0))
-            for m, l, o in zip(p.m.unbind(0), p.l.unbind(0), p.o.unbind(0))]
-
-
 def _finalize_row(p: routing.Partial, shape, dtype) -> Tensor:
     """The read of a chunk's first sublayer: its phase-1 row, normalised."""
     return routing.finalize(p, shape, dtype)[0]
@@ -50,7 +42,7 @@ class _RoutedState(StreamState):
         self.sources = SourceList()
         self.sources.add(embedding.to(self.dtype))
         self.partial_sum: Tensor | None = None  # block routing: running sum of the current block
-        self.phase1_rows: list[routing.Partial] = []
+        self.phase1_rows: routing.PhaseOneRows | None = None
         self.chunk_start = 0  # sublayer index where the current chunk began
         self.sources_at_chunk_start = 1
         # one-pass reads take their site's row from one unbind (one autograd node for all
@@ -74,15 +66,17 @@ class _RoutedState(StreamState):
         if i % size == 0:  # phase 1: every source that exists now, for the whole chunk at once
             end = min(i + size, s.num_sublayers)
             q, g = self._site(i, end)
-            self.phase1_rows = _rows(routing.route_partial(self.sources, q, g, H, sink=self.sources.span()))
+            self.phase1_rows = routing.route_partial_rows(self.sources, q, g, H, sink=self.sources.span())
             self.chunk_start, self.sources_at_chunk_start = i, len(self.sources)
         first_new = self.sources_at_chunk_start
         new = [self.partial_sum] if in_block else self.sources[first_new:]
-        row = self.phase1_rows[i - self.chunk_start]
+        rows, k = self.phase1_rows, i - self.chunk_start
         if new:  # phase 2: the sources created inside the chunk, merged exactly and normalised
             sink = None if in_block else self.sources.span(first_new)
-            return routing.route_merge(row, new, self.query_rows[i], self.norm_rows[i], H, sink=sink)
-        return s.finalize_row(row, self.shape, self.dtype)
+            return routing.route_merge(rows[k], new, self.query_rows[i], self.norm_rows[i], H, sink=sink)
+        if rows.direct:  # its gradient goes into the rows' buffer (eager: not a compiled region)
+            return routing.finalize(rows[k], self.shape, self.dtype)[0]
+        return s.finalize_row(rows.view(k), self.shape, self.dtype)
 
     def write(self, i: int, output: Tensor) -> None:
         S = self.s.block_size
