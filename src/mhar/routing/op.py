@@ -728,14 +728,14 @@ class _RouteFn(torch.autograd.Function):
 
 
 class _PartialFn(torch.autograd.Function):
-    """rows (a PhaseOneRows, or None): the sites that read this call's rows write their
-    gradients into its buffers (returning None to autograd), and backward takes them."""
+    """grads (a _RowGrads, or None): the sites that read this call's rows write their
+    gradients into it (returning None to autograd), and backward takes them."""
 
     @staticmethod
-    def forward(ctx, queries, norm_weights, heads, eps, sink, rows, *sources):
+    def forward(ctx, queries, norm_weights, heads, eps, sink, grads, *sources):
         m, l, o = _forward_impl(list(sources), queries, norm_weights, heads, eps, False)
         ctx.save_for_backward(queries, norm_weights, m, *sources)
-        ctx.heads, ctx.eps, ctx.sink, ctx.rows = heads, eps, sink, rows
+        ctx.heads, ctx.eps, ctx.sink, ctx.grads = heads, eps, sink, grads
         ctx.mark_non_differentiable(m)
         ctx.set_materialize_grads(False)
         return m, l, o
@@ -744,8 +744,8 @@ class _PartialFn(torch.autograd.Function):
     def backward(ctx, grad_m, grad_l, grad_o):
         queries, norm_weights, m, *sources = ctx.saved_tensors
         S, d = queries.shape
-        if ctx.rows is not None:
-            grad_l, grad_o = ctx.rows.take_grads(grad_l, grad_o)
+        if ctx.grads is not None:
+            grad_l, grad_o = ctx.grads.take(grad_l, grad_o)
         if grad_l is None and grad_o is None:
             return (None,) * (6 + len(sources))
         if grad_l is None:
@@ -763,22 +763,58 @@ class PhaseOneRow(NamedTuple):
     index: int
 
 
+class _RowGrads:
+    """The gradients of a phase-1 read's l (S, M, H) and o (S, M, d), which its sites'
+    backward passes write one row each and the phase-1 backward then takes. The autograd
+    contexts hold this, never the read's outputs: an output referenced from its own
+    node's context is a reference cycle that Python's collector cannot see."""
+
+    def __init__(self, l_shape: tuple, o_shape: tuple, device: torch.device):
+        self.l_shape, self.o_shape, self.device = l_shape, o_shape, device
+        self.l = self.o = None
+        self.written: set[int] = set()
+
+    def row(self, i: int) -> tuple[Tensor, Tensor]:
+        """Row i's buffers, (M, H) and (M, d) fp32 views, for its site to fill."""
+        if self.o is None:
+            self.l = _new(self.l_shape, torch.float32, self.device)
+            self.o = _new(self.o_shape, torch.float32, self.device)
+        self.written.add(i)
+        return self.l[i], self.o[i]
+
+    def take(self, grad_l: Tensor | None, grad_o: Tensor | None) -> tuple[Tensor | None, Tensor | None]:
+        """The rows' gradients (rows no site wrote are zero) plus any that reached l and o
+        through autograd; the buffers are released."""
+        bl, bo, written = self.l, self.o, self.written
+        self.l = self.o = None
+        self.written = set()
+        if bo is None:
+            return grad_l, grad_o
+        for i in set(range(self.o_shape[0])) - written:
+            bl[i].zero_()
+            bo[i].zero_()
+        return (bl if grad_l is None else bl + grad_l), (bo if grad_o is None else bo + grad_o)
+
+
 class PhaseOneRows:
     """The S rows of a phase-1 read, one per site of a chunk (``route_partial_rows``).
 
-    ``partial`` is the read, (m, l, o) of all S queries. On the eager Triton path each
-    site's ``route_merge`` / ``finalize`` backward writes its row's gradients straight
-    into one (S, M, d) buffer (and one (S, M, H)) that the phase-1 backward then reads,
-    and returns None to autograd. Rows taken as autograd views instead (``unbind``) get S
-    separate gradients that autograd stacks: a copy of the chunk's whole fp32 block per
-    chunk (3.0 ms of a 1B MHAR step on the H200, session 12). Elsewhere (the reference,
-    torch.compile) ``view(i)`` gives the rows through one unbind per field."""
+    ``partial`` is the read, (m, l, o) of all S queries. On the eager Triton path
+    (``direct``) each site's ``route_merge`` / ``finalize`` backward writes its row's
+    gradients straight into one (S, M, d) buffer (and one (S, M, H)) that the phase-1
+    backward then reads, and returns None to autograd. Rows taken as autograd views
+    instead (``unbind``) get S separate gradients that autograd stacks: a copy of the
+    chunk's whole fp32 block per chunk (3.0 ms of a 1B MHAR step on the H200, session 12).
+    Elsewhere (the reference, torch.compile) ``view(i)`` gives the rows through one
+    unbind per field."""
 
-    def __init__(self, partial: Partial, direct: bool):
-        self.partial, self.direct = partial, direct
-        self.grad_l = self.grad_o = None
-        self.written: set[int] = set()
+    def __init__(self, partial: Partial, grads: _RowGrads | None = None):
+        self.partial, self.grads = partial, grads
         self._views = None
+
+    @property
+    def direct(self) -> bool:
+        return self.grads is not None
 
     def __len__(self) -> int:
         return self.partial.o.shape[0]
@@ -794,27 +830,6 @@ class PhaseOneRows:
                            for m, l, o in zip(p.m.unbind(0), p.l.unbind(0), p.o.unbind(0))]
         return self._views[i]
 
-    def grad_rows(self, i: int) -> tuple[Tensor, Tensor]:
-        """Row i's gradient buffers, (M, H) and (M, d) fp32 views, for its site to fill."""
-        if self.grad_o is None:
-            l, o = self.partial.l, self.partial.o
-            self.grad_l, self.grad_o = _new(l.shape, l.dtype, l.device), _new(o.shape, o.dtype, o.device)
-        self.written.add(i)
-        return self.grad_l[i], self.grad_o[i]
-
-    def take_grads(self, grad_l: Tensor | None, grad_o: Tensor | None) -> tuple[Tensor | None, Tensor | None]:
-        """The rows' gradients for the phase-1 backward (rows no site wrote are zero), plus any
-        that reached l and o through autograd; the buffers are released."""
-        bl, bo, written = self.grad_l, self.grad_o, self.written
-        self.grad_l = self.grad_o = None
-        self.written = set()
-        if bo is None:
-            return grad_l, grad_o
-        for i in set(range(len(self))) - written:
-            bl[i].zero_()
-            bo[i].zero_()
-        return (bl if grad_l is None else bl + grad_l), (bo if grad_o is None else bo + grad_o)
-
 
 class _MergeFn(torch.autograd.Function):
     """Phase 2 fused: the read of ``sources`` merged with a one-row phase-1 partial and
@@ -825,9 +840,10 @@ class _MergeFn(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, m0, l0, o0, query, norm_weight, heads, eps, sink, row, *sources):
-        # row (a PhaseOneRow): m0, l0, o0 are the whole phase-1 read, and this site's is row.index
+        # row (grads, i): m0, l0, o0 are a whole phase-1 read (route_partial_rows), this
+        # site's is row i, and its gradients go into grads (a _RowGrads)
         if row is not None:
-            m0, l0, o0 = m0[row.index], l0[row.index], o0[row.index]
+            m0, l0, o0 = m0[row[1]], l0[row[1]], o0[row[1]]
         d = query.shape[-1]
         n_tok = o0.shape[-2]
         init = Partial(m0.reshape(n_tok, heads), l0.reshape(n_tok, heads), o0.reshape(n_tok, d))
@@ -841,9 +857,9 @@ class _MergeFn(torch.autograd.Function):
         query, norm_weight, y, lse, m0, *sources = ctx.saved_tensors
         heads, d, n_tok = ctx.heads, query.shape[-1], lse.shape[0]
         # the partial row's gradients, written by the same kernel (PARTIAL): into the
-        # phase-1 read's buffers for a PhaseOneRow (None to autograd), else fresh
+        # phase-1 read's buffers for a direct row (None to autograd), else fresh
         if ctx.row is not None:
-            grad_l, grad_o = ctx.row.rows.grad_rows(ctx.row.index)
+            grad_l, grad_o = ctx.row[0].row(ctx.row[1])
         else:
             grad_o = _new((1, n_tok, d), torch.float32, lse.device)
             grad_l = _new((1, n_tok, heads), torch.float32, lse.device)
@@ -865,9 +881,10 @@ class _FinalizeFn(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, l, o, shape, dtype, row=None):
-        # row (a PhaseOneRow): l and o are the whole phase-1 read; this site's is row.index
+        # row (grads, i): l and o are a whole phase-1 read, this site's is row i, and its
+        # gradients go into grads (a _RowGrads)
         if row is not None:
-            l, o = l[row.index:row.index + 1], o[row.index:row.index + 1]
+            l, o = l[row[1]:row[1] + 1], o[row[1]:row[1] + 1]
         S, M, H = l.shape
         d = o.shape[-1]
         x = (o.view(S, M, H, d // H) / l.unsqueeze(-1)).view(S, *shape).to(dtype)
@@ -883,7 +900,7 @@ class _FinalizeFn(torch.autograd.Function):
         inv = 1 / l.unsqueeze(-1)
         g = g.reshape(S, M, H, d // H)
         if ctx.row is not None:  # into the phase-1 read's buffers (None to autograd)
-            grad_l, grad_o = ctx.row.rows.grad_rows(ctx.row.index)
+            grad_l, grad_o = ctx.row[0].row(ctx.row[1])
             torch.mul(g[0], inv[0], out=grad_o.view(M, H, d // H))
             torch.sum(grad_o.view(M, H, d // H) * x.reshape(M, H, d // H), -1, out=grad_l)
             grad_l.neg_()
@@ -900,7 +917,8 @@ def finalize(p: Partial | PhaseOneRow, shape, dtype: torch.dtype) -> Tensor:
     A PhaseOneRow gives (1, *shape)."""
     if isinstance(p, PhaseOneRow):
         if p.rows.direct:
-            return _FinalizeFn.apply(p.rows.partial.l, p.rows.partial.o, tuple(shape), dtype, p)
+            part = p.rows.partial
+            return _FinalizeFn.apply(part.l, part.o, tuple(shape), dtype, (p.rows.grads, p.index))
         p = p.rows.view(p.index)
     return _FinalizeFn.apply(p.l, p.o, tuple(shape), dtype)
 
@@ -973,7 +991,7 @@ def route_merge(partial: Partial, sources, query: Tensor, norm_weight: Tensor, h
     row = None
     if isinstance(partial, PhaseOneRow):
         if partial.rows.direct:
-            row, partial = partial, partial.rows.partial
+            row, partial = (partial.rows.grads, partial.index), partial.rows.partial
         else:
             partial = partial.rows.view(partial.index)
     elif partial.o.shape[0] != 1:
@@ -1009,12 +1027,13 @@ def route_partial_rows(sources, queries: Tensor, norm_weights: Tensor, heads: in
     srcs = _as_list(sources)
     if _compiling() or not srcs or not _use_triton(srcs[0]) or \
             not _cfg(padded_width(queries.shape[-1], heads), heads > 1)["direct_rows"]:
-        return PhaseOneRows(route_partial(srcs, queries, norm_weights, heads, eps, sink), direct=False)
+        return PhaseOneRows(route_partial(srcs, queries, norm_weights, heads, eps, sink))
     if queries.dim() != 2 or norm_weights.shape != queries.shape:
         raise ValueError(f"queries and norm_weights must both be (S, d); got {tuple(queries.shape)} "
                          f"and {tuple(norm_weights.shape)}")
     _validate(srcs, queries.shape[1], heads)
     _check_sink(sink, srcs)
-    rows = PhaseOneRows(None, direct=True)
-    rows.partial = Partial(*_PartialFn.apply(queries, norm_weights, heads, eps, sink, rows, *srcs))
-    return rows
+    S, d = queries.shape
+    n_tok = srcs[0].numel() // d
+    grads = _RowGrads((S, n_tok, heads), (S, n_tok, d), srcs[0].device)
+    return PhaseOneRows(Partial(*_PartialFn.apply(queries, norm_weights, heads, eps, sink, grads, *srcs)), grads)
