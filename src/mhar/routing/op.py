@@ -977,12 +977,13 @@ def route(sources, query: Tensor, norm_weight: Tensor, heads: int = 1, eps: floa
     return _RouteFn.apply(query, norm_weight, heads, eps, sink, *srcs)
 
 
-def route_merge(partial: Partial, sources, query: Tensor, norm_weight: Tensor, heads: int = 1,
+def route_merge(partial: Partial | PhaseOneRow, sources, query: Tensor, norm_weight: Tensor, heads: int = 1,
                 eps: float = KEY_NORM_EPS, sink: SinkSpan | None = None) -> Tensor:
     """Phase 2 of the two-phase read for one site: the read of ``sources`` merged exactly
-    with ``partial`` (one row, a phase-1 read of other sources by the same query) and
-    normalised. Equals ``finalize(merge_partials(partial, route_partial(sources, ...)))``,
-    which is what runs off CUDA and under torch.compile; on CUDA one kernel pass does it."""
+    with ``partial`` (one row, a phase-1 read of other sources by the same query; or a
+    row of ``route_partial_rows``) and normalised. Equals
+    ``finalize(merge_partials(partial, route_partial(sources, ...)))``, which is what runs
+    off CUDA and under torch.compile; on CUDA one kernel pass does it."""
     srcs = _as_list(sources)
     if query.dim() != 1 or norm_weight.shape != query.shape:
         raise ValueError(f"query and norm_weight must both be (d,); got {tuple(query.shape)} and {tuple(norm_weight.shape)}")
