@@ -71,6 +71,18 @@ def check_partial(n, lead, d, heads, S, dtype=torch.float32, device="cpu", tol=1
         assert rel(a, b) <= tol, rel(a, b)
 
 
+def _check_reads(outs, full, inputs, inputs64, device, dtype, tol, gen):
+    """Reads ``outs`` against their fp64 references ``full``: values, and the gradients
+    of a random projection of all of them with respect to ``inputs`` (``inputs64``)."""
+    for a, b in zip(outs, full):
+        assert rel(a, b) <= tol
+    gys = [torch.randn(b.shape, generator=gen, dtype=torch.float64) for b in full]
+    grads = torch.autograd.grad(sum((a * gy.to(device, dtype)).sum() for a, gy in zip(outs, gys)), inputs)
+    ref = torch.autograd.grad(sum((b * gy).sum() for b, gy in zip(full, gys)), inputs64)
+    for a, b in zip(grads, ref):
+        assert rel(a, b) <= tol, rel(a, b)
+
+
 def check_two_phase(n_old, n_new, lead, d, heads, S, dtype=torch.float32, device="cpu", tol=1e-5, gen=None,
                     fused=False):
     """Phase 1 over old sources for S queries, phase 2 over new ones, merge, finalize
@@ -88,13 +100,7 @@ def check_two_phase(n_old, n_new, lead, d, heads, S, dtype=torch.float32, device
         outs.append(routing.finalize(routing.merge_partials(one, p2), srcs[0].shape, dtype)[0])
     s64, (q64, g64) = _f64(srcs), _f64([q, g])
     full = [R.route(s64, q64[s], g64[s], heads) for s in range(S)]
-    for a, b in zip(outs, full):
-        assert rel(a, b) <= tol
-    gys = [torch.randn(b.shape, generator=gen, dtype=torch.float64) for b in full]
-    grads = torch.autograd.grad(sum((a * gy.to(device, dtype)).sum() for a, gy in zip(outs, gys)), [*srcs, q, g])
-    ref = torch.autograd.grad(sum((b * gy).sum() for b, gy in zip(full, gys)), [*s64, q64, g64])
-    for a, b in zip(grads, ref):
-        assert rel(a, b) <= tol, rel(a, b)
+    _check_reads(outs, full, [*srcs, q, g], [*s64, q64, g64], device, dtype, tol, gen)
 
 
 def check_phase_one_rows(n_old, n_new, lead, d, heads, S, dtype=torch.float32, device="cpu", tol=1e-5, gen=None):
@@ -110,13 +116,7 @@ def check_phase_one_rows(n_old, n_new, lead, d, heads, S, dtype=torch.float32, d
     outs += [routing.route_merge(rows[s], new, q[s], g[s], heads) for s in used if s]
     s64, (q64, g64) = _f64(srcs), _f64([q, g])
     full = [R.route(s64[:n_old] if s == 0 else s64, q64[s], g64[s], heads) for s in used]
-    for a, b in zip(outs, full):
-        assert rel(a, b) <= tol
-    gys = [torch.randn(b.shape, generator=gen, dtype=torch.float64) for b in full]
-    grads = torch.autograd.grad(sum((a * gy.to(device, dtype)).sum() for a, gy in zip(outs, gys)), [*srcs, q, g])
-    ref = torch.autograd.grad(sum((b * gy).sum() for b, gy in zip(full, gys)), [*s64, q64, g64])
-    for a, b in zip(grads, ref):
-        assert rel(a, b) <= tol, rel(a, b)
+    _check_reads(outs, full, [*srcs, q, g], [*s64, q64, g64], device, dtype, tol, gen)
     return rows
 
 
