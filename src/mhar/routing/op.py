@@ -277,7 +277,9 @@ def _geometry(d: int, heads: int, n_tok: int, kind: str, align: int):
     BM = max(1, min(_pow2_floor(max(1, elems // lanes)), _pow2(max(n_tok, 1))))
     # every lane valid (no padded heads, columns or tokens): the kernels drop their masks
     even = n_tok % BM == 0 and HP == heads and DA + DB == dh
-    tile = dict(H=heads, HP=HP, DA=DA, DB=DB, HAS_B=DB > 0, EVEN=even, ALIGN=align, BM=BM)
+    # DC: the chunk width of the (chunks, heads, lanes) tiles, part B's width, so that both
+    # parts share one register layout (module docstring of triton_kernels, "Layout")
+    tile = dict(H=heads, HP=HP, DA=DA, DB=DB, DC=DB or DA, HAS_B=DB > 0, EVEN=even, ALIGN=align, BM=BM)
     return dh, cfg, tile
 
 

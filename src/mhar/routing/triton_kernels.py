@@ -111,10 +111,36 @@ def _next_tile(x_n, x_n2, p_next, offs, mask, EVEN: tl.constexpr, PF: tl.constex
 
 
 @triton.jit
+def _chunked_cols(rh, dh: tl.constexpr, H: tl.constexpr, OFF: tl.constexpr, NC: tl.constexpr, DC: tl.constexpr):
+    """Column offsets and mask of a head part as a (HP heads, NC chunks, DC lanes) tile:
+    chunk c holds lanes OFF + c*DC .. of every head (see the module docstring, "Layout")."""
+    rc = tl.arange(0, NC)
+    rj = tl.arange(0, DC)
+    lane = OFF + rc[None, :, None] * DC + rj[None, None, :]       # (1, NC, DC)
+    return rh[:, None, None] * dh + lane, (rh[:, None, None] < H) & (lane < dh)
+
+
+@triton.jit
+def _head_sums(t):
+    """Per-head sums of a (BM, HP, NC, DC) tile's chunks, still per lane: (BM, HP, DC). The
+    chunks are in each thread's registers, so this costs no shuffles; adding both parts'
+    before ``tl.sum(.., axis=2)`` reduces each head across threads once."""
+    return tl.sum(t, axis=2)
+
+
+@triton.jit
+def _heads_tile(t):
+    """A per-head (BM, HP) value as a (BM, HP, 1, 1) tile. Expanded lanes first, then
+    chunks: the inverse of the reductions' order (``_head_sums``, then lanes), so that it
+    lands in the tiles' own register layout with no conversion."""
+    return t[:, :, None][:, :, None, :]
+
+
+@triton.jit
 def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, M0, L0, O0,
                 n_src, n_tok, d: tl.constexpr, dh: tl.constexpr, eps,
-                H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, BM: tl.constexpr,
-                HAS_B: tl.constexpr, EVEN: tl.constexpr, ALIGN: tl.constexpr, FINAL: tl.constexpr,
+                H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, DC: tl.constexpr,
+                BM: tl.constexpr, HAS_B: tl.constexpr, EVEN: tl.constexpr, ALIGN: tl.constexpr, FINAL: tl.constexpr,
                 INIT: tl.constexpr = False, PF: tl.constexpr = 1):
     """INIT (one query): the online softmax starts from a phase-1 partial read of other
     sources, M0/L0 (n_tok, H) and O0 (n_tok, d) fp32, instead of from empty: phase 2 of
@@ -123,13 +149,11 @@ def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, M0, L0, O0,
     tile = tl.program_id(1)
     rm = tile * BM + tl.arange(0, BM)
     rh = tl.arange(0, HP)
-    ra = tl.arange(0, DA)
-    col_a = rh[:, None] * dh + ra[None, :]                      # (HP, DA)
-    cmask_a = (rh[:, None] < H) & (ra[None, :] < dh)
+    col_a, cmask_a = _chunked_cols(rh, dh, H, 0, DA // DC, DC)  # (HP, NC, DC)
     mmask = rm < n_tok
-    row = rm.to(tl.int64)[:, None, None] * d
-    offs_a = row + col_a[None, :, :]                            # (BM, HP, DA)
-    mask_a = mmask[:, None, None] & cmask_a[None, :, :]
+    row = rm.to(tl.int64)[:, None, None, None] * d
+    offs_a = row + col_a[None, :, :, :]                         # (BM, HP, NC, DC)
+    mask_a = mmask[:, None, None, None] & cmask_a[None, :, :, :]
     wa = _ld(W + s * d + col_a, cmask_a, EVEN).to(tl.float32)
     hmask = mmask[:, None] & (rh[None, :] < H)
     hoffs = rm.to(tl.int64)[:, None] * H + rh[None, :]
@@ -140,7 +164,7 @@ def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, M0, L0, O0,
     else:
         m_i = tl.full([BM, HP], float("-inf"), tl.float32)
         l_i = tl.zeros([BM, HP], tl.float32)
-        acc_a = tl.zeros([BM, HP, DA], tl.float32)
+        acc_a = tl.zeros([BM, HP, DA // DC, DC], tl.float32)
     p0 = _src(table, 0, ref, ALIGN)
     p1 = _src(table, tl.minimum(1, n_src - 1), ref, ALIGN)
     xa_n = _ld(p0 + offs_a, mask_a, EVEN)
@@ -148,16 +172,14 @@ def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, M0, L0, O0,
     if PF == 2:
         xa_n2 = _ld(p1 + offs_a, mask_a, EVEN)
     if HAS_B:
-        rb = tl.arange(0, DB)
-        col_b = rh[:, None] * dh + DA + rb[None, :]             # (HP, DB)
-        cmask_b = (rh[:, None] < H) & ((DA + rb[None, :]) < dh)
-        offs_b = row + col_b[None, :, :]
-        mask_b = mmask[:, None, None] & cmask_b[None, :, :]
+        col_b, cmask_b = _chunked_cols(rh, dh, H, DA, 1, DC)   # (HP, 1, DC)
+        offs_b = row + col_b[None, :, :, :]
+        mask_b = mmask[:, None, None, None] & cmask_b[None, :, :, :]
         wb = _ld(W + s * d + col_b, cmask_b, EVEN).to(tl.float32)
         if INIT:
             acc_b = _ld(O0 + offs_b, mask_b, EVEN)
         else:
-            acc_b = tl.zeros([BM, HP, DB], tl.float32)
+            acc_b = tl.zeros([BM, HP, 1, DC], tl.float32)
         xb_n = _ld(p0 + offs_b, mask_b, EVEN)
         xb_n2 = xb_n
         if PF == 2:
@@ -165,27 +187,29 @@ def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, M0, L0, O0,
     p_next = _src(table, tl.minimum(PF, n_src - 1), ref, ALIGN)
     for i in range(n_src):
         xa, xa_n, xa_n2 = _next_tile(xa_n, xa_n2, p_next, offs_a, mask_a, EVEN, PF)
-        ss = tl.sum(tl.sum(xa * xa, axis=2), axis=1)            # (BM,)
-        zr = tl.sum(xa * wa[None, :, :], axis=2)                # (BM, HP)
+        x2 = _head_sums(xa * xa)                                # (BM, HP, DC)
+        zl = _head_sums(xa * wa[None, :, :, :])
         if HAS_B:
             xb, xb_n, xb_n2 = _next_tile(xb_n, xb_n2, p_next, offs_b, mask_b, EVEN, PF)
-            ss += tl.sum(tl.sum(xb * xb, axis=2), axis=1)
-            zr += tl.sum(xb * wb[None, :, :], axis=2)
+            x2 += _head_sums(xb * xb)
+            zl += _head_sums(xb * wb[None, :, :, :])
         p_next = _src(table, tl.minimum(i + PF + 1, n_src - 1), ref, ALIGN)
+        ss = tl.sum(tl.sum(x2, axis=2), axis=1)                 # (BM,)
+        zr = tl.sum(zl, axis=2)                                 # (BM, HP)
         rstd = 1.0 / tl.sqrt(ss / d + eps)
         z = zr * rstd[:, None]
         m_new = tl.maximum(m_i, z)
         alpha = tl.exp(m_i - m_new)
         p = tl.exp(z - m_new)
         l_i = l_i * alpha + p
-        acc_a = acc_a * alpha[:, :, None] + p[:, :, None] * xa
+        acc_a = acc_a * _heads_tile(alpha) + _heads_tile(p) * xa
         if HAS_B:
-            acc_b = acc_b * alpha[:, :, None] + p[:, :, None] * xb
+            acc_b = acc_b * _heads_tile(alpha) + _heads_tile(p) * xb
         m_i = m_new
 
     if FINAL:
         # OUT_O: the read (n_tok, d) in the sources' dtype; OUT_M: log-sum-exp (n_tok, H)
-        inv = 1.0 / l_i[:, :, None]
+        inv = 1.0 / _heads_tile(l_i)
         _st(OUT_O + offs_a, (acc_a * inv).to(OUT_O.dtype.element_ty), mask_a, EVEN)
         if HAS_B:
             _st(OUT_O + offs_b, (acc_b * inv).to(OUT_O.dtype.element_ty), mask_b, EVEN)
@@ -203,9 +227,9 @@ def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, M0, L0, O0,
 @triton.jit
 def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW, CA, CB, CC, PM, PGO, PGL,
                 n_src, n_acc, n_tok, n_q, d: tl.constexpr, dh: tl.constexpr, eps, n_tiles, n_prog,
-                H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, BM: tl.constexpr,
-                HAS_B: tl.constexpr, EVEN: tl.constexpr, ALIGN: tl.constexpr, SINGLE: tl.constexpr, FINAL: tl.constexpr,
-                ACCUM: tl.constexpr = False, PF: tl.constexpr = 1, COEF: tl.constexpr = False,
+                H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, DC: tl.constexpr,
+                BM: tl.constexpr, HAS_B: tl.constexpr, EVEN: tl.constexpr, ALIGN: tl.constexpr, SINGLE: tl.constexpr,
+                FINAL: tl.constexpr, ACCUM: tl.constexpr = False, PF: tl.constexpr = 1, COEF: tl.constexpr = False,
                 PARTIAL: tl.constexpr = False):
     """gtable: data pointers of the sources' gradients; with ACCUM the first n_acc are
     running sums added into, the rest are written once (ACCUM is a constexpr so that
@@ -241,19 +265,15 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW, CA, CB, CC, PM, PGO,
         OFF += q64 * n_tok * H
         dw_row = DW + (tl.cast(pid, tl.int64) * n_q + q64) * d
     rh = tl.arange(0, HP)
-    ra = tl.arange(0, DA)
-    col_a = rh[:, None] * dh + ra[None, :]
-    cmask_a = (rh[:, None] < H) & (ra[None, :] < dh)
+    col_a, cmask_a = _chunked_cols(rh, dh, H, 0, DA // DC, DC)  # (HP, NC, DC)
     elem = ref.dtype.element_ty
     if SINGLE:
-        dwa_acc = tl.zeros([HP, DA], tl.float32)
+        dwa_acc = tl.zeros([HP, DA // DC, DC], tl.float32)
         w0a = _ld(W + col_a, cmask_a, EVEN).to(tl.float32)
     if HAS_B:
-        rb = tl.arange(0, DB)
-        col_b = rh[:, None] * dh + DA + rb[None, :]
-        cmask_b = (rh[:, None] < H) & ((DA + rb[None, :]) < dh)
+        col_b, cmask_b = _chunked_cols(rh, dh, H, DA, 1, DC)   # (HP, 1, DC)
         if SINGLE:
-            dwb_acc = tl.zeros([HP, DB], tl.float32)
+            dwb_acc = tl.zeros([HP, 1, DC], tl.float32)
             w0b = _ld(W + col_b, cmask_b, EVEN).to(tl.float32)
     p_first = _src(table, 0, ref, ALIGN)
     p_second = _src(table, tl.minimum(1, n_src - 1), ref, ALIGN)
@@ -261,9 +281,9 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW, CA, CB, CC, PM, PGO,
     for tile in range(pid, n_tiles, n_prog):
         rm = tile * BM + tl.arange(0, BM)
         mmask = rm < n_tok
-        row = rm.to(tl.int64)[:, None, None] * d
-        offs_a = row + col_a[None, :, :]
-        mask_a = mmask[:, None, None] & cmask_a[None, :, :]
+        row = rm.to(tl.int64)[:, None, None, None] * d
+        offs_a = row + col_a[None, :, :, :]                     # (BM, HP, NC, DC)
+        mask_a = mmask[:, None, None, None] & cmask_a[None, :, :, :]
         hmask = mmask[:, None] & (rh[None, :] < H)
         hoffs = rm.to(tl.int64)[:, None] * H + rh[None, :]
         xa_n = _ld(p_first + offs_a, mask_a, EVEN)
@@ -273,8 +293,8 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW, CA, CB, CC, PM, PGO,
             xa_n2 = _ld(p_second + offs_a, mask_a, EVEN)
             p_next = p_third
         if HAS_B:
-            offs_b = row + col_b[None, :, :]
-            mask_b = mmask[:, None, None] & cmask_b[None, :, :]
+            offs_b = row + col_b[None, :, :, :]
+            mask_b = mmask[:, None, None, None] & cmask_b[None, :, :, :]
             xb_n = _ld(p_first + offs_b, mask_b, EVEN)
             xb_n2 = xb_n
             if PF == 2:
@@ -285,61 +305,67 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW, CA, CB, CC, PM, PGO,
             if HAS_B:
                 gob = _ld(G + offs_b, mask_b, EVEN).to(tl.float32)
             if FINAL:
-                of0 = -tl.sum(goa * _ld(Y + offs_a, mask_a, EVEN).to(tl.float32), axis=2)
+                gy = _head_sums(goa * _ld(Y + offs_a, mask_a, EVEN).to(tl.float32))
                 if HAS_B:
-                    of0 -= tl.sum(gob * _ld(Y + offs_b, mask_b, EVEN).to(tl.float32), axis=2)
+                    gy += _head_sums(gob * _ld(Y + offs_b, mask_b, EVEN).to(tl.float32))
+                of0 = -tl.sum(gy, axis=2)
             else:
                 of0 = _ld(OFF + hoffs, hmask, EVEN).to(tl.float32)
             if PARTIAL:  # the phase-1 row's gradients: its weight in this read, per head
                 sc = tl.where(hmask, tl.exp(_ld(PM + hoffs, hmask, EVEN) - st0), 0.0)
-                _st(PGO + offs_a, sc[:, :, None] * goa, mask_a, EVEN)
+                _st(PGO + offs_a, _heads_tile(sc) * goa, mask_a, EVEN)
                 if HAS_B:
-                    _st(PGO + offs_b, sc[:, :, None] * gob, mask_b, EVEN)
+                    _st(PGO + offs_b, _heads_tile(sc) * gob, mask_b, EVEN)
                 _st(PGL + hoffs, sc * of0, hmask, EVEN)
         for i in range(n_src):
             xa, xa_n, xa_n2 = _next_tile(xa_n, xa_n2, p_next, offs_a, mask_a, EVEN, PF)
-            ss = tl.sum(tl.sum(xa * xa, axis=2), axis=1)
+            x2 = _head_sums(xa * xa)
             if HAS_B:
                 xb, xb_n, xb_n2 = _next_tile(xb_n, xb_n2, p_next, offs_b, mask_b, EVEN, PF)
-                ss += tl.sum(tl.sum(xb * xb, axis=2), axis=1)
+                x2 += _head_sums(xb * xb)
+            ss = tl.sum(tl.sum(x2, axis=2), axis=1)
             p_next = _src(table, tl.minimum(i + PF + 1, n_src - 1), ref, ALIGN)
             gdst = _src(gtable, i, ref, ALIGN)
             if ACCUM:
                 # a running sum's current value (zeros, no traffic, past n_acc), loaded early
                 # so that it arrives while this source's gradient is computed: measured
                 # faster in the whole step than loading it just before the store
-                summing = (tl.zeros([1, 1, 1], tl.int32) + i) < n_acc  # a (1, 1, 1) mask, broadcast
+                summing = (tl.zeros([1, 1, 1, 1], tl.int32) + i) < n_acc  # a (1, 1, 1, 1) mask, broadcast
                 prev_a = _ld_if(gdst + offs_a, mask_a, summing, EVEN)
                 if HAS_B:
                     prev_b = _ld_if(gdst + offs_b, mask_b, summing, EVEN)
             rstd = 1.0 / tl.sqrt(ss / d + eps)
             if SINGLE:
-                zr = tl.sum(xa * w0a[None, :, :], axis=2)               # (BM, HP)
-                gx = tl.sum(goa * xa, axis=2)
+                zl = _head_sums(xa * w0a[None, :, :, :])
+                gl = _head_sums(goa * xa)
                 if HAS_B:
-                    zr += tl.sum(xb * w0b[None, :, :], axis=2)
-                    gx += tl.sum(gob * xb, axis=2)
+                    zl += _head_sums(xb * w0b[None, :, :, :])
+                    gl += _head_sums(gob * xb)
+                zr = tl.sum(zl, axis=2)                                 # (BM, HP)
+                gx = tl.sum(gl, axis=2)
                 a = tl.exp(zr * rstd[:, None] - st0)
                 a = tl.where(hmask, a, 0.0)
                 dz = a * (gx + of0)
                 rdz = dz * rstd[:, None]
                 c = tl.sum(dz * zr, axis=1) * rstd * rstd * rstd / d  # (BM,)
-                dwa_acc += tl.sum(rdz[:, :, None] * xa, axis=0)
+                dwa_acc += tl.sum(_heads_tile(rdz) * xa, axis=0)
                 if HAS_B:
-                    dwb_acc += tl.sum(rdz[:, :, None] * xb, axis=0)
+                    dwb_acc += tl.sum(_heads_tile(rdz) * xb, axis=0)
                 if COEF:
                     pair = tl.cast(i * n_q + q, tl.int64) * n_tok
                     _st(CA + pair * H + hoffs, a, hmask, EVEN)
                     _st(CB + pair * H + hoffs, rdz, hmask, EVEN)
                     tl.store(CC + pair + rm, c, mask=mmask)
                 else:
-                    dxa = rdz[:, :, None] * w0a[None, :, :] - c[:, None, None] * xa + a[:, :, None] * goa
+                    dxa = (_heads_tile(rdz) * w0a[None, :, :, :] - _heads_tile(c[:, None]) * xa
+                           + _heads_tile(a) * goa)
                     if HAS_B:
-                        dxb = rdz[:, :, None] * w0b[None, :, :] - c[:, None, None] * xb + a[:, :, None] * gob
+                        dxb = (_heads_tile(rdz) * w0b[None, :, :, :] - _heads_tile(c[:, None]) * xb
+                               + _heads_tile(a) * gob)
             else:
-                dxa = tl.zeros([BM, HP, DA], tl.float32)
+                dxa = tl.zeros([BM, HP, DA // DC, DC], tl.float32)
                 if HAS_B:
-                    dxb = tl.zeros([BM, HP, DB], tl.float32)
+                    dxb = tl.zeros([BM, HP, 1, DC], tl.float32)
                 cs = tl.zeros([BM], tl.float32)
                 wq = W
                 gq = G
@@ -351,24 +377,26 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW, CA, CB, CC, PM, PGO,
                     goa = _ld(gq + offs_a, mask_a, EVEN).to(tl.float32)
                     st = _ld(sq + hoffs, hmask, EVEN).to(tl.float32)
                     of = _ld(oq + hoffs, hmask, EVEN).to(tl.float32)
-                    zr = tl.sum(xa * wa[None, :, :], axis=2)
-                    gx = tl.sum(goa * xa, axis=2)
+                    zl = _head_sums(xa * wa[None, :, :, :])
+                    gl = _head_sums(goa * xa)
                     if HAS_B:
                         wb = _ld(wq + col_b, cmask_b, EVEN).to(tl.float32)
                         gob = _ld(gq + offs_b, mask_b, EVEN).to(tl.float32)
-                        zr += tl.sum(xb * wb[None, :, :], axis=2)
-                        gx += tl.sum(gob * xb, axis=2)
+                        zl += _head_sums(xb * wb[None, :, :, :])
+                        gl += _head_sums(gob * xb)
+                    zr = tl.sum(zl, axis=2)
+                    gx = tl.sum(gl, axis=2)
                     a = tl.exp(zr * rstd[:, None] - st)
                     a = tl.where(hmask, a, 0.0)
                     dz = a * (gx + of)
                     rdz = dz * rstd[:, None]
-                    _st(dwq + col_a, _ld(dwq + col_a, cmask_a, EVEN) + tl.sum(rdz[:, :, None] * xa, axis=0),
+                    _st(dwq + col_a, _ld(dwq + col_a, cmask_a, EVEN) + tl.sum(_heads_tile(rdz) * xa, axis=0),
                         cmask_a, EVEN)
-                    dxa += rdz[:, :, None] * wa[None, :, :] + a[:, :, None] * goa
+                    dxa += _heads_tile(rdz) * wa[None, :, :, :] + _heads_tile(a) * goa
                     if HAS_B:
-                        _st(dwq + col_b, _ld(dwq + col_b, cmask_b, EVEN) + tl.sum(rdz[:, :, None] * xb, axis=0),
+                        _st(dwq + col_b, _ld(dwq + col_b, cmask_b, EVEN) + tl.sum(_heads_tile(rdz) * xb, axis=0),
                             cmask_b, EVEN)
-                        dxb += rdz[:, :, None] * wb[None, :, :] + a[:, :, None] * gob
+                        dxb += _heads_tile(rdz) * wb[None, :, :, :] + _heads_tile(a) * gob
                     tl.debug_barrier()
                     cs += tl.sum(dz * zr, axis=1)
                     wq += d
@@ -377,9 +405,9 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW, CA, CB, CC, PM, PGO,
                     oq += n_tok * H
                     dwq += d
                 c = cs * rstd * rstd * rstd / d
-                dxa -= c[:, None, None] * xa
+                dxa -= _heads_tile(c[:, None]) * xa
                 if HAS_B:
-                    dxb -= c[:, None, None] * xb
+                    dxb -= _heads_tile(c[:, None]) * xb
             if ACCUM:
                 dxa += prev_a.to(tl.float32)
                 if HAS_B:
