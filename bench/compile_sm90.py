@@ -86,7 +86,7 @@ def loop_conversions(ttgir: str) -> str:
 def tile(d: int, heads: int) -> dict:
     dh = d // heads
     da, db = _split_width(dh)
-    return dict(d=d, dh=dh, H=heads, HP=_pow2(heads), DA=da, DB=db, DC=db or da, HAS_B=db > 0, EVEN=True, ALIGN=16)
+    return dict(d=d, dh=dh, H=heads, HP=_pow2(heads), DA=da, DB=db, DC=db if db and heads > 1 else da, HAS_B=db > 0, EVEN=True, ALIGN=16)
 
 
 def hyper_rows(row) -> None:

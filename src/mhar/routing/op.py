@@ -187,13 +187,15 @@ _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 12
 # side-by-side timing).
 _PHASE1_DOT = {"fwd_dot": False, "dot_sources": 16, "dot_warps": 8, "dot_pf": True,
                "coef_dot": False, "coef_dot_progs_per_sm": 1, "direct_rows": True}
+# fwd_maxnreg / bwd_maxnreg: a register cap per thread for the per-query kernels (triton's
+# maxnreg; None: the compiler's choice), so that more programs fit on an SM.
 _DEFAULTS = {
-    False: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1,
-            "bwd_elems": 1024, "bwd_warps": 2, "bwd_pf": 1, "bwd_progs_per_sm": 16, "pad_heads": False,
-            **_PHASE1_BACKWARD, **_PHASE1_DOT},
-    True: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1,
-           "bwd_elems": 1024, "bwd_warps": 2, "bwd_pf": 1, "bwd_progs_per_sm": 16, "pad_heads": False,
-           **_PHASE1_BACKWARD, **_PHASE1_DOT, "fwd_dot": True, "coef_dot": True},
+    False: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1, "fwd_maxnreg": None,
+            "bwd_elems": 1024, "bwd_warps": 2, "bwd_pf": 1, "bwd_progs_per_sm": 16, "bwd_maxnreg": None,
+            "pad_heads": False, **_PHASE1_BACKWARD, **_PHASE1_DOT},
+    True: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1, "fwd_maxnreg": None,
+           "bwd_elems": 1024, "bwd_warps": 2, "bwd_pf": 1, "bwd_progs_per_sm": 16, "bwd_maxnreg": None,
+           "pad_heads": False, **_PHASE1_BACKWARD, **_PHASE1_DOT, "fwd_dot": True, "coef_dot": True},
 }
 # The sweep's picks at the paper widths where they differ from the defaults.
 # The phase-1 gather entries are the whole-step picks at e88ebdb (bench/routing.py
@@ -277,9 +279,13 @@ def _geometry(d: int, heads: int, n_tok: int, kind: str, align: int):
     BM = max(1, min(_pow2_floor(max(1, elems // lanes)), _pow2(max(n_tok, 1))))
     # every lane valid (no padded heads, columns or tokens): the kernels drop their masks
     even = n_tok % BM == 0 and HP == heads and DA + DB == dh
-    # DC: the chunk width of the (chunks, heads, lanes) tiles, part B's width, so that both
-    # parts share one register layout (module docstring of triton_kernels, "Layout")
-    tile = dict(H=heads, HP=HP, DA=DA, DB=DB, DC=DB or DA, HAS_B=DB > 0, EVEN=even, ALIGN=align, BM=BM)
+    # DC: the lanes of part A's chunks. With several heads, part B's width, so that both
+    # parts' per-head sums land in one register layout (triton_kernels, "Layout"). One head
+    # keeps part A whole: its full-row sums meet without conversions anyway, and chunks
+    # would put a second warp across chunks (the whole step at 1280/73 with two backward
+    # warps took 207 ms of kernels against 130, bench/results/session13/).
+    DC = DB if DB and HP > 1 else DA
+    tile = dict(H=heads, HP=HP, DA=DA, DB=DB, DC=DC, HAS_B=DB > 0, EVEN=even, ALIGN=align, BM=BM)
     return dh, cfg, tile
 
 
@@ -383,7 +389,7 @@ def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, h
         if n_tiles:
             _fwd_kernel[(1, n_tiles)](table, srcs[0], w, lse, lse, y, m0, l0, o0, len(srcs), n_tok, d, dh, eps,
                                       **tile, FINAL=True, INIT=init is not None, PF=cfg["fwd_pf"],
-                                      num_warps=cfg["fwd_warps"])
+                                      num_warps=cfg["fwd_warps"], maxnreg=cfg["fwd_maxnreg"])
         return y, lse
     m = _new((S, n_tok, heads), torch.float32, dev)
     l = _new((S, n_tok, heads), torch.float32, dev)
@@ -397,7 +403,8 @@ def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, h
         done = _launch_dot(_fwd_dot_kernel, (n_tok,), args, dot, cfg["dot_warps"], dev)
     if n_tiles and not done:
         _fwd_kernel[(S, n_tiles)](table, srcs[0], w, m, l, o, m, l, o, len(srcs), n_tok, d, dh, eps,
-                                  **tile, FINAL=False, PF=cfg["fwd_pf"], num_warps=cfg["fwd_warps"])
+                                  **tile, FINAL=False, PF=cfg["fwd_pf"], num_warps=cfg["fwd_warps"],
+                                  maxnreg=cfg["fwd_maxnreg"])
     return m, l, o
 
 
@@ -459,7 +466,7 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
                                          dw_parts, coef_a, coef_b, coef_c, dw_parts, dw_parts, dw_parts,
                                          len(srcs), 0, n_tok, S, d, dh, eps, n_tiles, n_prog,
                                          **tile, SINGLE=True, FINAL=False, PF=cfg["bwd_pf"], COEF=True,
-                                         num_warps=cfg["bwd_warps"])
+                                         num_warps=cfg["bwd_warps"], maxnreg=cfg["bwd_maxnreg"])
             _bwd_gather_kernel[(-(-len(srcs) // ks) * n_tok,)](
                 src_table, srcs[0], dest_table, w, grad, coef_a, coef_b, coef_c, len(srcs), n_acc, n_tok, S, d, dh,
                 H=heads, **_gather_geometry(dh, tile["DA"], tile["DB"], cfg["gather_cols"]), KS=ks,
@@ -481,7 +488,8 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
                                    y.contiguous() if final else grad, dw_parts, dw_parts, dw_parts, dw_parts,
                                    pm, pgo, pgl, len(srcs), n_acc, n_tok, S, d, dh, eps, n_tiles, n_prog,
                                    **tile, SINGLE=(S == 1), FINAL=final, ACCUM=n_acc > 0, PF=cfg["bwd_pf"],
-                                   PARTIAL=partial is not None, num_warps=cfg["bwd_warps"])
+                                   PARTIAL=partial is not None, num_warps=cfg["bwd_warps"],
+                                   maxnreg=cfg["bwd_maxnreg"])
     if not n_tok:
         dw_parts.zero_()
         for g in dests[n_acc:]:

@@ -129,6 +129,18 @@ def _head_sums(t):
 
 
 @triton.jit
+def _add_parts(a, b, SAME: tl.constexpr):
+    """Both parts' ``_head_sums``, to be reduced over their last axis: added per lane when
+    the parts have one shape (chunks of part B's width: one reduction across threads),
+    else each part reduced to (BM, HP, 1) first."""
+    if SAME:
+        t = a + b
+    else:
+        t = tl.sum(a, axis=2, keep_dims=True) + tl.sum(b, axis=2, keep_dims=True)
+    return t
+
+
+@triton.jit
 def _heads_tile(t):
     """A per-head (BM, HP) value as a (BM, HP, 1, 1) tile. Expanded lanes first, then
     chunks: the inverse of the reductions' order (``_head_sums``, then lanes), so that it
@@ -172,14 +184,14 @@ def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, M0, L0, O0,
     if PF == 2:
         xa_n2 = _ld(p1 + offs_a, mask_a, EVEN)
     if HAS_B:
-        col_b, cmask_b = _chunked_cols(rh, dh, H, DA, 1, DC)   # (HP, 1, DC)
+        col_b, cmask_b = _chunked_cols(rh, dh, H, DA, 1, DB)   # (HP, 1, DB)
         offs_b = row + col_b[None, :, :, :]
         mask_b = mmask[:, None, None, None] & cmask_b[None, :, :, :]
         wb = _ld(W + s * d + col_b, cmask_b, EVEN).to(tl.float32)
         if INIT:
             acc_b = _ld(O0 + offs_b, mask_b, EVEN)
         else:
-            acc_b = tl.zeros([BM, HP, 1, DC], tl.float32)
+            acc_b = tl.zeros([BM, HP, 1, DB], tl.float32)
         xb_n = _ld(p0 + offs_b, mask_b, EVEN)
         xb_n2 = xb_n
         if PF == 2:
@@ -191,8 +203,8 @@ def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, M0, L0, O0,
         zl = _head_sums(xa * wa[None, :, :, :])
         if HAS_B:
             xb, xb_n, xb_n2 = _next_tile(xb_n, xb_n2, p_next, offs_b, mask_b, EVEN, PF)
-            x2 += _head_sums(xb * xb)
-            zl += _head_sums(xb * wb[None, :, :, :])
+            x2 = _add_parts(x2, _head_sums(xb * xb), DC == DB)
+            zl = _add_parts(zl, _head_sums(xb * wb[None, :, :, :]), DC == DB)
         p_next = _src(table, tl.minimum(i + PF + 1, n_src - 1), ref, ALIGN)
         ss = tl.sum(tl.sum(x2, axis=2), axis=1)                 # (BM,)
         zr = tl.sum(zl, axis=2)                                 # (BM, HP)
@@ -271,9 +283,9 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW, CA, CB, CC, PM, PGO,
         dwa_acc = tl.zeros([HP, DA // DC, DC], tl.float32)
         w0a = _ld(W + col_a, cmask_a, EVEN).to(tl.float32)
     if HAS_B:
-        col_b, cmask_b = _chunked_cols(rh, dh, H, DA, 1, DC)   # (HP, 1, DC)
+        col_b, cmask_b = _chunked_cols(rh, dh, H, DA, 1, DB)   # (HP, 1, DB)
         if SINGLE:
-            dwb_acc = tl.zeros([HP, 1, DC], tl.float32)
+            dwb_acc = tl.zeros([HP, 1, DB], tl.float32)
             w0b = _ld(W + col_b, cmask_b, EVEN).to(tl.float32)
     p_first = _src(table, 0, ref, ALIGN)
     p_second = _src(table, tl.minimum(1, n_src - 1), ref, ALIGN)
@@ -307,7 +319,7 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW, CA, CB, CC, PM, PGO,
             if FINAL:
                 gy = _head_sums(goa * _ld(Y + offs_a, mask_a, EVEN).to(tl.float32))
                 if HAS_B:
-                    gy += _head_sums(gob * _ld(Y + offs_b, mask_b, EVEN).to(tl.float32))
+                    gy = _add_parts(gy, _head_sums(gob * _ld(Y + offs_b, mask_b, EVEN).to(tl.float32)), DC == DB)
                 of0 = -tl.sum(gy, axis=2)
             else:
                 of0 = _ld(OFF + hoffs, hmask, EVEN).to(tl.float32)
@@ -322,7 +334,7 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW, CA, CB, CC, PM, PGO,
             x2 = _head_sums(xa * xa)
             if HAS_B:
                 xb, xb_n, xb_n2 = _next_tile(xb_n, xb_n2, p_next, offs_b, mask_b, EVEN, PF)
-                x2 += _head_sums(xb * xb)
+                x2 = _add_parts(x2, _head_sums(xb * xb), DC == DB)
             ss = tl.sum(tl.sum(x2, axis=2), axis=1)
             p_next = _src(table, tl.minimum(i + PF + 1, n_src - 1), ref, ALIGN)
             gdst = _src(gtable, i, ref, ALIGN)
@@ -339,8 +351,8 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW, CA, CB, CC, PM, PGO,
                 zl = _head_sums(xa * w0a[None, :, :, :])
                 gl = _head_sums(goa * xa)
                 if HAS_B:
-                    zl += _head_sums(xb * w0b[None, :, :, :])
-                    gl += _head_sums(gob * xb)
+                    zl = _add_parts(zl, _head_sums(xb * w0b[None, :, :, :]), DC == DB)
+                    gl = _add_parts(gl, _head_sums(gob * xb), DC == DB)
                 zr = tl.sum(zl, axis=2)                                 # (BM, HP)
                 gx = tl.sum(gl, axis=2)
                 a = tl.exp(zr * rstd[:, None] - st0)
@@ -365,7 +377,7 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW, CA, CB, CC, PM, PGO,
             else:
                 dxa = tl.zeros([BM, HP, DA // DC, DC], tl.float32)
                 if HAS_B:
-                    dxb = tl.zeros([BM, HP, 1, DC], tl.float32)
+                    dxb = tl.zeros([BM, HP, 1, DB], tl.float32)
                 cs = tl.zeros([BM], tl.float32)
                 wq = W
                 gq = G
@@ -382,8 +394,8 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW, CA, CB, CC, PM, PGO,
                     if HAS_B:
                         wb = _ld(wq + col_b, cmask_b, EVEN).to(tl.float32)
                         gob = _ld(gq + offs_b, mask_b, EVEN).to(tl.float32)
-                        zl += _head_sums(xb * wb[None, :, :, :])
-                        gl += _head_sums(gob * xb)
+                        zl = _add_parts(zl, _head_sums(xb * wb[None, :, :, :]), DC == DB)
+                        gl = _add_parts(gl, _head_sums(gob * xb), DC == DB)
                     zr = tl.sum(zl, axis=2)
                     gx = tl.sum(gl, axis=2)
                     a = tl.exp(zr * rstd[:, None] - st)
