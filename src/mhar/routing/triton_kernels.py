@@ -257,8 +257,8 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW, CA, CB, CC, PM, PGO,
 
     COEF (with SINGLE; grid (S, programs), the query axis first): program (q, pid) runs
     query q of an S-query read and, instead of writing gradients, stores per source i
-    the coefficients of its gradient, a and r dz per head into CA and CB (n_src, S, n_tok,
-    H) and c into CC (n_src, S, n_tok); ``_bwd_gather_kernel`` then forms the gradients.
+    the coefficients of its gradient, a and r dz per head into CA and CB (n_tok, H, n_src,
+    S) and c into CC (n_tok, n_src, S); ``_bwd_gather_kernel`` then forms the gradients.
     The S programs of a token tile run side by side and share its source rows in L2.
 
     PARTIAL (with FINAL; the backward of a fused phase-2 read that started from a phase-1
@@ -364,10 +364,12 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW, CA, CB, CC, PM, PGO,
                 if HAS_B:
                     dwb_acc += tl.sum(_heads_tile(rdz) * xb, axis=0)
                 if COEF:
-                    pair = tl.cast(i * n_q + q, tl.int64) * n_tok
-                    _st(CA + pair * H + hoffs, a, hmask, EVEN)
-                    _st(CB + pair * H + hoffs, rdz, hmask, EVEN)
-                    tl.store(CC + pair + rm, c, mask=mmask)
+                    # token-major (see CA, CB, CC above): the gather's reads are contiguous
+                    tk = rm.to(tl.int64)
+                    ch = ((tk[:, None] * H + rh[None, :]) * n_src + i) * n_q + q
+                    _st(CA + ch, a, hmask, EVEN)
+                    _st(CB + ch, rdz, hmask, EVEN)
+                    tl.store(CC + (tk * n_src + i) * n_q + q, c, mask=mmask)
                 else:
                     dxa = (_heads_tile(rdz) * w0a[None, :, :, :] - _heads_tile(c[:, None]) * xa
                            + _heads_tile(a) * goa)
@@ -435,7 +437,7 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW, CA, CB, CC, PM, PGO,
 
 
 @triton.jit
-def _gather_loads(src, dst, W, G, CA, CB, k, kmask, acc_on, t, n_tok, n_q, it,
+def _gather_loads(src, dst, W, G, CA, CB, k, kmask, acc_on, t, n_src, n_tok, n_q, it,
                   d: tl.constexpr, dh: tl.constexpr, H: tl.constexpr, KS: tl.constexpr, SP: tl.constexpr,
                   OFF: tl.constexpr, P: tl.constexpr, WIDTH: tl.constexpr, FULL: tl.constexpr, ACCUM: tl.constexpr):
     """The operands of chunk ``it`` of a head part (``P`` lanes from column ``OFF`` of each
@@ -455,7 +457,7 @@ def _gather_loads(src, dst, W, G, CA, CB, k, kmask, acc_on, t, n_tok, n_q, it,
     j = tl.arange(0, 2 * SP)
     qj = j % SP
     on = qj < n_q
-    coef = ((k.to(tl.int64)[:, None] * n_q + qj[None, :]) * n_tok + t) * H + h          # (k, q, t, h)
+    coef = ((t.to(tl.int64) * H + h) * n_src + k[:, None]) * n_q + qj[None, :]         # (t, h, k, q)
     cmat = tl.load(tl.where((j < SP)[None, :], CA, CB) + coef, mask=kmask[:, None] & on[None, :], other=0.0)
     rows = tl.where(j < SP, G + (qj.to(tl.int64) * n_tok + t) * d, W + qj * d)         # (2 SP,) row pointers
     rmat = tl.load(rows[:, None] + cols[None, :], mask=on[:, None] & cmask[None, :], other=0.0)
@@ -470,7 +472,7 @@ def _gather_loads(src, dst, W, G, CA, CB, k, kmask, acc_on, t, n_tok, n_q, it,
 
 
 @triton.jit
-def _gather_part(src, dst, W, G, CA, CB, cs, k, kmask, acc_on, t, n_tok, n_q,
+def _gather_part(src, dst, W, G, CA, CB, cs, k, kmask, acc_on, t, n_src, n_tok, n_q,
                  d: tl.constexpr, dh: tl.constexpr, H: tl.constexpr, KS: tl.constexpr, SP: tl.constexpr,
                  OFF: tl.constexpr, P: tl.constexpr, WIDTH: tl.constexpr, FULL: tl.constexpr,
                  ACCUM: tl.constexpr, PREC: tl.constexpr):
@@ -481,7 +483,7 @@ def _gather_part(src, dst, W, G, CA, CB, cs, k, kmask, acc_on, t, n_tok, n_q,
     stored once. (Issuing the next chunk's loads before this chunk's product measured
     slower, 27.2 ms.)"""
     for it in range(H * (P // WIDTH)):
-        cmat, rmat, x, prev, offs, mask = _gather_loads(src, dst, W, G, CA, CB, k, kmask, acc_on, t, n_tok, n_q,
+        cmat, rmat, x, prev, offs, mask = _gather_loads(src, dst, W, G, CA, CB, k, kmask, acc_on, t, n_src, n_tok, n_q,
                                                         it, d, dh, H, KS, SP, OFF, P, WIDTH, FULL, ACCUM)
         acc = tl.dot(cmat, rmat, input_precision=PREC)                                  # (KS, WIDTH) fp32
         acc -= cs[:, None] * x.to(tl.float32)
@@ -519,16 +521,16 @@ def _bwd_gather_kernel(table, ref, gtable, W, G, CA, CB, CC, n_src, n_acc, n_tok
     elem = ref.dtype.element_ty
     k = blk * KS + tl.arange(0, KS)
     kmask = k < n_src
-    cs = tl.zeros([KS], tl.float32)
-    for q in range(n_q):
-        cs += tl.load(CC + (k.to(tl.int64) * n_q + q) * n_tok + t, mask=kmask, other=0.0)
+    rq = tl.arange(0, SP)
+    cq = (t.to(tl.int64) * n_src + k[:, None]) * n_q + rq[None, :]                      # (t, k, q)
+    cs = tl.sum(tl.load(CC + cq, mask=kmask[:, None] & (rq[None, :] < n_q), other=0.0), axis=1)
     src = tl.multiple_of(tl.load(table + k, mask=kmask, other=0).to(tl.pointer_type(elem)), ALIGN)
     dst = tl.multiple_of(tl.load(gtable + k, mask=kmask, other=0).to(tl.pointer_type(elem)), ALIGN)
     acc_on = k < n_acc
-    _gather_part(src, dst, W, G, CA, CB, cs, k, kmask, acc_on, t, n_tok, n_q, d, dh, H, KS, SP, 0, PA, GA,
+    _gather_part(src, dst, W, G, CA, CB, cs, k, kmask, acc_on, t, n_src, n_tok, n_q, d, dh, H, KS, SP, 0, PA, GA,
                  PA <= dh, ACCUM, PREC)
     if PB > 0:
-        _gather_part(src, dst, W, G, CA, CB, cs, k, kmask, acc_on, t, n_tok, n_q, d, dh, H, KS, SP, PA, PB, GB,
+        _gather_part(src, dst, W, G, CA, CB, cs, k, kmask, acc_on, t, n_src, n_tok, n_q, d, dh, H, KS, SP, PA, PB, GB,
                      False, ACCUM, PREC)
 
 
@@ -693,7 +695,7 @@ def _coef_dot_kernel(table, ref, W, G, STAT, OFF, DW, CA, CB, CC, n_src, n_tok, 
     query in one program, as matrix products like ``_fwd_dot_kernel``: programs persistent
     over tokens, each source row read once per token. Per block of KS sources and head,
     the logits zr and g.x are (KS, lanes) by (lanes, SP) products; the coefficients a,
-    r dz (per head) and c are stored into CA, CB, CC (n_src, S, n_tok[, H]) for
+    r dz (per head) and c are stored into CA, CB (n_tok, H, n_src, S) and CC (n_tok, n_src, S) for
     ``_bwd_gather_kernel``; d(q*g) += (lanes, KS) by (KS, SP) products, held transposed
     per program and written to its row of DW (n_prog, S, d)."""
     pid = tl.program_id(0)
@@ -746,12 +748,14 @@ def _coef_dot_kernel(table, ref, W, G, STAT, OFF, DW, CA, CB, CC, n_src, n_tok, 
             dz = a * (gx + of[:, None, :])
             rdz = dz * r3
             c = tl.sum(dz * zr, axis=0) * (rstd * rstd * rstd / d)[:, None]  # (KS, SP)
-            # coefficients of source k, query q: CA, CB at ((k * n_q + q) * n_tok + t) * H + h
+            # coefficients of source k, query q, head h at token t: CA, CB at
+            # ((t * H + h) * n_src + k) * n_q + q, CC at (t * n_src + k) * n_q + q
             k = k0 + rk
-            pair = (k.to(tl.int64)[:, None] * n_q + rq[None, :]) * n_tok + t   # (KS, SP)
-            tl.store(CA + pair[None, :, :] * H + rh[:, None, None], a, mask=on)
-            tl.store(CB + pair[None, :, :] * H + rh[:, None, None], rdz, mask=on)
-            tl.store(CC + pair, c, mask=(k < n_src)[:, None] & (rq[None, :] < n_q))
+            kq = k.to(tl.int64)[:, None] * n_q + rq[None, :]                   # (KS, SP)
+            t_h = (tl.cast(t, tl.int64) * H + rh[:, None, None]) * n_src * n_q  # (HP, 1, 1)
+            tl.store(CA + t_h + kq[None, :, :], a, mask=on)
+            tl.store(CB + t_h + kq[None, :, :], rdz, mask=on)
+            tl.store(CC + tl.cast(t, tl.int64) * n_src * n_q + kq, c, mask=(k < n_src)[:, None] & (rq[None, :] < n_q))
             r_hi, r_lo = _operand(rdz, PREC)
             dw_a = _dot_split(tl.permute(xa, (0, 2, 1)), r_hi, r_lo, dw_a, PREC)
             if DB > 0:
