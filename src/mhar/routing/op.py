@@ -152,7 +152,7 @@ def _pow2(n: int) -> int:
 # in every whole-step row of session 10, up to 2.5x (bench/results/routing_h200.md);
 # their code is at 6d5e552.
 _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 128, "gather_warps": 4,
-                    "gather_precision": "tf32x3"}
+                    "gather_precision": "tf32x3", "gather_maxnreg": None}
 # pad_heads: a head width that is not a power of two as one padded part (see _geometry).
 # (Session 10's "fwd_wide_b", a head's second part loaded in the first part's width, was
 # slower in the whole step: 131.5 against 118.5 ms at 1280/73 with 8 heads; its code is
@@ -187,8 +187,10 @@ _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 12
 # side-by-side timing).
 _PHASE1_DOT = {"fwd_dot": False, "dot_sources": 16, "dot_warps": 8, "dot_pf": True,
                "coef_dot": False, "coef_dot_progs_per_sm": 1, "direct_rows": True}
-# fwd_maxnreg / bwd_maxnreg: a register cap per thread for the per-query kernels (triton's
-# maxnreg; None: the compiler's choice), so that more programs fit on an SM.
+# fwd_maxnreg / bwd_maxnreg / gather_maxnreg: a register cap per thread for the per-query
+# kernels and the gather (triton's maxnreg; None: the compiler's choice), so that more
+# programs fit on an SM. At 1280/73 no cap on the per-query kernels measured faster in
+# the whole step (bench/results/session13/).
 _DEFAULTS = {
     False: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1, "fwd_maxnreg": None,
             "bwd_elems": 1024, "bwd_warps": 2, "bwd_pf": 1, "bwd_progs_per_sm": 16, "bwd_maxnreg": None,
@@ -475,7 +477,7 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
                 H=heads, **_gather_geometry(dh, tile["DA"], tile["DB"], cfg["gather_cols"]), KS=ks,
                 SP=max(8, _pow2(S)), ALIGN=tile["ALIGN"], ACCUM=n_acc > 0,
                 PREC="ieee" if srcs[0].dtype in (torch.float32, torch.float64) else cfg["gather_precision"],
-                num_warps=cfg["gather_warps"])
+                num_warps=cfg["gather_warps"], maxnreg=cfg["gather_maxnreg"])
     else:
         n_tiles = -(-n_tok // tile["BM"])
         n_prog = _n_programs(dev, n_tiles, cfg["bwd_progs_per_sm"])

@@ -457,7 +457,7 @@ def _gather_loads(src, dst, W, G, CA, CB, k, kmask, acc_on, t, n_src, n_tok, n_q
     j = tl.arange(0, 2 * SP)
     qj = j % SP
     on = qj < n_q
-    coef = ((t.to(tl.int64) * H + h) * n_src + k[:, None]) * n_q + qj[None, :]         # (t, h, k, q)
+    coef = (t.to(tl.int64) * H + h) * (n_src * n_q) + (k[:, None] * n_q + qj[None, :])  # (t, h, k, q)
     cmat = tl.load(tl.where((j < SP)[None, :], CA, CB) + coef, mask=kmask[:, None] & on[None, :], other=0.0)
     rows = tl.where(j < SP, G + (qj.to(tl.int64) * n_tok + t) * d, W + qj * d)         # (2 SP,) row pointers
     rmat = tl.load(rows[:, None] + cols[None, :], mask=on[:, None] & cmask[None, :], other=0.0)
