@@ -154,6 +154,11 @@ def test_tiles_of_the_two_backward_kinds_and_padded_heads(monkeypatch):
     assert (tile["DA"], tile["DB"], tile["HAS_B"], tile["EVEN"]) == (256, 0, False, False)
     monkeypatch.setattr(rop, "TUNE", None)
     assert rop._geometry(1280, 8, 4096, "fwd", 16)[2]["DB"] == 32
+    # several heads: part A in chunks of part B's width (one register layout for both);
+    # one head keeps part A whole, and a power-of-two head has one chunk
+    tiles = {(d, h): rop._geometry(d, h, 4096, "fwd", 16)[2] for d, h in ((1280, 8), (1280, 1), (1024, 8), (40, 8))}
+    chunks = {key: (t["DA"] // t["DC"], t["DC"]) for key, t in tiles.items()}
+    assert chunks == {(1280, 8): (4, 32), (1280, 1): (1, 1024), (1024, 8): (1, 128), (40, 8): (4, 1)}
 
 
 @pytest.mark.parametrize("extra,chunk", [(False, 0), (True, 0), (False, 2)])

@@ -144,8 +144,8 @@ def _pow2(n: int) -> int:
 # Kernels that held every query in registers (queries-tile, and a token-major gather)
 # were slower still and are gone (their code is at 9ca617b).
 # The gather's defaults are session 9's whole-step picks (bench/results/routing_h200.md):
-# 16 sources, chunks of 128 columns, 4 warps (55-96 registers in triton 3.6's offline sm_90
-# compile, no spills). tf32x3 (about fp32's accuracy) rather than single tf32 products,
+# 16 sources, chunks of 128 columns, 4 warps (62-112 registers in triton 3.6's offline sm_90
+# compile, no spills; capped at 96 at 1280, see CONFIG_TABLE). tf32x3 (about fp32's accuracy) rather than single tf32 products,
 # which measured 1.5-1.8 ms faster per whole step at 1280/73 (1.5%) for 4x the rounding.
 # Blocks of queries per program for phase 1's forward and COEF pass (each source tile
 # read once per block instead of once per query through L2; session 9) measured slower
@@ -212,8 +212,11 @@ CONFIG_TABLE: dict[tuple[int, bool], dict] = {
     # COEF pass is this kernel): 48.3 ms of routing kernels against 50.3 with two
     # (bench/results/session10/)
     (1024, True): {"fwd_warps": 2, "bwd_warps": 1},
-    (1280, False): {"bwd_warps": 1},
-    (1280, True): {"bwd_warps": 1},
+    # at 1280 the gather (104-112 registers with token-major coefficients) capped at 96:
+    # five programs per SM instead of four; the whole step at 1280/73 took 92.0 against
+    # 93.3 ms of kernels with one head, 89.0 against 90.8 with eight (bench/results/session13/)
+    (1280, False): {"bwd_warps": 1, "gather_maxnreg": 96},
+    (1280, True): {"bwd_warps": 1, "gather_maxnreg": 96},
 }
 TUNE: dict | None = None
 

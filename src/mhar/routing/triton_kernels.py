@@ -1,14 +1,23 @@
 """Fused Triton kernels for the depth read (forward, backward, one-pass and phase-1).
 
-Layout. A row of d = H x dh columns is read as two tiles: part A ``(BM tokens, HP heads,
-DA columns)`` and part B ``(BM, HP, DB)``. ``HP`` is the head count rounded up to a
+Layout. A row of d = H x dh columns is read as two tiles: part A, the first ``DA``
+lanes of every head, and part B, the rest. ``HP`` is the head count rounded up to a
 power of two, ``DA`` the largest power of two <= dh and ``DB`` the rest of the head
 rounded up. So a 1280-wide row is 1024 + 256 lanes instead of 2048 padded ones, a
 160-wide head 128 + 32; any ``H`` dividing ``d`` and any head width works (``d = 1``
-and ``d = 123`` included), and masked lanes never move bytes. Every reduction adds
-the two parts. When dh is a power of two there is no part B (``HAS_B`` false): the
-two parts' reductions land in different register layouts, and converting between
-them costs a shared-memory round trip per reduction.
+and ``d = 123`` included), and masked lanes never move bytes. When dh is a power of two
+there is no part B (``HAS_B`` false).
+
+The per-query kernels (``_fwd_kernel``, ``_bwd_kernel``) hold part A as ``(BM tokens,
+HP heads, DA / DC chunks, DC lanes)`` and part B as ``(BM, HP, 1, DB)``. With several
+heads ``DC = DB``: both parts then have one shape past the chunk axis, triton gives them
+one register layout (threads over heads and lanes, the chunks in each thread's
+registers), and a per-head sum adds its chunks and both parts in registers before one
+reduction across threads (``_head_sums``, ``_add_parts``). With plain (HP, DA) and
+(HP, DB) tiles the two parts' sums landed in different layouts: at 1280 with 8 heads
+the source loops converted 1-5 tiles of (1, 8, 128) through shared memory per source,
+and a call cost 11% more than with one head (6% now, bench/results/session13/). One
+head keeps ``DC = DA``: its full-row sums meet without conversions anyway.
 
 Sources are never stacked: the kernels take a device table of the sources' data
 pointers (int64) and cast each entry to a typed pointer in-kernel. The sources'
@@ -113,7 +122,10 @@ def _next_tile(x_n, x_n2, p_next, offs, mask, EVEN: tl.constexpr, PF: tl.constex
 @triton.jit
 def _chunked_cols(rh, dh: tl.constexpr, H: tl.constexpr, OFF: tl.constexpr, NC: tl.constexpr, DC: tl.constexpr):
     """Column offsets and mask of a head part as a (HP heads, NC chunks, DC lanes) tile:
-    chunk c holds lanes OFF + c*DC .. of every head (see the module docstring, "Layout")."""
+    chunk c holds lanes OFF + c*DC .. of every head (see the module docstring, "Layout").
+    Heads before chunks: triton spreads a warp's threads over the lanes and then the
+    axes in index order, so the heads take them and the chunks stay in registers (with
+    the chunk axis first the threads went to chunks in part A and to heads in part B)."""
     rc = tl.arange(0, NC)
     rj = tl.arange(0, DC)
     lane = OFF + rc[None, :, None] * DC + rj[None, None, :]       # (1, NC, DC)
