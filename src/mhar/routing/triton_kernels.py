@@ -123,7 +123,7 @@ def _next_tile(x_n, x_n2, p_next, offs, mask, EVEN: tl.constexpr, PF: tl.constex
 def _chunked_cols(rh, dh: tl.constexpr, H: tl.constexpr, OFF: tl.constexpr, NC: tl.constexpr, DC: tl.constexpr):
     """Column offsets and mask of a head part as a (HP heads, NC chunks, DC lanes) tile:
     chunk c holds lanes OFF + c*DC .. of every head (see the module docstring, "Layout").
-    Heads before chunks: triton spreads a warp's threads over the lanes and then the
+    Heads before chunks: triton 3.6 spreads a warp's threads over the lanes and then the
     axes in index order, so the heads take them and the chunks stay in registers (with
     the chunk axis first the threads went to chunks in part A and to heads in part B)."""
     rc = tl.arange(0, NC)
