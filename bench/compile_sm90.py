@@ -29,7 +29,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from mhar.routing import triton_kernels as tk
-from mhar.routing.op import _gather_geometry, _pow2, _split_width
+from mhar.routing.op import _gather_geometry, _pow2, _split_width, _chunk_lanes
 
 SHAPES = [(512, 8), (1024, 1), (1024, 8), (1280, 1), (1280, 8)]
 POINTERS = {"table": "*i64", "gtable": "*i64", "ref": "*bf16", "W": "*fp32", "G": "*fp32", "STAT": "*fp32",
@@ -37,7 +37,7 @@ POINTERS = {"table": "*i64", "gtable": "*i64", "ref": "*bf16", "W": "*fp32", "G"
             "M0": "*fp32", "L0": "*fp32", "O0": "*fp32", "CA": "*fp32", "CB": "*fp32", "CC": "*fp32",
             "PM": "*fp32", "PGO": "*fp32", "PGL": "*fp32"}
 SCALARS = {"eps": "fp32"}  # every other runtime argument is an i32
-STAGES: dict = {}  # --stages: num_stages (software-pipelining depth) when given
+OPTIONS: dict = {}  # compile options from the command line: --stages (num_stages), --maxnreg
 
 
 def resources(fn, constexprs: dict, warps: int, pointers: dict | None = None) -> dict:
@@ -50,7 +50,7 @@ def resources(fn, constexprs: dict, warps: int, pointers: dict | None = None) ->
     attrs = {(names.index(k),): [["tt.divisibility", 16]] for k in names if k in types}
     src = ASTSource(fn=fn, signature=sig, constexprs={(names.index(k),): v for k, v in constexprs.items()},
                     attrs=attrs)
-    kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps, **STAGES})
+    kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps, **OPTIONS})
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(kernel.asm["cubin"])
         f.flush()
@@ -86,7 +86,8 @@ def loop_conversions(ttgir: str) -> str:
 def tile(d: int, heads: int) -> dict:
     dh = d // heads
     da, db = _split_width(dh)
-    return dict(d=d, dh=dh, H=heads, HP=_pow2(heads), DA=da, DB=db, DC=db if db and heads > 1 else da, HAS_B=db > 0, EVEN=True, ALIGN=16)
+    return dict(d=d, dh=dh, H=heads, HP=_pow2(heads), DA=da, DB=db, DC=_chunk_lanes(da, db, heads), HAS_B=db > 0,
+                EVEN=True, ALIGN=16)
 
 
 def hyper_rows(row) -> None:
@@ -136,9 +137,13 @@ def main() -> None:
                     "(the library uses bf16x2; tl.dot's tf32x3 overflows shared memory in the COEF pass)")
     ap.add_argument("--shapes", default=",".join(f"{d}/{h}" for d, h in SHAPES), help="comma list of d/H")
     ap.add_argument("--stages", type=int, default=0, help="num_stages (default: triton's)")
+    ap.add_argument("--maxnreg", type=int, default=0, help="a register cap per thread for every kernel (triton's "
+                    "maxnreg; the library caps the gather at 96 at d = 1280: op.CONFIG_TABLE)")
     args = ap.parse_args()
     if args.stages:
-        STAGES["num_stages"] = args.stages
+        OPTIONS["num_stages"] = args.stages
+    if args.maxnreg:
+        OPTIONS["maxnreg"] = args.maxnreg
     print("| kernel | d | H | warps | registers | stack bytes | shared bytes | layout conversions "
           "| of them in loops (largest) | 16-byte / 2-byte memory ops |")
     print("|---|---|---|---|---|---|---|---|---|---|")

@@ -145,8 +145,9 @@ def _pow2(n: int) -> int:
 # were slower still and are gone (their code is at 9ca617b).
 # The gather's defaults are session 9's whole-step picks (bench/results/routing_h200.md):
 # 16 sources, chunks of 128 columns, 4 warps (62-112 registers in triton 3.6's offline sm_90
-# compile, no spills; capped at 96 at 1280, see CONFIG_TABLE). tf32x3 (about fp32's accuracy) rather than single tf32 products,
-# which measured 1.5-1.8 ms faster per whole step at 1280/73 (1.5%) for 4x the rounding.
+# compile, no spills; capped at 96 at 1280, see CONFIG_TABLE). tf32x3 (about fp32's
+# accuracy) rather than single tf32 products, which measured 1.5-1.8 ms faster per whole
+# step at 1280/73 (1.5%) for 4x the rounding.
 # Blocks of queries per program for phase 1's forward and COEF pass (each source tile
 # read once per block instead of once per query through L2; session 9) measured slower
 # in every whole-step row of session 10, up to 2.5x (bench/results/routing_h200.md);
@@ -284,14 +285,19 @@ def _geometry(d: int, heads: int, n_tok: int, kind: str, align: int):
     BM = max(1, min(_pow2_floor(max(1, elems // lanes)), _pow2(max(n_tok, 1))))
     # every lane valid (no padded heads, columns or tokens): the kernels drop their masks
     even = n_tok % BM == 0 and HP == heads and DA + DB == dh
-    # DC: the lanes of part A's chunks. With several heads, part B's width, so that both
-    # parts' per-head sums land in one register layout (triton_kernels, "Layout"). One head
-    # keeps part A whole: its full-row sums meet without conversions anyway, and chunks
-    # would put a second warp across chunks (the whole step at 1280/73 with two backward
-    # warps took 207 ms of kernels against 130, bench/results/session13/).
-    DC = DB if DB and HP > 1 else DA
-    tile = dict(H=heads, HP=HP, DA=DA, DB=DB, DC=DC, HAS_B=DB > 0, EVEN=even, ALIGN=align, BM=BM)
+    tile = dict(H=heads, HP=HP, DA=DA, DB=DB, DC=_chunk_lanes(DA, DB, heads), HAS_B=DB > 0, EVEN=even, ALIGN=align,
+                BM=BM)
     return dh, cfg, tile
+
+
+def _chunk_lanes(da: int, db: int, heads: int) -> int:
+    """DC, the lanes of part A's chunks in the per-query kernels. With several heads, part
+    B's width, so that both parts' per-head sums land in one register layout
+    (triton_kernels, "Layout"). One head keeps part A whole: its full-row sums meet
+    without conversions anyway, and chunks would put a second warp across chunks (the
+    whole step at 1280/73 with two backward warps took 207 ms of kernels against 130,
+    bench/results/session13/)."""
+    return db if db and heads > 1 else da
 
 
 _SM_COUNT: dict = {}
