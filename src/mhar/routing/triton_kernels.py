@@ -125,7 +125,10 @@ def _chunked_cols(rh, dh: tl.constexpr, H: tl.constexpr, OFF: tl.constexpr, NC: 
     chunk c holds lanes OFF + c*DC .. of every head (see the module docstring, "Layout").
     Heads before chunks: triton 3.6 spreads a warp's threads over the lanes and then the
     axes in index order, so the heads take them and the chunks stay in registers (with
-    the chunk axis first the threads went to chunks in part A and to heads in part B)."""
+    the chunk axis first the threads went to chunks in part A and to heads in part B).
+    Triton 3.9 takes the axes in reverse order, so there the chunks take threads and the
+    source loops convert a tile per source again, as many as the plain tiles did (offline
+    sm_90 compiles); no axis order suits both."""
     rc = tl.arange(0, NC)
     rj = tl.arange(0, DC)
     lane = OFF + rc[None, :, None] * DC + rj[None, None, :]       # (1, NC, DC)
