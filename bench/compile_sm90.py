@@ -29,7 +29,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from mhar.routing import triton_kernels as tk
-from mhar.routing.op import _gather_geometry, _pow2, _split_width, _chunk_lanes
+from mhar.routing.op import _chunk_lanes, _chunks_first, _gather_geometry, _pow2, _split_width
 
 SHAPES = [(512, 8), (1024, 1), (1024, 8), (1280, 1), (1280, 8)]
 POINTERS = {"table": "*i64", "gtable": "*i64", "ref": "*bf16", "W": "*fp32", "G": "*fp32", "STAT": "*fp32",
@@ -86,8 +86,8 @@ def loop_conversions(ttgir: str) -> str:
 def tile(d: int, heads: int) -> dict:
     dh = d // heads
     da, db = _split_width(dh)
-    return dict(d=d, dh=dh, H=heads, HP=_pow2(heads), DA=da, DB=db, DC=_chunk_lanes(da, db, heads), HAS_B=db > 0,
-                EVEN=True, ALIGN=16)
+    return dict(d=d, dh=dh, H=heads, HP=_pow2(heads), DA=da, DB=db, DC=_chunk_lanes(da, db, heads),
+                CF=_chunks_first(), HAS_B=db > 0, EVEN=True, ALIGN=16)
 
 
 def hyper_rows(row) -> None:

@@ -115,6 +115,21 @@ def test_padded_heads(n, lead, d, heads, gen):
         rop.TUNE = None
 
 
+@pytest.mark.parametrize("n,lead,d,heads", [(3, (4,), 80, 1), (2, (3,), 160, 8), (6, (5,), 40, 8), (3, (3,), 48, 16)])
+def test_other_tile_axis_order(n, lead, d, heads, gen):
+    # the per-query kernels' tiles with the axis order the installed triton does not use
+    # (op._chunks_first: chunks before heads from triton 3.7, heads first before), every path
+    order = rop._chunks_first()
+    rop._CHUNKS_FIRST[:] = [not order]
+    try:
+        check_route(n, lead, d, heads, gen=gen)
+        check_partial(n, lead, d, heads, 3, gen=gen)
+        check_sink_chain(n + 2, lead, d, heads, gen=gen, chunk=2, extra=False)
+        check_two_phase(n, 2, lead, d, heads, 3, gen=gen, fused=True)
+    finally:
+        rop._CHUNKS_FIRST[:] = [order]
+
+
 @pytest.mark.parametrize("n,lead,d,heads", [(18, (3,), 160, 8), (6, (5,), 40, 8), (3, (5,), 48, 3)])
 def test_phase_one_one_program_per_query(n, lead, d, heads, gen):
     # several heads take phase 1's forward and COEF pass as products by default (fwd_dot,

@@ -285,9 +285,27 @@ def _geometry(d: int, heads: int, n_tok: int, kind: str, align: int):
     BM = max(1, min(_pow2_floor(max(1, elems // lanes)), _pow2(max(n_tok, 1))))
     # every lane valid (no padded heads, columns or tokens): the kernels drop their masks
     even = n_tok % BM == 0 and HP == heads and DA + DB == dh
-    tile = dict(H=heads, HP=HP, DA=DA, DB=DB, DC=_chunk_lanes(DA, DB, heads), HAS_B=DB > 0, EVEN=even, ALIGN=align,
-                BM=BM)
+    tile = dict(H=heads, HP=HP, DA=DA, DB=DB, DC=_chunk_lanes(DA, DB, heads), CF=_chunks_first(), HAS_B=DB > 0,
+                EVEN=even, ALIGN=align, BM=BM)
     return dh, cfg, tile
+
+
+_CHUNKS_FIRST: list = []  # the installed triton's answer, found once
+
+
+def _chunks_first() -> bool:
+    """The per-query kernels' tile axis order (triton_kernels._chunked_cols): chunks before
+    heads from triton 3.7 on, heads first before it, so that either way the compiler
+    gives the warp's threads to the heads (offline sm_90 compiles with triton 3.6-3.9)."""
+    if not _CHUNKS_FIRST:
+        try:
+            import triton
+
+            major, minor = (int(v) for v in triton.__version__.split(".")[:2])
+        except (ImportError, ValueError):  # no triton (nothing to launch) or an odd version string
+            major, minor = 3, 7
+        _CHUNKS_FIRST.append((major, minor) >= (3, 7))
+    return _CHUNKS_FIRST[0]
 
 
 def _chunk_lanes(da: int, db: int, heads: int) -> int:

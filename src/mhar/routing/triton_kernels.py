@@ -9,11 +9,12 @@ and ``d = 123`` included), and masked lanes never move bytes. When dh is a power
 there is no part B (``HAS_B`` false).
 
 The per-query kernels (``_fwd_kernel``, ``_bwd_kernel``) hold part A as ``(BM tokens,
-HP heads, DA / DC chunks, DC lanes)`` and part B as ``(BM, HP, 1, DB)``. With several
-heads ``DC = DB``: both parts then have one shape past the chunk axis, triton gives them
-one register layout (threads over heads and lanes, the chunks in each thread's
-registers), and a per-head sum adds its chunks and both parts in registers before one
-reduction across threads (``_head_sums``, ``_add_parts``). With plain (HP, DA) and
+HP heads, DA / DC chunks, DC lanes)`` and part B as ``(BM, HP, 1, DB)`` (heads and chunks
+swapped from triton 3.7 on, ``CF``; see ``_chunked_cols``). With several heads
+``DC = DB``: both parts then have one shape past the chunk axis, triton gives them one
+register layout (threads over heads and lanes, the chunks in each thread's registers),
+and a per-head sum adds its chunks and both parts in registers before one reduction
+across threads (``_head_sums``, ``_add_parts``). With plain (HP, DA) and
 (HP, DB) tiles the two parts' sums landed in different layouts: at 1280 with 8 heads
 the source loops converted 1-5 tiles of (1, 8, 128) through shared memory per source,
 and a call cost 11% more than with one head (6% now, bench/results/session13/). One
@@ -120,27 +121,38 @@ def _next_tile(x_n, x_n2, p_next, offs, mask, EVEN: tl.constexpr, PF: tl.constex
 
 
 @triton.jit
-def _chunked_cols(rh, dh: tl.constexpr, H: tl.constexpr, OFF: tl.constexpr, NC: tl.constexpr, DC: tl.constexpr):
-    """Column offsets and mask of a head part as a (HP heads, NC chunks, DC lanes) tile:
+def _chunked_cols(rh, dh: tl.constexpr, H: tl.constexpr, OFF: tl.constexpr, NC: tl.constexpr, DC: tl.constexpr,
+                  CF: tl.constexpr):
+    """Column offsets and mask of a head part as a tile of NC chunks of DC lanes per head:
     chunk c holds lanes OFF + c*DC .. of every head (see the module docstring, "Layout").
-    Heads before chunks: triton 3.6 spreads a warp's threads over the lanes and then the
-    axes in index order, so the heads take them and the chunks stay in registers (with
-    the chunk axis first the threads went to chunks in part A and to heads in part B).
-    Triton 3.9 takes the axes in reverse order, so there the chunks take threads and the
-    source loops convert a tile per source again, as many as the plain tiles did (offline
-    sm_90 compiles); no axis order suits both."""
+    (HP heads, NC chunks, DC lanes), or with CF ("chunks first") (NC, HP, DC). triton
+    spreads a warp's threads over the lanes and then over the other axes in index order up
+    to 3.6, in reverse index order from 3.7 (offline sm_90 compiles of 3.6 to 3.9). The
+    axis order that gives the threads to the heads, so that the chunks stay in each
+    thread's registers, is heads first up to 3.6 and chunks first from 3.7 (op's
+    ``_chunks_first``); the other order puts threads on the chunks of part A only, and
+    the source loops convert a tile per source again."""
     rc = tl.arange(0, NC)
     rj = tl.arange(0, DC)
-    lane = OFF + rc[None, :, None] * DC + rj[None, None, :]       # (1, NC, DC)
-    return rh[:, None, None] * dh + lane, (rh[:, None, None] < H) & (lane < dh)
+    if CF:
+        lane = OFF + rc[:, None, None] * DC + rj[None, None, :]   # (NC, 1, DC)
+        heads = rh[None, :, None]
+    else:
+        lane = OFF + rc[None, :, None] * DC + rj[None, None, :]   # (1, NC, DC)
+        heads = rh[:, None, None]
+    return heads * dh + lane, (heads < H) & (lane < dh)
 
 
 @triton.jit
-def _head_sums(t):
-    """Per-head sums of a (BM, HP, NC, DC) tile's chunks, still per lane: (BM, HP, DC). The
+def _head_sums(t, CF: tl.constexpr):
+    """Per-head sums of a part's tile over its chunks, still per lane: (BM, HP, DC). The
     chunks are in each thread's registers, so this costs no shuffles; adding both parts'
     before ``tl.sum(.., axis=2)`` reduces each head across threads once."""
-    return tl.sum(t, axis=2)
+    if CF:
+        s = tl.sum(t, axis=1)
+    else:
+        s = tl.sum(t, axis=2)
+    return s
 
 
 @triton.jit
@@ -156,19 +168,23 @@ def _add_parts(a, b, SAME: tl.constexpr):
 
 
 @triton.jit
-def _heads_tile(t):
-    """A per-head (BM, HP) value as a (BM, HP, 1, 1) tile. Expanded lanes first, then
-    chunks: the inverse of the reductions' order (``_head_sums``, then lanes), so that it
-    lands in the tiles' own register layout with no conversion."""
-    return t[:, :, None][:, :, None, :]
+def _heads_tile(t, CF: tl.constexpr):
+    """A per-head (BM, HP) value as a tile that broadcasts against a part's. Expanded lanes
+    first, then chunks: the inverse of the reductions' order (``_head_sums``, then lanes),
+    so that it lands in the tiles' own register layout with no conversion."""
+    if CF:
+        x = t[:, :, None][:, None, :, :]      # (BM, 1, HP, 1)
+    else:
+        x = t[:, :, None][:, :, None, :]      # (BM, HP, 1, 1)
+    return x
 
 
 @triton.jit
 def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, M0, L0, O0,
                 n_src, n_tok, d: tl.constexpr, dh: tl.constexpr, eps,
                 H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, DC: tl.constexpr,
-                BM: tl.constexpr, HAS_B: tl.constexpr, EVEN: tl.constexpr, ALIGN: tl.constexpr, FINAL: tl.constexpr,
-                INIT: tl.constexpr = False, PF: tl.constexpr = 1):
+                CF: tl.constexpr, BM: tl.constexpr, HAS_B: tl.constexpr, EVEN: tl.constexpr, ALIGN: tl.constexpr,
+                FINAL: tl.constexpr, INIT: tl.constexpr = False, PF: tl.constexpr = 1):
     """INIT (one query): the online softmax starts from a phase-1 partial read of other
     sources, M0/L0 (n_tok, H) and O0 (n_tok, d) fp32, instead of from empty: phase 2 of
     the two-phase schedule, merged and normalised in the same pass."""
@@ -176,10 +192,10 @@ def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, M0, L0, O0,
     tile = tl.program_id(1)
     rm = tile * BM + tl.arange(0, BM)
     rh = tl.arange(0, HP)
-    col_a, cmask_a = _chunked_cols(rh, dh, H, 0, DA // DC, DC)  # (HP, NC, DC)
+    col_a, cmask_a = _chunked_cols(rh, dh, H, 0, DA // DC, DC, CF)
     mmask = rm < n_tok
     row = rm.to(tl.int64)[:, None, None, None] * d
-    offs_a = row + col_a[None, :, :, :]                         # (BM, HP, NC, DC)
+    offs_a = row + col_a[None, :, :, :]                         # (BM, HP, NC, DC); CF: (BM, NC, HP, DC)
     mask_a = mmask[:, None, None, None] & cmask_a[None, :, :, :]
     wa = _ld(W + s * d + col_a, cmask_a, EVEN).to(tl.float32)
     hmask = mmask[:, None] & (rh[None, :] < H)
@@ -191,7 +207,7 @@ def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, M0, L0, O0,
     else:
         m_i = tl.full([BM, HP], float("-inf"), tl.float32)
         l_i = tl.zeros([BM, HP], tl.float32)
-        acc_a = tl.zeros([BM, HP, DA // DC, DC], tl.float32)
+        acc_a = tl.zeros(offs_a.shape, tl.float32)
     p0 = _src(table, 0, ref, ALIGN)
     p1 = _src(table, tl.minimum(1, n_src - 1), ref, ALIGN)
     xa_n = _ld(p0 + offs_a, mask_a, EVEN)
@@ -199,14 +215,14 @@ def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, M0, L0, O0,
     if PF == 2:
         xa_n2 = _ld(p1 + offs_a, mask_a, EVEN)
     if HAS_B:
-        col_b, cmask_b = _chunked_cols(rh, dh, H, DA, 1, DB)   # (HP, 1, DB)
+        col_b, cmask_b = _chunked_cols(rh, dh, H, DA, 1, DB, CF)
         offs_b = row + col_b[None, :, :, :]
         mask_b = mmask[:, None, None, None] & cmask_b[None, :, :, :]
         wb = _ld(W + s * d + col_b, cmask_b, EVEN).to(tl.float32)
         if INIT:
             acc_b = _ld(O0 + offs_b, mask_b, EVEN)
         else:
-            acc_b = tl.zeros([BM, HP, 1, DB], tl.float32)
+            acc_b = tl.zeros(offs_b.shape, tl.float32)
         xb_n = _ld(p0 + offs_b, mask_b, EVEN)
         xb_n2 = xb_n
         if PF == 2:
@@ -214,12 +230,12 @@ def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, M0, L0, O0,
     p_next = _src(table, tl.minimum(PF, n_src - 1), ref, ALIGN)
     for i in range(n_src):
         xa, xa_n, xa_n2 = _next_tile(xa_n, xa_n2, p_next, offs_a, mask_a, EVEN, PF)
-        x2 = _head_sums(xa * xa)                                # (BM, HP, DC)
-        zl = _head_sums(xa * wa[None, :, :, :])
+        x2 = _head_sums(xa * xa, CF)                            # (BM, HP, DC)
+        zl = _head_sums(xa * wa[None, :, :, :], CF)
         if HAS_B:
             xb, xb_n, xb_n2 = _next_tile(xb_n, xb_n2, p_next, offs_b, mask_b, EVEN, PF)
-            x2 = _add_parts(x2, _head_sums(xb * xb), DC == DB)
-            zl = _add_parts(zl, _head_sums(xb * wb[None, :, :, :]), DC == DB)
+            x2 = _add_parts(x2, _head_sums(xb * xb, CF), DC == DB)
+            zl = _add_parts(zl, _head_sums(xb * wb[None, :, :, :], CF), DC == DB)
         p_next = _src(table, tl.minimum(i + PF + 1, n_src - 1), ref, ALIGN)
         ss = tl.sum(tl.sum(x2, axis=2), axis=1)                 # (BM,)
         zr = tl.sum(zl, axis=2)                                 # (BM, HP)
@@ -229,14 +245,14 @@ def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, M0, L0, O0,
         alpha = tl.exp(m_i - m_new)
         p = tl.exp(z - m_new)
         l_i = l_i * alpha + p
-        acc_a = acc_a * _heads_tile(alpha) + _heads_tile(p) * xa
+        acc_a = acc_a * _heads_tile(alpha, CF) + _heads_tile(p, CF) * xa
         if HAS_B:
-            acc_b = acc_b * _heads_tile(alpha) + _heads_tile(p) * xb
+            acc_b = acc_b * _heads_tile(alpha, CF) + _heads_tile(p, CF) * xb
         m_i = m_new
 
     if FINAL:
         # OUT_O: the read (n_tok, d) in the sources' dtype; OUT_M: log-sum-exp (n_tok, H)
-        inv = 1.0 / _heads_tile(l_i)
+        inv = 1.0 / _heads_tile(l_i, CF)
         _st(OUT_O + offs_a, (acc_a * inv).to(OUT_O.dtype.element_ty), mask_a, EVEN)
         if HAS_B:
             _st(OUT_O + offs_b, (acc_b * inv).to(OUT_O.dtype.element_ty), mask_b, EVEN)
@@ -255,9 +271,9 @@ def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, M0, L0, O0,
 def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW, CA, CB, CC, PM, PGO, PGL,
                 n_src, n_acc, n_tok, n_q, d: tl.constexpr, dh: tl.constexpr, eps, n_tiles, n_prog,
                 H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, DC: tl.constexpr,
-                BM: tl.constexpr, HAS_B: tl.constexpr, EVEN: tl.constexpr, ALIGN: tl.constexpr, SINGLE: tl.constexpr,
-                FINAL: tl.constexpr, ACCUM: tl.constexpr = False, PF: tl.constexpr = 1, COEF: tl.constexpr = False,
-                PARTIAL: tl.constexpr = False):
+                CF: tl.constexpr, BM: tl.constexpr, HAS_B: tl.constexpr, EVEN: tl.constexpr, ALIGN: tl.constexpr,
+                SINGLE: tl.constexpr, FINAL: tl.constexpr, ACCUM: tl.constexpr = False, PF: tl.constexpr = 1,
+                COEF: tl.constexpr = False, PARTIAL: tl.constexpr = False):
     """gtable: data pointers of the sources' gradients; with ACCUM the first n_acc are
     running sums added into, the rest are written once (ACCUM is a constexpr so that
     calls without sums keep the registers the sum's tile would take).
@@ -292,15 +308,15 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW, CA, CB, CC, PM, PGO,
         OFF += q64 * n_tok * H
         dw_row = DW + (tl.cast(pid, tl.int64) * n_q + q64) * d
     rh = tl.arange(0, HP)
-    col_a, cmask_a = _chunked_cols(rh, dh, H, 0, DA // DC, DC)  # (HP, NC, DC)
+    col_a, cmask_a = _chunked_cols(rh, dh, H, 0, DA // DC, DC, CF)
     elem = ref.dtype.element_ty
     if SINGLE:
-        dwa_acc = tl.zeros([HP, DA // DC, DC], tl.float32)
+        dwa_acc = tl.zeros(col_a.shape, tl.float32)
         w0a = _ld(W + col_a, cmask_a, EVEN).to(tl.float32)
     if HAS_B:
-        col_b, cmask_b = _chunked_cols(rh, dh, H, DA, 1, DB)   # (HP, 1, DB)
+        col_b, cmask_b = _chunked_cols(rh, dh, H, DA, 1, DB, CF)
         if SINGLE:
-            dwb_acc = tl.zeros([HP, 1, DB], tl.float32)
+            dwb_acc = tl.zeros(col_b.shape, tl.float32)
             w0b = _ld(W + col_b, cmask_b, EVEN).to(tl.float32)
     p_first = _src(table, 0, ref, ALIGN)
     p_second = _src(table, tl.minimum(1, n_src - 1), ref, ALIGN)
@@ -309,7 +325,7 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW, CA, CB, CC, PM, PGO,
         rm = tile * BM + tl.arange(0, BM)
         mmask = rm < n_tok
         row = rm.to(tl.int64)[:, None, None, None] * d
-        offs_a = row + col_a[None, :, :, :]                     # (BM, HP, NC, DC)
+        offs_a = row + col_a[None, :, :, :]                     # (BM, HP, NC, DC); CF: (BM, NC, HP, DC)
         mask_a = mmask[:, None, None, None] & cmask_a[None, :, :, :]
         hmask = mmask[:, None] & (rh[None, :] < H)
         hoffs = rm.to(tl.int64)[:, None] * H + rh[None, :]
@@ -332,24 +348,25 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW, CA, CB, CC, PM, PGO,
             if HAS_B:
                 gob = _ld(G + offs_b, mask_b, EVEN).to(tl.float32)
             if FINAL:
-                gy = _head_sums(goa * _ld(Y + offs_a, mask_a, EVEN).to(tl.float32))
+                gy = _head_sums(goa * _ld(Y + offs_a, mask_a, EVEN).to(tl.float32), CF)
                 if HAS_B:
-                    gy = _add_parts(gy, _head_sums(gob * _ld(Y + offs_b, mask_b, EVEN).to(tl.float32)), DC == DB)
+                    gyb = _head_sums(gob * _ld(Y + offs_b, mask_b, EVEN).to(tl.float32), CF)
+                    gy = _add_parts(gy, gyb, DC == DB)
                 of0 = -tl.sum(gy, axis=2)
             else:
                 of0 = _ld(OFF + hoffs, hmask, EVEN).to(tl.float32)
             if PARTIAL:  # the phase-1 row's gradients: its weight in this read, per head
                 sc = tl.where(hmask, tl.exp(_ld(PM + hoffs, hmask, EVEN) - st0), 0.0)
-                _st(PGO + offs_a, _heads_tile(sc) * goa, mask_a, EVEN)
+                _st(PGO + offs_a, _heads_tile(sc, CF) * goa, mask_a, EVEN)
                 if HAS_B:
-                    _st(PGO + offs_b, _heads_tile(sc) * gob, mask_b, EVEN)
+                    _st(PGO + offs_b, _heads_tile(sc, CF) * gob, mask_b, EVEN)
                 _st(PGL + hoffs, sc * of0, hmask, EVEN)
         for i in range(n_src):
             xa, xa_n, xa_n2 = _next_tile(xa_n, xa_n2, p_next, offs_a, mask_a, EVEN, PF)
-            x2 = _head_sums(xa * xa)
+            x2 = _head_sums(xa * xa, CF)
             if HAS_B:
                 xb, xb_n, xb_n2 = _next_tile(xb_n, xb_n2, p_next, offs_b, mask_b, EVEN, PF)
-                x2 = _add_parts(x2, _head_sums(xb * xb), DC == DB)
+                x2 = _add_parts(x2, _head_sums(xb * xb, CF), DC == DB)
             ss = tl.sum(tl.sum(x2, axis=2), axis=1)
             p_next = _src(table, tl.minimum(i + PF + 1, n_src - 1), ref, ALIGN)
             gdst = _src(gtable, i, ref, ALIGN)
@@ -363,11 +380,11 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW, CA, CB, CC, PM, PGO,
                     prev_b = _ld_if(gdst + offs_b, mask_b, summing, EVEN)
             rstd = 1.0 / tl.sqrt(ss / d + eps)
             if SINGLE:
-                zl = _head_sums(xa * w0a[None, :, :, :])
-                gl = _head_sums(goa * xa)
+                zl = _head_sums(xa * w0a[None, :, :, :], CF)
+                gl = _head_sums(goa * xa, CF)
                 if HAS_B:
-                    zl = _add_parts(zl, _head_sums(xb * w0b[None, :, :, :]), DC == DB)
-                    gl = _add_parts(gl, _head_sums(gob * xb), DC == DB)
+                    zl = _add_parts(zl, _head_sums(xb * w0b[None, :, :, :], CF), DC == DB)
+                    gl = _add_parts(gl, _head_sums(gob * xb, CF), DC == DB)
                 zr = tl.sum(zl, axis=2)                                 # (BM, HP)
                 gx = tl.sum(gl, axis=2)
                 a = tl.exp(zr * rstd[:, None] - st0)
@@ -375,9 +392,9 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW, CA, CB, CC, PM, PGO,
                 dz = a * (gx + of0)
                 rdz = dz * rstd[:, None]
                 c = tl.sum(dz * zr, axis=1) * rstd * rstd * rstd / d  # (BM,)
-                dwa_acc += tl.sum(_heads_tile(rdz) * xa, axis=0)
+                dwa_acc += tl.sum(_heads_tile(rdz, CF) * xa, axis=0)
                 if HAS_B:
-                    dwb_acc += tl.sum(_heads_tile(rdz) * xb, axis=0)
+                    dwb_acc += tl.sum(_heads_tile(rdz, CF) * xb, axis=0)
                 if COEF:
                     # token-major (see CA, CB, CC above): the gather's reads are contiguous
                     tk = rm.to(tl.int64)
@@ -386,15 +403,15 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW, CA, CB, CC, PM, PGO,
                     _st(CB + ch, rdz, hmask, EVEN)
                     tl.store(CC + (tk * n_src + i) * n_q + q, c, mask=mmask)
                 else:
-                    dxa = (_heads_tile(rdz) * w0a[None, :, :, :] - _heads_tile(c[:, None]) * xa
-                           + _heads_tile(a) * goa)
+                    dxa = (_heads_tile(rdz, CF) * w0a[None, :, :, :] - _heads_tile(c[:, None], CF) * xa
+                           + _heads_tile(a, CF) * goa)
                     if HAS_B:
-                        dxb = (_heads_tile(rdz) * w0b[None, :, :, :] - _heads_tile(c[:, None]) * xb
-                               + _heads_tile(a) * gob)
+                        dxb = (_heads_tile(rdz, CF) * w0b[None, :, :, :] - _heads_tile(c[:, None], CF) * xb
+                               + _heads_tile(a, CF) * gob)
             else:
-                dxa = tl.zeros([BM, HP, DA // DC, DC], tl.float32)
+                dxa = tl.zeros(offs_a.shape, tl.float32)
                 if HAS_B:
-                    dxb = tl.zeros([BM, HP, 1, DB], tl.float32)
+                    dxb = tl.zeros(offs_b.shape, tl.float32)
                 cs = tl.zeros([BM], tl.float32)
                 wq = W
                 gq = G
@@ -406,26 +423,26 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW, CA, CB, CC, PM, PGO,
                     goa = _ld(gq + offs_a, mask_a, EVEN).to(tl.float32)
                     st = _ld(sq + hoffs, hmask, EVEN).to(tl.float32)
                     of = _ld(oq + hoffs, hmask, EVEN).to(tl.float32)
-                    zl = _head_sums(xa * wa[None, :, :, :])
-                    gl = _head_sums(goa * xa)
+                    zl = _head_sums(xa * wa[None, :, :, :], CF)
+                    gl = _head_sums(goa * xa, CF)
                     if HAS_B:
                         wb = _ld(wq + col_b, cmask_b, EVEN).to(tl.float32)
                         gob = _ld(gq + offs_b, mask_b, EVEN).to(tl.float32)
-                        zl = _add_parts(zl, _head_sums(xb * wb[None, :, :, :]), DC == DB)
-                        gl = _add_parts(gl, _head_sums(gob * xb), DC == DB)
+                        zl = _add_parts(zl, _head_sums(xb * wb[None, :, :, :], CF), DC == DB)
+                        gl = _add_parts(gl, _head_sums(gob * xb, CF), DC == DB)
                     zr = tl.sum(zl, axis=2)
                     gx = tl.sum(gl, axis=2)
                     a = tl.exp(zr * rstd[:, None] - st)
                     a = tl.where(hmask, a, 0.0)
                     dz = a * (gx + of)
                     rdz = dz * rstd[:, None]
-                    _st(dwq + col_a, _ld(dwq + col_a, cmask_a, EVEN) + tl.sum(_heads_tile(rdz) * xa, axis=0),
+                    _st(dwq + col_a, _ld(dwq + col_a, cmask_a, EVEN) + tl.sum(_heads_tile(rdz, CF) * xa, axis=0),
                         cmask_a, EVEN)
-                    dxa += _heads_tile(rdz) * wa[None, :, :, :] + _heads_tile(a) * goa
+                    dxa += _heads_tile(rdz, CF) * wa[None, :, :, :] + _heads_tile(a, CF) * goa
                     if HAS_B:
-                        _st(dwq + col_b, _ld(dwq + col_b, cmask_b, EVEN) + tl.sum(_heads_tile(rdz) * xb, axis=0),
+                        _st(dwq + col_b, _ld(dwq + col_b, cmask_b, EVEN) + tl.sum(_heads_tile(rdz, CF) * xb, axis=0),
                             cmask_b, EVEN)
-                        dxb += _heads_tile(rdz) * wb[None, :, :, :] + _heads_tile(a) * gob
+                        dxb += _heads_tile(rdz, CF) * wb[None, :, :, :] + _heads_tile(a, CF) * gob
                     tl.debug_barrier()
                     cs += tl.sum(dz * zr, axis=1)
                     wq += d
@@ -434,9 +451,9 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW, CA, CB, CC, PM, PGO,
                     oq += n_tok * H
                     dwq += d
                 c = cs * rstd * rstd * rstd / d
-                dxa -= _heads_tile(c[:, None]) * xa
+                dxa -= _heads_tile(c[:, None], CF) * xa
                 if HAS_B:
-                    dxb -= _heads_tile(c[:, None]) * xb
+                    dxb -= _heads_tile(c[:, None], CF) * xb
             if ACCUM:
                 dxa += prev_a.to(tl.float32)
                 if HAS_B:
