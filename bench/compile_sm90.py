@@ -60,18 +60,19 @@ def resources(fn, constexprs: dict, warps: int, pointers: dict | None = None) ->
     return {"regs": int(re.search(r"REG:(\d+)", out).group(1)), "stack": int(re.search(r"STACK:(\d+)", out).group(1)),
             "shared": kernel.metadata.shared,
             "layout_conversions": kernel.asm["ttgir"].count("convert_layout"),
-            "in_loops": loop_conversions(kernel.asm["ttgir"]),
+            "in_loops": loop_conversions(kernel.asm["ttgir"]), "ttgir": kernel.asm["ttgir"],
             # memory instructions by width: 16-byte vectors, and 2-byte scalar ones (bf16 without vectorisation)
             "v4": len(re.findall(r"(?:ld|st)\.global[\w.]*\.v4", ptx)),
             "b16": len(re.findall(r"(?:ld|st)\.global[\w.]*\.(?:b16|u16)\b", ptx))}
 
 
-def loop_conversions(ttgir: str) -> str:
-    """The layout conversions inside loop bodies (each runs once per iteration: per source
-    in the source loops), as "count (largest tensor shape)"."""
+def loop_conversions(ttgir: str, nesting: int = 1) -> str:
+    """The layout conversions inside loop bodies nested at least ``nesting`` deep (each runs
+    once per iteration: per source in the source loops, which in the persistent backward
+    are inside the loop over token tiles), as "count (largest tensor shape)"."""
     depth, loops, found = 0, [], []
     for line in ttgir.splitlines():
-        if "convert_layout" in line and loops:
+        if "convert_layout" in line and len(loops) >= nesting:
             found.append(re.search(r"tensor<([\dx]+)x\w+,", line).group(1))
         opened = depth
         depth += line.count("{") - line.count("}")
