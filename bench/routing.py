@@ -464,9 +464,9 @@ def main():
                         results["whole_step"].setdefault(f"{d}/{n}/H{h}", []).append(
                             {"schedule": name, "fwdbwd_ms": t, **kern,
                              # the phase-1 config it ran (the paper widths are their padded widths)
-                             "phase1": {k: rop._cfg(d, h > 1)[k]
+                             "phase1": {k: rop._cfg(d, h > 1).get(k)
                                         for k in (*rop._PHASE1_BACKWARD, *rop._PHASE1_DOT, "fwd_warps",
-                                                  "bwd_warps")}})
+                                                  "bwd_warps", "bwd_sum_warps")}})
                         log(f"  whole step H={h} {name}: {t:.2f} ms wall, {kern['kernel_ms']:.2f} ms kernels")
                         for k in kern["top"]:
                             log(f"    {k['ms']:8.3f} ms {k['calls']:4d}x {k['name']}")

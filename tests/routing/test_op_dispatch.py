@@ -148,6 +148,12 @@ def test_tiles_of_the_two_backward_kinds_and_padded_heads(monkeypatch):
     assert rows("bwd_sum", 1024) == rows("bwd", 1024) == 1  # no sum entry: the backward's tile
     monkeypatch.setattr(rop, "TUNE", {"bwd_elems": 2048})  # a sweep's tile: both backward kinds
     assert rows("bwd") == rows("bwd_sum") == 4
+    # warps by kind: the sum kind's own entry, else the backward's; a sweep's warps: both kinds
+    monkeypatch.setattr(rop, "CONFIG_TABLE", {(512, False): {"bwd_warps": 2, "bwd_sum_warps": 1}})
+    monkeypatch.setattr(rop, "TUNE", None)
+    assert (rop._cfg(512, False)["bwd_warps"], rop._cfg(512, False)["bwd_sum_warps"]) == (2, 1)
+    monkeypatch.setattr(rop, "TUNE", {"bwd_warps": 4})
+    assert rop._cfg(512, False)["bwd_warps"] == 4 and "bwd_sum_warps" not in rop._cfg(512, False)
     # pad_heads: 160-wide heads as one 256-lane part instead of 128 + 32
     monkeypatch.setattr(rop, "TUNE", {"pad_heads": True})
     tile = rop._geometry(1280, 8, 4096, "fwd", 16)[2]

@@ -122,8 +122,8 @@ def _pow2(n: int) -> int:
 
 # Tile configuration: elements per program tile, warps, prefetch depth (tiles in flight
 # ahead of the one being reduced) and backward programs per SM. One default for a single
-# head and one for several ("bwd_sum_elems", when set, is the tile of a backward that
-# adds into running sums); CONFIG_TABLE[(padded width, heads > 1)] overrides them (and
+# head and one for several ("bwd_sum_elems" and "bwd_sum_warps", when set, are the tile and
+# warps of a backward that adds into running sums); CONFIG_TABLE[(padded width, heads > 1)] overrides them (and
 # MHAR_ROUTING_CONFIG adds entries from a sweep file); TUNE, when not None, overrides
 # everything (the sweep uses that). The values are bench/routing.py --tune's picks on an
 # H200 at 9f66467 (bench/results/history/routing_h200_session3.md): one or two warps per
@@ -209,10 +209,12 @@ CONFIG_TABLE: dict[tuple[int, bool], dict] = {
     # against 0.421 with two), one that adds into running sums (training) with two
     # (the whole step's routing kernels: 8.76 ms against 9.34).
     (512, False): {"bwd_elems": 512, "bwd_sum_elems": 1024},
-    # several heads at 1024: one backward warp per token in the whole step (two-phase, whose
-    # COEF pass is this kernel): 48.3 ms of routing kernels against 50.3 with two
-    # (bench/results/session10/)
-    (1024, True): {"fwd_warps": 2, "bwd_warps": 1},
+    # several heads at 1024: a backward that adds into running sums (the whole step's) with
+    # one warp per token: 41.5 ms of routing kernels against 42.3 with two; one that writes
+    # fresh gradients with two: 1.414 ms per fwd+bwd call replayed against 1.473
+    # (bench/results/session14/, run 1; session 10 had picked one warp for both kinds while
+    # the COEF pass still ran this kernel)
+    (1024, True): {"fwd_warps": 2, "bwd_warps": 2, "bwd_sum_warps": 1},
     # at 1280 the gather (104-112 registers with token-major coefficients) capped at 96:
     # five programs per SM instead of four; the whole step at 1280/73 took 92.0 against
     # 93.3 ms of kernels with one head, 89.0 against 90.8 with eight (bench/results/session13/)
@@ -246,8 +248,9 @@ def _cfg(padded_width: int, multi_head: bool) -> dict:
     base = {**_DEFAULTS[multi_head], **CONFIG_TABLE.get((padded_width, multi_head), {})}
     if TUNE is None:
         return base
-    if "bwd_elems" in TUNE:  # a sweep's backward tile applies to both backward kinds
-        base.pop("bwd_sum_elems", None)
+    for key in ("elems", "warps"):  # a sweep's backward tile or warps apply to both backward kinds
+        if "bwd_" + key in TUNE:
+            base.pop("bwd_sum_" + key, None)
     return {**base, **TUNE}
 
 
@@ -463,6 +466,7 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
     src_table, src_align = _ptr_table(srcs)
     dest_table, dest_align = _ptr_table(dests)
     dh, cfg, tile = _geometry(d, heads, n_tok, "bwd_sum" if n_acc else "bwd", min(src_align, dest_align))
+    warps = cfg.get("bwd_sum_warps", cfg["bwd_warps"]) if n_acc else cfg["bwd_warps"]
     stat = stat.contiguous()
     if S > 1 and cfg["bwd_twopass"]:  # per-query coefficients, then per-source gradients
         from mhar.routing.triton_kernels import _bwd_gather_kernel
@@ -498,7 +502,7 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
                                          dw_parts, coef_a, coef_b, coef_c, dw_parts, dw_parts, dw_parts,
                                          len(srcs), 0, n_tok, S, d, dh, eps, n_tiles, n_prog,
                                          **tile, SINGLE=True, FINAL=False, PF=cfg["bwd_pf"], COEF=True,
-                                         num_warps=cfg["bwd_warps"], maxnreg=cfg["bwd_maxnreg"])
+                                         num_warps=warps, maxnreg=cfg["bwd_maxnreg"])
             _bwd_gather_kernel[(-(-len(srcs) // ks) * n_tok,)](
                 src_table, srcs[0], dest_table, w, grad, coef_a, coef_b, coef_c, len(srcs), n_acc, n_tok, S, d, dh,
                 H=heads, **_gather_geometry(dh, tile["DA"], tile["DB"], cfg["gather_cols"]), KS=ks,
@@ -520,7 +524,7 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
                                    y.contiguous() if final else grad, dw_parts, dw_parts, dw_parts, dw_parts,
                                    pm, pgo, pgl, len(srcs), n_acc, n_tok, S, d, dh, eps, n_tiles, n_prog,
                                    **tile, SINGLE=(S == 1), FINAL=final, ACCUM=n_acc > 0, PF=cfg["bwd_pf"],
-                                   PARTIAL=partial is not None, num_warps=cfg["bwd_warps"],
+                                   PARTIAL=partial is not None, num_warps=warps,
                                    maxnreg=cfg["bwd_maxnreg"])
     if not n_tok:
         dw_parts.zero_()
