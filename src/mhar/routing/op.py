@@ -186,7 +186,7 @@ _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 12
 # direct_rows: route_partial_rows's sites write their rows' gradients into phase 1's
 # buffer (PhaseOneRows); False takes the rows as autograd views, which stacks them (for
 # side-by-side timing).
-_PHASE1_DOT = {"fwd_dot": False, "dot_sources": 16, "dot_warps": 8, "dot_pf": True,
+_PHASE1_DOT = {"fwd_dot": False, "fwd_dot_progs_per_sm": 2, "dot_sources": 16, "dot_warps": 8, "dot_pf": True,
                "coef_dot": False, "coef_dot_progs_per_sm": 1, "direct_rows": True}
 # fwd_maxnreg / bwd_maxnreg / gather_maxnreg: a register cap per thread for the per-query
 # kernels and the gather (triton's maxnreg; None: the compiler's choice), so that more
@@ -431,8 +431,9 @@ def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, h
     if n_tok and dot:
         from mhar.routing.triton_kernels import _fwd_dot_kernel
 
-        args = (table, srcs[0], w, m, l, o, len(srcs), n_tok, S, d, dh, eps)
-        done = _launch_dot(_fwd_dot_kernel, (n_tok,), args, dot, cfg["dot_warps"], dev)
+        n_prog = _n_programs(dev, n_tok, cfg["fwd_dot_progs_per_sm"])
+        args = (table, srcs[0], w, m, l, o, len(srcs), n_tok, S, n_prog, d, dh, eps)
+        done = _launch_dot(_fwd_dot_kernel, (n_prog,), args, dot, cfg["dot_warps"], dev)
     if n_tiles and not done:
         _fwd_kernel[(S, n_tiles)](table, srcs[0], w, m, l, o, m, l, o, len(srcs), n_tok, d, dh, eps,
                                   **tile, FINAL=False, PF=cfg["fwd_pf"], num_warps=cfg["fwd_warps"],

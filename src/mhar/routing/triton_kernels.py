@@ -637,25 +637,39 @@ def _dot_tiles(table, k0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem: tl.constex
 
 
 @triton.jit
-def _sumsq(x):
-    """Each source's sum of squares over a (heads, sources, lanes) tile: (sources,), fp32."""
-    xf = x.to(tl.float32)
-    return tl.sum(tl.sum(xf * xf, axis=2), axis=0)
+def _sumsq(x, KS: tl.constexpr):
+    """Each source's sum of squares over a (heads, sources, lanes) tile: (sources,), fp32, in
+    the products' layout. Taken as products too, the diagonal of x x^T per head summed
+    over heads: x^T is the tile the output's product reads anyway, and an elementwise sum
+    would move the whole tile into another register layout through shared memory first
+    (triton 3.6 at 1280 with 8 heads: 740 against 589 instructions per block and warp,
+    bench/results/session14/). bf16 products are exact in fp32; fp32 tiles (the
+    interpreter's) multiply at full precision."""
+    xt = tl.permute(x, (0, 2, 1))
+    if x.dtype == tl.bfloat16 and not _INTERPRETED:
+        xx = tl.dot(x, xt)                                              # (HP, KS, KS)
+    else:
+        xx = tl.dot(x.to(tl.float32), xt.to(tl.float32), input_precision="ieee")
+    rk = tl.arange(0, KS)
+    diag = (rk[:, None] == rk[None, :])[None, :, :]
+    return tl.sum(tl.sum(tl.where(diag, xx, 0.0), axis=2), axis=0)
 
 
 @triton.jit
-def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, n_src, n_tok, n_q, d: tl.constexpr, dh: tl.constexpr, eps,
-                    H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, KS: tl.constexpr,
-                    SP: tl.constexpr, ALIGN: tl.constexpr, PREC: tl.constexpr, PF: tl.constexpr = False):
-    """Phase 1's forward (the S queries' unnormalised reads (m, l, o)) with one program per
-    token and every query: each source row is read once per token, where ``_fwd_kernel``
-    runs one program per query and reads it S times (from L2 after the first).
+def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, n_src, n_tok, n_q, n_prog, d: tl.constexpr,
+                    dh: tl.constexpr, eps, H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr,
+                    KS: tl.constexpr, SP: tl.constexpr, ALIGN: tl.constexpr, PREC: tl.constexpr,
+                    PF: tl.constexpr = False):
+    """Phase 1's forward (the S queries' unnormalised reads (m, l, o)) with every query in
+    one program, programs persistent over tokens (the queries' weights loaded once per
+    program): each source row is read once per token, where ``_fwd_kernel`` runs one
+    program per query and reads it S times (from L2 after the first).
 
     Per token and head it is flash attention over depth: the logits of a block of KS
     sources for the SP queries are a (KS, head lanes) by (head lanes, SP) matrix product,
     and the block's contribution to the output another, (head lanes, KS) by (KS, SP), both
     batched over heads (``tl.dot`` on 3-D tiles; heads first). The key norm's sum of
-    squares is a reduction over the block's tile, the online softmax runs per block.
+    squares is a product too (``_sumsq``), the online softmax runs per block.
     The output is held transposed, (heads, lanes, SP), so that neither product's rows are
     the few queries. ``PREC``: the products' input precision: "bf16x2" for bf16 sources
     (the sources as they are, the fp32 operand split in two bf16 parts: within about 2^-17
@@ -663,59 +677,62 @@ def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, n_src, n_tok, n_q, d: tl
     A head part is at least 16 lanes (a product's inner size), its lanes past the head
     masked (op's ``_gather_geometry``).
     ``PF``: the next block's tiles are loaded while this block is reduced."""
-    t = tl.program_id(0)
+    pid = tl.program_id(0)
     elem = ref.dtype.element_ty
     rh = tl.arange(0, HP)
     rk = tl.arange(0, KS)
     rq = tl.arange(0, SP)
     qon = rq[None, None, :] < n_q
-    row = t.to(tl.int64) * d
-    # the queries' weights w = q * g, transposed per head: (HP, lanes, SP)
+    hqmask = (rh[:, None] < H) & (rq[None, :] < n_q)                   # (HP, SP)
+    # the queries' weights w = q * g, transposed per head: (HP, lanes, SP), once per program
     cwa, cmwa = _dot_cols(rh, tl.arange(0, DA), dh, H, 0, 1)
     wa_hi, wa_lo = _rows_operand(W, d, rq, cwa, cmwa, qon, PREC)
     cxa, cmxa = _dot_cols(rh, tl.arange(0, DA), dh, H, 0, 2)   # (HP, 1, DA)
-    acc_a = tl.zeros([HP, DA, SP], tl.float32)
     cxb, cmxb = cxa, cmxa  # (unused without part B)
     if DB > 0:
         cwb, cmwb = _dot_cols(rh, tl.arange(0, DB), dh, H, DA, 1)
         wb_hi, wb_lo = _rows_operand(W, d, rq, cwb, cmwb, qon, PREC)
         cxb, cmxb = _dot_cols(rh, tl.arange(0, DB), dh, H, DA, 2)
-        acc_b = tl.zeros([HP, DB, SP], tl.float32)
-    m_i = tl.full([HP, SP], float("-inf"), tl.float32)
-    l_i = tl.zeros([HP, SP], tl.float32)
-    if PF:
-        xa_n, xb_n, km_n = _dot_tiles(table, 0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem, ALIGN, DB)
-    for k0 in range(0, n_src, KS):
-        if PF:  # this block's tiles came in during the last block; issue the next block's
-            xa, xb, km = xa_n, xb_n, km_n
-            xa_n, xb_n, km_n = _dot_tiles(table, k0 + KS, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem, ALIGN, DB)
-        else:
-            xa, xb, km = _dot_tiles(table, k0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem, ALIGN, DB)
-        ss = _sumsq(xa)                                                  # (KS,)
-        zr = _dot_split(xa, wa_hi, wa_lo, tl.zeros([HP, KS, SP], tl.float32), PREC)
+    for t in range(pid, n_tok, n_prog):
+        row = tl.cast(t, tl.int64) * d
+        acc_a = tl.zeros([HP, DA, SP], tl.float32)
         if DB > 0:
-            ss += _sumsq(xb)
-            zr = _dot_split(xb, wb_hi, wb_lo, zr, PREC)
-        rstd = 1.0 / tl.sqrt(ss / d + eps)
-        z = tl.where(km, zr * rstd[None, :, None], float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(z, axis=1))
-        alpha = tl.exp(m_i - m_new)
-        p = tl.exp(z - m_new[:, None, :])                               # (HP, KS, SP)
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        p_hi, p_lo = _operand(p, PREC)
-        acc_a = _dot_split(tl.permute(xa, (0, 2, 1)), p_hi, p_lo, acc_a * alpha[:, None, :], PREC)
+            acc_b = tl.zeros([HP, DB, SP], tl.float32)
+        m_i = tl.full([HP, SP], float("-inf"), tl.float32)
+        l_i = tl.zeros([HP, SP], tl.float32)
+        if PF:
+            xa_n, xb_n, km_n = _dot_tiles(table, 0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem, ALIGN, DB)
+        for k0 in range(0, n_src, KS):
+            if PF:  # this block's tiles came in during the last block; issue the next block's
+                xa, xb, km = xa_n, xb_n, km_n
+                xa_n, xb_n, km_n = _dot_tiles(table, k0 + KS, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem, ALIGN,
+                                              DB)
+            else:
+                xa, xb, km = _dot_tiles(table, k0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem, ALIGN, DB)
+            ss = _sumsq(xa, KS)                                          # (KS,)
+            zr = _dot_split(xa, wa_hi, wa_lo, tl.zeros([HP, KS, SP], tl.float32), PREC)
+            if DB > 0:
+                ss += _sumsq(xb, KS)
+                zr = _dot_split(xb, wb_hi, wb_lo, zr, PREC)
+            rstd = 1.0 / tl.sqrt(ss / d + eps)
+            z = tl.where(km, zr * rstd[None, :, None], float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(z, axis=1))
+            alpha = tl.exp(m_i - m_new)
+            p = tl.exp(z - m_new[:, None, :])                           # (HP, KS, SP)
+            l_i = l_i * alpha + tl.sum(p, axis=1)
+            p_hi, p_lo = _operand(p, PREC)
+            acc_a = _dot_split(tl.permute(xa, (0, 2, 1)), p_hi, p_lo, acc_a * alpha[:, None, :], PREC)
+            if DB > 0:
+                acc_b = _dot_split(tl.permute(xb, (0, 2, 1)), p_hi, p_lo, acc_b * alpha[:, None, :], PREC)
+            m_i = m_new
+        # m, l: (S, n_tok, H); o: (S, n_tok, d), each at this token
+        hq = rq[None, :].to(tl.int64) * n_tok * H + t * H + rh[:, None]  # (HP, SP)
+        tl.store(OUT_M + hq, m_i, mask=hqmask)
+        tl.store(OUT_L + hq, l_i, mask=hqmask)
+        qrow = rq[None, None, :].to(tl.int64) * n_tok * d + row            # (1, 1, SP)
+        tl.store(OUT_O + qrow + cwa, acc_a, mask=cmwa & qon)
         if DB > 0:
-            acc_b = _dot_split(tl.permute(xb, (0, 2, 1)), p_hi, p_lo, acc_b * alpha[:, None, :], PREC)
-        m_i = m_new
-    # m, l: (S, n_tok, H); o: (S, n_tok, d), each at this token
-    hq = rq[None, :].to(tl.int64) * n_tok * H + t * H + rh[:, None]     # (HP, SP)
-    hqmask = (rh[:, None] < H) & (rq[None, :] < n_q)
-    tl.store(OUT_M + hq, m_i, mask=hqmask)
-    tl.store(OUT_L + hq, l_i, mask=hqmask)
-    qrow = rq[None, None, :].to(tl.int64) * n_tok * d + row                # (1, 1, SP)
-    tl.store(OUT_O + qrow + cwa, acc_a, mask=cmwa & qon)
-    if DB > 0:
-        tl.store(OUT_O + qrow + cwb, acc_b, mask=cmwb & qon)
+            tl.store(OUT_O + qrow + cwb, acc_b, mask=cmwb & qon)
 
 
 @triton.jit
@@ -765,12 +782,12 @@ def _coef_dot_kernel(table, ref, W, G, STAT, OFF, DW, CA, CB, CC, n_src, n_tok, 
                                               DB)
             else:
                 xa, xb, km = _dot_tiles(table, k0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem, ALIGN, DB)
-            ss = _sumsq(xa)                                              # (KS,)
+            ss = _sumsq(xa, KS)                                              # (KS,)
             zero = tl.zeros([HP, KS, SP], tl.float32)
             zr = _dot_split(xa, wa_hi, wa_lo, zero, PREC)                # (HP, KS, SP)
             gx = _dot_split(xa, ga_hi, ga_lo, zero, PREC)
             if DB > 0:
-                ss += _sumsq(xb)
+                ss += _sumsq(xb, KS)
                 zr = _dot_split(xb, wb_hi, wb_lo, zr, PREC)
                 gx = _dot_split(xb, gb_hi, gb_lo, gx, PREC)
             rstd = 1.0 / tl.sqrt(ss / d + eps)
