@@ -465,10 +465,12 @@ def test_other_backward_deterministic_and_summing(gen, other_phase1_backward):
                                               (2, (5,), 123, 1, 3), (3, (5,), 48, 3, 1), (20, (3,), 16, 16, 9),
                                               (1, (2,), 1, 1, 2), (17, (4,), 64, 2, 8)])
 def test_phase_one_forward_as_products(n, lead, d, heads, S, gen):
-    # fwd_dot: phase 1's forward with one program per token and every query (matrix
-    # products per head): heads of 80, 20, 5, 123, 16, 1 and 32 lanes, S from 1 to 9 (SP 16),
-    # more sources than one block (17, 18, 19, 20), and the merged two-phase read
-    rop.TUNE = dict(fwd_dot=True, dot_pf=S % 2 == 1)  # odd S: with the next block's tiles prefetched
+    # fwd_dot: phase 1's forward with every query in a program (matrix products per head),
+    # programs persistent over tokens (3 to 5 tokens over 3 programs): heads of 80, 20, 5,
+    # 123, 16, 1 and 32 lanes, S from 1 to 9 (SP 16), more sources than one block (17, 18,
+    # 19, 20), and the merged two-phase read
+    # odd S: with the next block's tiles prefetched; odd n: the sum of squares elementwise
+    rop.TUNE = dict(fwd_dot=True, dot_pf=S % 2 == 1, dot_sumsq_products=n % 2 == 0)
     try:
         check_partial(n, lead, d, heads, S, gen=gen)
         check_two_phase(n, 2, lead, d, heads, S, gen=gen, fused=True)
@@ -498,8 +500,9 @@ def test_phase_one_forward_as_products_bf16(pf, gen):
 def test_phase_one_coef_pass_as_products(n, lead, d, heads, S, gen):
     # coef_dot: the backward's COEF pass with every query in a program (matrix products per
     # head, programs persistent over tokens: 7 tokens over 3 programs), with and without the
-    # prefetch, then the gather; also through the two-phase read and a gradient sink
-    rop.TUNE = dict(coef_dot=True, dot_pf=S % 2 == 1)
+    # prefetch, the sum of squares as products and elementwise (odd n), then the gather;
+    # also through the two-phase read and a gradient sink
+    rop.TUNE = dict(coef_dot=True, dot_pf=S % 2 == 1, dot_sumsq_products=n % 2 == 0)
     try:
         check_partial(n, lead, d, heads, S, gen=gen)
         check_two_phase(n, 2, lead, d, heads, S, gen=gen, fused=True)

@@ -187,6 +187,7 @@ _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 12
 # buffer (PhaseOneRows); False takes the rows as autograd views, which stacks them (for
 # side-by-side timing).
 _PHASE1_DOT = {"fwd_dot": False, "fwd_dot_progs_per_sm": 2, "dot_sources": 16, "dot_warps": 8, "dot_pf": True,
+               "dot_sumsq_products": True,
                "coef_dot": False, "coef_dot_progs_per_sm": 1, "direct_rows": True}
 # fwd_maxnreg / bwd_maxnreg / gather_maxnreg: a register cap per thread for the per-query
 # kernels and the gather (triton's maxnreg; None: the compiler's choice), so that more
@@ -352,7 +353,8 @@ def _dot_tile(cfg: dict, key: str, dh: int, heads: int, S: int, align: int, src:
         return None
     _check_pow2_16(cfg, "dot_sources")
     return dict(H=heads, HP=_pow2(heads), DA=geo["PA"], DB=geo["PB"], KS=cfg["dot_sources"], SP=max(8, _pow2(S)),
-                ALIGN=align, PREC="bf16x2" if src.dtype == torch.bfloat16 else "ieee", PF=cfg["dot_pf"])
+                ALIGN=align, PREC="bf16x2" if src.dtype == torch.bfloat16 else "ieee", PF=cfg["dot_pf"],
+                SS_DOT=cfg["dot_sumsq_products"])
 
 
 def _check_pow2_16(cfg: dict, key: str) -> None:

@@ -637,29 +637,33 @@ def _dot_tiles(table, k0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem: tl.constex
 
 
 @triton.jit
-def _sumsq(x, KS: tl.constexpr):
-    """Each source's sum of squares over a (heads, sources, lanes) tile: (sources,), fp32, in
-    the products' layout. Taken as products too, the diagonal of x x^T per head summed
-    over heads: x^T is the tile the output's product reads anyway, and an elementwise sum
-    would move the whole tile into another register layout through shared memory first
-    (triton 3.6 at 1280 with 8 heads: 740 against 589 instructions per block and warp,
-    bench/results/session14/). bf16 products are exact in fp32; fp32 tiles (the
-    interpreter's) multiply at full precision."""
-    xt = tl.permute(x, (0, 2, 1))
-    if x.dtype == tl.bfloat16 and not _INTERPRETED:
-        xx = tl.dot(x, xt)                                              # (HP, KS, KS)
+def _sumsq(x, KS: tl.constexpr, SS_DOT: tl.constexpr):
+    """Each source's sum of squares over a (heads, sources, lanes) tile: (sources,), fp32.
+    SS_DOT: as products, the diagonal of x x^T per head summed over heads, in the
+    products' layout. x^T is the tile the output's product reads anyway, where the
+    elementwise sum moves the whole tile into another register layout through shared
+    memory first (triton 3.6 at 1024 and 1280 with 8 heads). bf16 products are exact in
+    fp32; fp32 tiles (the interpreter's) multiply at full precision."""
+    if SS_DOT:
+        xt = tl.permute(x, (0, 2, 1))
+        if x.dtype == tl.bfloat16 and not _INTERPRETED:
+            xx = tl.dot(x, xt)                                          # (HP, KS, KS)
+        else:
+            xx = tl.dot(x.to(tl.float32), xt.to(tl.float32), input_precision="ieee")
+        rk = tl.arange(0, KS)
+        diag = (rk[:, None] == rk[None, :])[None, :, :]
+        out = tl.sum(tl.sum(tl.where(diag, xx, 0.0), axis=2), axis=0)
     else:
-        xx = tl.dot(x.to(tl.float32), xt.to(tl.float32), input_precision="ieee")
-    rk = tl.arange(0, KS)
-    diag = (rk[:, None] == rk[None, :])[None, :, :]
-    return tl.sum(tl.sum(tl.where(diag, xx, 0.0), axis=2), axis=0)
+        xf = x.to(tl.float32)
+        out = tl.sum(tl.sum(xf * xf, axis=2), axis=0)
+    return out
 
 
 @triton.jit
 def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, n_src, n_tok, n_q, n_prog, d: tl.constexpr,
                     dh: tl.constexpr, eps, H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr,
                     KS: tl.constexpr, SP: tl.constexpr, ALIGN: tl.constexpr, PREC: tl.constexpr,
-                    PF: tl.constexpr = False):
+                    PF: tl.constexpr = False, SS_DOT: tl.constexpr = True):
     """Phase 1's forward (the S queries' unnormalised reads (m, l, o)) with every query in
     one program, programs persistent over tokens (the queries' weights loaded once per
     program): each source row is read once per token, where ``_fwd_kernel`` runs one
@@ -669,7 +673,7 @@ def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, n_src, n_tok, n_q, n_pro
     sources for the SP queries are a (KS, head lanes) by (head lanes, SP) matrix product,
     and the block's contribution to the output another, (head lanes, KS) by (KS, SP), both
     batched over heads (``tl.dot`` on 3-D tiles; heads first). The key norm's sum of
-    squares is a product too (``_sumsq``), the online softmax runs per block.
+    squares is a product too (``_sumsq`` with SS_DOT), the online softmax runs per block.
     The output is held transposed, (heads, lanes, SP), so that neither product's rows are
     the few queries. ``PREC``: the products' input precision: "bf16x2" for bf16 sources
     (the sources as they are, the fp32 operand split in two bf16 parts: within about 2^-17
@@ -709,10 +713,10 @@ def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, n_src, n_tok, n_q, n_pro
                                               DB)
             else:
                 xa, xb, km = _dot_tiles(table, k0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem, ALIGN, DB)
-            ss = _sumsq(xa, KS)                                          # (KS,)
+            ss = _sumsq(xa, KS, SS_DOT)                                  # (KS,)
             zr = _dot_split(xa, wa_hi, wa_lo, tl.zeros([HP, KS, SP], tl.float32), PREC)
             if DB > 0:
-                ss += _sumsq(xb, KS)
+                ss += _sumsq(xb, KS, SS_DOT)
                 zr = _dot_split(xb, wb_hi, wb_lo, zr, PREC)
             rstd = 1.0 / tl.sqrt(ss / d + eps)
             z = tl.where(km, zr * rstd[None, :, None], float("-inf"))
@@ -739,7 +743,7 @@ def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, n_src, n_tok, n_q, n_pro
 def _coef_dot_kernel(table, ref, W, G, STAT, OFF, DW, CA, CB, CC, n_src, n_tok, n_q, n_prog, d: tl.constexpr,
                      dh: tl.constexpr, eps, H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr,
                      KS: tl.constexpr, SP: tl.constexpr, ALIGN: tl.constexpr, PREC: tl.constexpr,
-                     PF: tl.constexpr = False):
+                     PF: tl.constexpr = False, SS_DOT: tl.constexpr = True):
     """The COEF pass of phase 1's backward (``_bwd_kernel`` with COEF, see there) with every
     query in one program, as matrix products like ``_fwd_dot_kernel``: programs persistent
     over tokens, each source row read once per token. Per block of KS sources and head,
@@ -782,12 +786,12 @@ def _coef_dot_kernel(table, ref, W, G, STAT, OFF, DW, CA, CB, CC, n_src, n_tok, 
                                               DB)
             else:
                 xa, xb, km = _dot_tiles(table, k0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem, ALIGN, DB)
-            ss = _sumsq(xa, KS)                                              # (KS,)
+            ss = _sumsq(xa, KS, SS_DOT)                                  # (KS,)
             zero = tl.zeros([HP, KS, SP], tl.float32)
             zr = _dot_split(xa, wa_hi, wa_lo, zero, PREC)                # (HP, KS, SP)
             gx = _dot_split(xa, ga_hi, ga_lo, zero, PREC)
             if DB > 0:
-                ss += _sumsq(xb, KS)
+                ss += _sumsq(xb, KS, SS_DOT)
                 zr = _dot_split(xb, wb_hi, wb_lo, zr, PREC)
                 gx = _dot_split(xb, gb_hi, gb_lo, gx, PREC)
             rstd = 1.0 / tl.sqrt(ss / d + eps)
