@@ -159,10 +159,16 @@ _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 12
 # slower in the whole step: 131.5 against 118.5 ms at 1280/73 with 8 heads; its code is
 # at 1ceaac1.)
 #
-# fwd_dot: phase 1's forward as ``_fwd_dot_kernel``, one program per token and every
-# query (each source row read once per token, the per-head sums as matrix products), with
+# fwd_dot: phase 1's forward as ``_fwd_dot_kernel``, every query in one program (each
+# source row read once per token, the per-head sums as matrix products), programs
+# persistent over tokens, "fwd_dot_progs_per_sm" per SM (registers allow one at 1024 and
+# 1280: the whole step at 1024/49 with 8 heads took 39.7 against 40.3 ms with one
+# token per program, at 1280/73 90.5 against 91.3; bench/results/session14/), with
 # blocks of "dot_sources" sources and "dot_warps" warps; "dot_pf" loads the next block's
-# tiles while this one is reduced. For bf16 sources the products take them as they are
+# tiles while this one is reduced. "dot_sumsq_products": the key norm's sum of squares
+# taken as products too (triton_kernels._sumsq), in the forward and the COEF pass: at 1024
+# with 8 heads one phase-1 read's forward and COEF pass took 16-17% less time with it
+# and the persistent forward (session 14, run 2); at 1280 the same as elementwise. For bf16 sources the products take them as they are
 # and the fp32 operand as two bf16 parts, two products: within about 2^-17 of fp32
 # ("bf16x2"). tl.dot's tf32x3 was slower (the whole step 121.1 against 113.1 ms with the
 # forward alone, run 1) and its fp32 tiles overflow shared memory in the COEF pass; other
