@@ -22,8 +22,11 @@ triton = pytest.importorskip("triton")
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+import triton.language as tl  # noqa: E402
+
 from mhar import routing  # noqa: E402
 from mhar.routing import op as rop  # noqa: E402
+from mhar.routing import triton_kernels as tk  # noqa: E402
 from mhar.routing import reference as R  # noqa: E402
 from routing_checks import (check_deterministic, check_partial, check_phase_one_rows, check_route,  # noqa: E402
                             check_sink_chain, check_two_phase, make_inputs, rel)
@@ -549,3 +552,40 @@ def test_products_that_do_not_fit_fall_back(gen, monkeypatch):
     assert sorted(tries) == ["_coef_dot_kernel", "_fwd_dot_kernel"]
     check_two_phase(18, 2, (3,), 160, 8, 8, gen=gen, fused=True)
     assert len(tries) == 2
+
+
+
+@triton.jit
+def _product_kernel(A, B, C, PREC: tl.constexpr):
+    r16, r32 = tl.arange(0, 16), tl.arange(0, 32)
+    a = tl.load(A + r16[:, None] * 16 + r16[None, :])
+    b = tl.load(B + r16[:, None] * 32 + r32[None, :])
+    tl.store(C + r16[:, None] * 32 + r32[None, :], tk._dot_fp32(a, b, PREC))
+
+
+def test_fp32_products_as_three_bf16_products(gen):
+    # the gather's "bf16x3" products (triton_kernels._dot_fp32): fp32 operands as two bf16
+    # parts each, three products: errors of a few 2^-16 of the terms' size (2.2e-5 with
+    # round-to-nearest parts and exact sums, 6.8e-5 in the interpreter), where one bf16
+    # product errs by about 2^-8
+    # magnitudes from 2^-6 to 2^6, both signs
+    a = torch.randn(16, 16, generator=gen) * torch.exp2(torch.randint(-6, 7, (16, 16), generator=gen).float())
+    b = torch.randn(16, 32, generator=gen) * torch.exp2(torch.randint(-6, 7, (16, 32), generator=gen).float())
+    exact = a.double() @ b.double()
+    scale = a.double().abs() @ b.double().abs()  # the size of the terms, so cancellation does not count
+    for prec, bound in (("bf16x3", 2.0 ** -13), ("ieee", 1e-6)):
+        c = torch.full((16, 32), float("nan"))
+        _product_kernel[(1,)](a, b, c, PREC=prec)
+        assert ((c.double() - exact).abs() / scale).max() <= bound, prec
+    one = (a.bfloat16().double() @ b.bfloat16().double() - exact).abs() / scale
+    assert one.max() > 2.0 ** -10  # one bf16 product would fail the bound above
+
+
+@pytest.mark.parametrize("precision", ["tf32x3", "bf16x3"])
+def test_phase_one_gather_precisions(precision, gen):
+    # bf16 sources: the gather's products at tf32x3 (the default) or as three bf16 products
+    rop.TUNE = dict(gather_precision=precision)
+    try:
+        check_partial(19, (5,), 160, 8, 8, dtype=torch.bfloat16, tol=1e-2, gen=gen)
+    finally:
+        rop.TUNE = None

@@ -137,7 +137,8 @@ def _pow2(n: int) -> int:
 # one program per token and block of "gather_sources" sources (their gradients from the
 # S queries' upstream gradients and the coefficients, per head a matrix product walked in
 # chunks of "gather_cols" columns; "gather_precision" is its input precision for bf16
-# sources, fp32 ones always use "ieee"). With "bwd_twopass" False,
+# sources: tl.dot's "tf32x3" or "tf32", or "bf16x3", three bf16 products of the operands'
+# two bf16 parts (triton_kernels._dot_fp32); fp32 sources always use "ieee"). With "bwd_twopass" False,
 # ``_bwd_kernel`` loops over the S queries per source instead: it holds a token's S
 # upstream-gradient rows while streaming its sources, is latency-bound, and measured
 # 1.6-2x slower in the whole step at 9ca617b and cf14cbd (bench/results/routing_h200.md).

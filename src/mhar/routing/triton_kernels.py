@@ -504,6 +504,27 @@ def _gather_loads(src, dst, W, G, CA, CB, k, kmask, acc_on, t, n_src, n_tok, n_q
 
 
 @triton.jit
+def _dot_fp32(a, b, PREC: tl.constexpr):
+    """a b for fp32 tiles: tl.dot at input precision PREC ("ieee", "tf32x3", "tf32"), or
+    "bf16x3": each operand split into two bf16 parts (``_split_bf16``) and three bf16
+    products, the parts' product lo x lo left out: errors up to a few 2^-16 of the terms'
+    size (tf32x3's are about 2^-21, one bf16 product's 2^-8)."""
+    if PREC == "bf16x3":
+        a_hi, a_lo = _split_bf16(a)
+        b_hi, b_lo = _split_bf16(b)
+        if _INTERPRETED:  # the interpreter multiplies bf16 tiles wrongly: the same values in fp32
+            a_hi, a_lo, b_hi, b_lo = a_hi.to(tl.float32), a_lo.to(tl.float32), b_hi.to(tl.float32), b_lo.to(tl.float32)
+            out = tl.dot(a_hi, b_lo, input_precision="ieee")
+            out = tl.dot(a_lo, b_hi, out, input_precision="ieee")
+            out = tl.dot(a_hi, b_hi, out, input_precision="ieee")
+        else:
+            out = tl.dot(a_hi, b_hi, tl.dot(a_lo, b_hi, tl.dot(a_hi, b_lo)))
+    else:
+        out = tl.dot(a, b, input_precision=PREC)
+    return out
+
+
+@triton.jit
 def _gather_part(src, dst, W, G, CA, CB, cs, k, kmask, acc_on, t, n_src, n_tok, n_q,
                  d: tl.constexpr, dh: tl.constexpr, H: tl.constexpr, KS: tl.constexpr, SP: tl.constexpr,
                  OFF: tl.constexpr, P: tl.constexpr, WIDTH: tl.constexpr, FULL: tl.constexpr,
@@ -517,7 +538,7 @@ def _gather_part(src, dst, W, G, CA, CB, cs, k, kmask, acc_on, t, n_src, n_tok, 
     for it in range(H * (P // WIDTH)):
         cmat, rmat, x, prev, offs, mask = _gather_loads(src, dst, W, G, CA, CB, k, kmask, acc_on, t, n_src, n_tok, n_q,
                                                         it, d, dh, H, KS, SP, OFF, P, WIDTH, FULL, ACCUM)
-        acc = tl.dot(cmat, rmat, input_precision=PREC)                                  # (KS, WIDTH) fp32
+        acc = _dot_fp32(cmat, rmat, PREC)                                               # (KS, WIDTH) fp32
         acc -= cs[:, None] * x.to(tl.float32)
         if ACCUM:
             acc += prev.to(tl.float32)
