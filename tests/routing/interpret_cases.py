@@ -583,7 +583,7 @@ def test_fp32_products_as_three_bf16_products(gen):
 
 @pytest.mark.parametrize("precision", ["tf32x3", "bf16x3"])
 def test_phase_one_gather_precisions(precision, gen):
-    # bf16 sources: the gather's products at tf32x3 (the default) or as three bf16 products
+    # bf16 sources: the gather's products as three bf16 products (the default) or tf32x3
     rop.TUNE = dict(gather_precision=precision)
     try:
         check_partial(19, (5,), 160, 8, 8, dtype=torch.bfloat16, tol=1e-2, gen=gen)

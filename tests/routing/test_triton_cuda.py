@@ -247,13 +247,14 @@ def test_gradient_sink(n_sites, d, heads, extra, chunk, gen):
 
 @pytest.mark.parametrize("tune", [dict(bwd_twopass=False), dict(gather_sources=32, gather_cols=64),
                                   dict(gather_sources=64, gather_cols=128, gather_warps=8),
-                                  dict(gather_precision="tf32"), dict(gather_precision="bf16x3")],
-                         ids=["s-loop", "blocks-of-32", "blocks-of-64", "tf32", "bf16x3"])
+                                  dict(gather_precision="tf32"), dict(gather_precision="tf32x3")],
+                         ids=["s-loop", "blocks-of-32", "blocks-of-64", "tf32", "tf32x3"])
 @pytest.mark.parametrize("n,d,heads,S", [(25, 512, 8, 8), (49, 1024, 1, 8), (17, 1280, 8, 6), (9, 1280, 1, 3)])
 def test_partial_other_backward(n, d, heads, S, tune, gen):
     # phase 1's backward other than the default (op._PHASE1_BACKWARD): the loop over the
     # S queries per source, or the two-pass gather over blocks of 32 or 64 sources (in
-    # chunks of 64 or 128 columns), or with single tf32 products, or three bf16 products
+    # chunks of 64 or 128 columns), or with tl.dot's single tf32 or tf32x3 products instead
+    # of three bf16 ones
     rop.TUNE = tune
     try:
         check_partial(n, (300,), d, heads, S, device=DEV, gen=gen)

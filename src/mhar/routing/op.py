@@ -146,15 +146,19 @@ def _pow2(n: int) -> int:
 # were slower still and are gone (their code is at 9ca617b).
 # The gather's defaults are session 9's whole-step picks (bench/results/routing_h200.md):
 # 16 sources, chunks of 128 columns, 4 warps (62-112 registers in triton 3.6's offline sm_90
-# compile, no spills; capped at 96 at 1280, see CONFIG_TABLE). tf32x3 (about fp32's
-# accuracy) rather than single tf32 products, which measured 1.5-1.8 ms faster per whole
-# step at 1280/73 (1.5%) for 4x the rounding.
+# compile, no spills; capped at 96 at 1280, see CONFIG_TABLE). Its products: single tf32
+# ones measured 1.5-1.8 ms faster per whole step at 1280/73 than tf32x3 (about fp32's
+# accuracy) for 4x the rounding (session 9). "bf16x3" (errors of a few 2^-16, 64x under
+# the bf16 gradients' own rounding) since session 14: the whole step's kernels at 1280/73
+# took 89.1 against 90.5 ms with 8 heads and 92.4 against 93.4 with one, at 1024/49 39.1
+# against 39.6 with 8 (bench/results/session14/, run 6); in the interpreter the sources'
+# bf16 gradients were within 3.38e-3 of fp64 against tf32x3's 3.35e-3.
 # Blocks of queries per program for phase 1's forward and COEF pass (each source tile
 # read once per block instead of once per query through L2; session 9) measured slower
 # in every whole-step row of session 10, up to 2.5x (bench/results/routing_h200.md);
 # their code is at 6d5e552.
 _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 128, "gather_warps": 4,
-                    "gather_precision": "tf32x3", "gather_maxnreg": None}
+                    "gather_precision": "bf16x3", "gather_maxnreg": None}
 # pad_heads: a head width that is not a power of two as one padded part (see _geometry).
 # (Session 10's "fwd_wide_b", a head's second part loaded in the first part's width, was
 # slower in the whole step: 131.5 against 118.5 ms at 1280/73 with 8 heads; its code is

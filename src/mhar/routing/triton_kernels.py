@@ -561,8 +561,9 @@ def _bwd_gather_kernel(table, ref, gtable, W, G, CA, CB, CC, n_src, n_acc, n_tok
     least 8 (the product's inner size is then at least 16). A program walks its token's
     row as two head parts: the first PA lanes of every head in chunks of GA, then the PB
     (0: none) after them in chunks of GB. ``PREC`` is the product's input precision:
-    "ieee" for fp32 sources; for bf16 ones, whose gradients are rounded to bf16, "tf32x3"
-    (three tf32 products, about fp32's accuracy) or "tf32".
+    "ieee" for fp32 sources; for bf16 ones, whose gradients are rounded to bf16, "bf16x3"
+    (three bf16 products, ``_dot_fp32``), "tf32x3" (three tf32 products, about fp32's
+    accuracy) or "tf32".
     (The kernels this replaced multiplied and added per element: the first held all heads
     at once and ran at 21% of copy bandwidth at 1280/73 with 8 heads, its per-thread
     copies of every coefficient as many loads as multiply-adds; the second, a 2-D tile of
