@@ -29,7 +29,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from mhar.routing import triton_kernels as tk
-from mhar.routing.op import _chunk_lanes, _chunks_first, _gather_geometry, _pow2, _split_width
+from mhar.routing.op import _PHASE1_BACKWARD, _chunk_lanes, _chunks_first, _gather_geometry, _pow2, _split_width
 
 SHAPES = [(512, 8), (1024, 1), (1024, 8), (1280, 1), (1280, 8)]
 POINTERS = {"table": "*i64", "gtable": "*i64", "ref": "*bf16", "W": "*fp32", "G": "*fp32", "STAT": "*fp32",
@@ -132,6 +132,8 @@ def main() -> None:
     ap.add_argument("--gather-sources", type=int, default=16, help="sources per gather program (KS)")
     ap.add_argument("--gather-cols", type=int, default=128, help="columns per gather chunk")
     ap.add_argument("--gather-warps", type=int, default=4)
+    ap.add_argument("--gather-precision", default=_PHASE1_BACKWARD["gather_precision"],
+                    help="the gather's products for bf16 sources: bf16x3 (the library's), tf32x3 or tf32")
     ap.add_argument("--dot-sources", type=int, default=16, help="sources per block of the dot kernels")
     ap.add_argument("--dot-warps", default="8", help="comma list of warps for the dot kernels (the library's: 8)")
     ap.add_argument("--dot-precision", default="bf16x2", help="comma list of the dot kernels' input precisions "
@@ -191,8 +193,10 @@ def main() -> None:
                 t = tile(d, heads)
                 ks = args.gather_sources
                 geo = _gather_geometry(t["dh"], t["DA"], t["DB"], args.gather_cols)
-                c = dict(d=d, dh=t["dh"], H=heads, **geo, KS=ks, SP=8, ALIGN=16, ACCUM=True, PREC="tf32x3")
-                row(f"_bwd_gather_kernel ({ks} sources, chunks of {args.gather_cols})", d, heads, args.gather_warps,
+                c = dict(d=d, dh=t["dh"], H=heads, **geo, KS=ks, SP=8, ALIGN=16, ACCUM=True,
+                         PREC=args.gather_precision)
+                row(f"_bwd_gather_kernel ({ks} sources, chunks of {args.gather_cols}, {args.gather_precision})", d,
+                    heads, args.gather_warps,
                     resources(tk._bwd_gather_kernel, c, args.gather_warps))
 
 
