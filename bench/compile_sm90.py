@@ -4,7 +4,8 @@ Compiles each kernel with triton's own compiler for an H100/H200 target, as the 
 would specialise it at the paper widths (bf16 sources, 16-byte aligned tables, every lane
 valid), and reads the cubin's resource usage with the cuobjdump that ships with triton.
 It also counts the layout conversions in the compiled TTGIR, and those inside loop bodies
-(once per iteration: per source in the source loops), with the largest tensor they move.
+(once per iteration: per source in the source loops), with the largest tensor they move,
+and each SASS loop's instructions and barriers per warp and iteration.
 The numbers quoted in docs/kernels.md and bench/results/ for register pressure come from
 this script (run with triton 3.6, the GPU machine's version).
 
@@ -56,14 +57,30 @@ def resources(fn, constexprs: dict, warps: int, pointers: dict | None = None) ->
         f.flush()
         tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
         out = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True, check=True).stdout
+        sass = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True, check=True).stdout
     ptx = kernel.asm["ptx"]
     return {"regs": int(re.search(r"REG:(\d+)", out).group(1)), "stack": int(re.search(r"STACK:(\d+)", out).group(1)),
             "shared": kernel.metadata.shared,
-            "layout_conversions": kernel.asm["ttgir"].count("convert_layout"),
+            "layout_conversions": kernel.asm["ttgir"].count("convert_layout"), "sass_loops": sass_loops(sass),
             "in_loops": loop_conversions(kernel.asm["ttgir"]), "ttgir": kernel.asm["ttgir"],
             # memory instructions by width: 16-byte vectors, and 2-byte scalar ones (bf16 without vectorisation)
             "v4": len(re.findall(r"(?:ld|st)\.global[\w.]*\.v4", ptx)),
             "b16": len(re.findall(r"(?:ld|st)\.global[\w.]*\.(?:b16|u16)\b", ptx))}
+
+
+def sass_loops(sass: str) -> str:
+    """Each loop of the SASS (a backward branch and its target) as "instructions / barriers",
+    per warp and iteration; an outer loop's count includes its inner loops'."""
+    code = [(int(m.group(1), 16), m.group(2)) for line in sass.splitlines()
+            for m in [re.match(r"\s+/\*([0-9a-f]{4,})\*/\s+(.*?);", line)] if m]
+    loops = []
+    for addr, ins in code:
+        m = re.search(r"\bBRA\s+(?:`\()?(0x[0-9a-f]+)", ins)
+        if m and int(m.group(1), 16) < addr:
+            body = [i for a, i in code if int(m.group(1), 16) <= a <= addr]
+            barriers = sum(bool(re.match(r"(@!?U?P\w+\s+)?BAR\b", i)) for i in body)
+            loops.append(f"{len(body)} / {barriers}")
+    return ", ".join(loops) or "-"
 
 
 def loop_conversions(ttgir: str, nesting: int = 1) -> str:
@@ -148,13 +165,13 @@ def main() -> None:
     if args.maxnreg:
         OPTIONS["maxnreg"] = args.maxnreg
     print("| kernel | d | H | warps | registers | stack bytes | shared bytes | layout conversions "
-          "| of them in loops (largest) | 16-byte / 2-byte memory ops |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| of them in loops (largest) | 16-byte / 2-byte memory ops | SASS loops: instructions / barriers |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
 
     def row(name, d, heads, w, r):
         print(f"| {name} | {d} | {heads} | {w} | {r['regs']} | {r['stack']} | {r['shared']} | "
               f"{r['layout_conversions']} | "
-              f"{r['in_loops']} | {r['v4']} / {r['b16']} |", flush=True)
+              f"{r['in_loops']} | {r['v4']} / {r['b16']} | {r['sass_loops']} |", flush=True)
 
     for kind in args.kernels.split(","):
         if kind == "hyper":
