@@ -122,12 +122,13 @@ def _pow2(n: int) -> int:
 
 # Tile configuration: elements per program tile, warps, prefetch depth (tiles in flight
 # ahead of the one being reduced) and backward programs per SM. One default for a single
-# head and one for several ("bwd_sum_elems" and "bwd_sum_warps", when set, are the tile and
-# warps of a backward that adds into running sums); CONFIG_TABLE[(padded width, heads > 1)] overrides them (and
-# MHAR_ROUTING_CONFIG adds entries from a sweep file); TUNE, when not None, overrides
-# everything (the sweep uses that). The values are bench/routing.py --tune's picks on an
-# H200 at 9f66467 (bench/results/history/routing_h200_session3.md): one or two warps per
-# token row, so that every reduction stays inside a warp, and no deeper prefetch.
+# head and one for several ("bwd_sum_elems" and "bwd_sum_warps", when set, are the tile
+# and warps of a backward that adds into running sums); CONFIG_TABLE[(padded width,
+# heads > 1)] overrides them (and MHAR_ROUTING_CONFIG adds entries from a sweep file);
+# TUNE, when not None, overrides everything (the sweep uses that). The values are
+# bench/routing.py --tune's picks on an H200 at 9f66467
+# (bench/results/history/routing_h200_session3.md): one or two warps per token row, so
+# that every reduction stays inside a warp, and no deeper prefetch.
 #
 # Phase 1 of two-phase (S queries): the forward is ``_fwd_kernel`` with one program per
 # query (the S programs of a token tile share its sources in L2). The backward
@@ -138,10 +139,11 @@ def _pow2(n: int) -> int:
 # S queries' upstream gradients and the coefficients, per head a matrix product walked in
 # chunks of "gather_cols" columns; "gather_precision" is its input precision for bf16
 # sources: tl.dot's "tf32x3" or "tf32", or "bf16x3", three bf16 products of the operands'
-# two bf16 parts (triton_kernels._dot_fp32); fp32 sources always use "ieee"). With "bwd_twopass" False,
-# ``_bwd_kernel`` loops over the S queries per source instead: it holds a token's S
-# upstream-gradient rows while streaming its sources, is latency-bound, and measured
-# 1.6-2x slower in the whole step at 9ca617b and cf14cbd (bench/results/routing_h200.md).
+# two bf16 parts (triton_kernels._dot_fp32); fp32 sources always use "ieee"). With
+# "bwd_twopass" False, ``_bwd_kernel`` loops over the S queries per source instead: it
+# holds a token's S upstream-gradient rows while streaming its sources, is latency-bound,
+# and measured 1.6-2x slower in the whole step at 9ca617b and cf14cbd
+# (bench/results/routing_h200.md).
 # Kernels that held every query in registers (queries-tile, and a token-major gather)
 # were slower still and are gone (their code is at 9ca617b).
 # The gather's defaults are session 9's whole-step picks (bench/results/routing_h200.md):
@@ -173,11 +175,12 @@ _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 12
 # tiles while this one is reduced. "dot_sumsq_products": the key norm's sum of squares
 # taken as products too (triton_kernels._sumsq), in the forward and the COEF pass: at 1024
 # with 8 heads one phase-1 read's forward and COEF pass took 16-17% less time with it
-# and the persistent forward (session 14, run 2); at 1280 the same as elementwise. For bf16 sources the products take them as they are
-# and the fp32 operand as two bf16 parts, two products: within about 2^-17 of fp32
-# ("bf16x2"). tl.dot's tf32x3 was slower (the whole step 121.1 against 113.1 ms with the
-# forward alone, run 1) and its fp32 tiles overflow shared memory in the COEF pass; other
-# dtypes keep the per-query kernels on a GPU (see _dot_tile). Heads of more than 128 lanes
+# and the persistent forward (session 14, run 2); at 1280 the same as elementwise. For
+# bf16 sources the products take them as they are and the fp32 operand as two bf16
+# parts, two products: within about 2^-17 of fp32 ("bf16x2"). tl.dot's tf32x3 was
+# slower (the whole step 121.1 against 113.1 ms with the forward alone, run 1) and its
+# fp32 tiles overflow shared memory in the COEF pass; other dtypes keep the per-query
+# kernels on a GPU (see _dot_tile). Heads of more than 128 lanes
 # (one head of 1024 or 1280) keep ``_fwd_kernel``: triton 3.6 compiles their tiles to local
 # memory (thousands of stack bytes, bench/compile_sm90.py --kernels dot). On for several
 # heads: at 1280/73 with 8 heads phase 1's forward took 15.8 ms against about 23 (the whole

@@ -513,7 +513,8 @@ def _dot_fp32(a, b, PREC: tl.constexpr):
         a_hi, a_lo = _split_bf16(a)
         b_hi, b_lo = _split_bf16(b)
         if _INTERPRETED:  # the interpreter multiplies bf16 tiles wrongly: the same values in fp32
-            a_hi, a_lo, b_hi, b_lo = a_hi.to(tl.float32), a_lo.to(tl.float32), b_hi.to(tl.float32), b_lo.to(tl.float32)
+            a_hi, a_lo = a_hi.to(tl.float32), a_lo.to(tl.float32)
+            b_hi, b_lo = b_hi.to(tl.float32), b_lo.to(tl.float32)
             out = tl.dot(a_hi, b_lo, input_precision="ieee")
             out = tl.dot(a_lo, b_hi, out, input_precision="ieee")
             out = tl.dot(a_hi, b_hi, out, input_precision="ieee")
