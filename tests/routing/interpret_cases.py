@@ -565,8 +565,7 @@ def _product_kernel(A, B, C, PREC: tl.constexpr):
 
 def test_fp32_products_as_three_bf16_products(gen):
     # the gather's "bf16x3" products (triton_kernels._dot_fp32): fp32 operands as two bf16
-    # parts each, three products: errors of a few 2^-16 of the terms' size (2.2e-5 with
-    # round-to-nearest parts and exact sums, 6.8e-5 in the interpreter), where one bf16
+    # parts each, three products: errors of a few 2^-16 of the terms' size, where one bf16
     # product errs by about 2^-8
     # magnitudes from 2^-6 to 2^6, both signs
     a = torch.randn(16, 16, generator=gen) * torch.exp2(torch.randint(-6, 7, (16, 16), generator=gen).float())

@@ -150,11 +150,12 @@ def _pow2(n: int) -> int:
 # 16 sources, chunks of 128 columns, 4 warps (62-112 registers in triton 3.6's offline sm_90
 # compile, no spills; capped at 96 at 1280, see CONFIG_TABLE). Its products: single tf32
 # ones measured 1.5-1.8 ms faster per whole step at 1280/73 than tf32x3 (about fp32's
-# accuracy) for 4x the rounding (session 9). "bf16x3" (errors of a few 2^-16, 64x under
-# the bf16 gradients' own rounding) since session 14: the whole step's kernels at 1280/73
+# accuracy) for 4x the rounding (session 9). "bf16x3" (errors of a few 2^-16, well under
+# the bf16 gradients' own rounding of 2^-8) since session 14: the whole step's kernels at 1280/73
 # took 89.1 against 90.5 ms with 8 heads and 92.4 against 93.4 with one, at 1024/49 39.1
 # against 39.6 with 8 (bench/results/session14/, run 6); in the interpreter the sources'
-# bf16 gradients were within 3.38e-3 of fp64 against tf32x3's 3.35e-3.
+# bf16 gradients were within 3.37-3.38e-3 of fp64 against tf32x3's 3.35-3.37e-3
+# (session14/interpreter/).
 # Blocks of queries per program for phase 1's forward and COEF pass (each source tile
 # read once per block instead of once per query through L2; session 9) measured slower
 # in every whole-step row of session 10, up to 2.5x (bench/results/routing_h200.md);
