@@ -105,15 +105,20 @@ def test_prefetch_depths(pf, gen, small_tiles):
         check_partial(n, (7,), 16, 2, 3, gen=gen)
 
 
+def check_every_path(n, lead, d, heads, gen):
+    """One-pass read, phase-1 read, a gradient sink's chain and the fused two-phase read."""
+    check_route(n, lead, d, heads, gen=gen)
+    check_partial(n, lead, d, heads, 3, gen=gen)
+    check_sink_chain(n + 2, lead, d, heads, gen=gen, chunk=2, extra=False)
+    check_two_phase(n, 2, lead, d, heads, 3, gen=gen, fused=True)
+
+
 @pytest.mark.parametrize("n,lead,d,heads", [(3, (4,), 80, 1), (2, (3,), 160, 8), (6, (5,), 40, 8), (2, (5,), 123, 1)])
 def test_padded_heads(n, lead, d, heads, gen):
     # pad_heads: a head width that is not a power of two as one padded part, every path
     rop.TUNE = dict(pad_heads=True)
     try:
-        check_route(n, lead, d, heads, gen=gen)
-        check_partial(n, lead, d, heads, 3, gen=gen)
-        check_sink_chain(n + 2, lead, d, heads, gen=gen, chunk=2, extra=False)
-        check_two_phase(n, 2, lead, d, heads, 3, gen=gen, fused=True)
+        check_every_path(n, lead, d, heads, gen)
     finally:
         rop.TUNE = None
 
@@ -125,10 +130,7 @@ def test_other_tile_axis_order(n, lead, d, heads, gen):
     order = rop._chunks_first()
     rop._CHUNKS_FIRST[:] = [not order]
     try:
-        check_route(n, lead, d, heads, gen=gen)
-        check_partial(n, lead, d, heads, 3, gen=gen)
-        check_sink_chain(n + 2, lead, d, heads, gen=gen, chunk=2, extra=False)
-        check_two_phase(n, 2, lead, d, heads, 3, gen=gen, fused=True)
+        check_every_path(n, lead, d, heads, gen)
     finally:
         rop._CHUNKS_FIRST[:] = [order]
 

@@ -660,7 +660,7 @@ def _dot_tiles(table, k0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem: tl.constex
 
 
 @triton.jit
-def _sumsq(x, KS: tl.constexpr, SS_DOT: tl.constexpr):
+def _sumsq(x, SS_DOT: tl.constexpr):
     """Each source's sum of squares over a (heads, sources, lanes) tile: (sources,), fp32.
     SS_DOT: as products, the diagonal of x x^T per head summed over heads, in the
     products' layout. x^T is the tile the output's product reads anyway, where the
@@ -673,7 +673,7 @@ def _sumsq(x, KS: tl.constexpr, SS_DOT: tl.constexpr):
             xx = tl.dot(x, xt)                                          # (HP, KS, KS)
         else:
             xx = tl.dot(x.to(tl.float32), xt.to(tl.float32), input_precision="ieee")
-        rk = tl.arange(0, KS)
+        rk = tl.arange(0, x.shape[1])
         diag = (rk[:, None] == rk[None, :])[None, :, :]
         out = tl.sum(tl.sum(tl.where(diag, xx, 0.0), axis=2), axis=0)
     else:
@@ -736,10 +736,10 @@ def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, n_src, n_tok, n_q, n_pro
                                               DB)
             else:
                 xa, xb, km = _dot_tiles(table, k0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem, ALIGN, DB)
-            ss = _sumsq(xa, KS, SS_DOT)                                  # (KS,)
+            ss = _sumsq(xa, SS_DOT)                                  # (KS,)
             zr = _dot_split(xa, wa_hi, wa_lo, tl.zeros([HP, KS, SP], tl.float32), PREC)
             if DB > 0:
-                ss += _sumsq(xb, KS, SS_DOT)
+                ss += _sumsq(xb, SS_DOT)
                 zr = _dot_split(xb, wb_hi, wb_lo, zr, PREC)
             rstd = 1.0 / tl.sqrt(ss / d + eps)
             z = tl.where(km, zr * rstd[None, :, None], float("-inf"))
@@ -809,12 +809,12 @@ def _coef_dot_kernel(table, ref, W, G, STAT, OFF, DW, CA, CB, CC, n_src, n_tok, 
                                               DB)
             else:
                 xa, xb, km = _dot_tiles(table, k0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem, ALIGN, DB)
-            ss = _sumsq(xa, KS, SS_DOT)                                  # (KS,)
+            ss = _sumsq(xa, SS_DOT)                                  # (KS,)
             zero = tl.zeros([HP, KS, SP], tl.float32)
             zr = _dot_split(xa, wa_hi, wa_lo, zero, PREC)                # (HP, KS, SP)
             gx = _dot_split(xa, ga_hi, ga_lo, zero, PREC)
             if DB > 0:
-                ss += _sumsq(xb, KS, SS_DOT)
+                ss += _sumsq(xb, SS_DOT)
                 zr = _dot_split(xb, wb_hi, wb_lo, zr, PREC)
                 gx = _dot_split(xb, gb_hi, gb_lo, gx, PREC)
             rstd = 1.0 / tl.sqrt(ss / d + eps)
