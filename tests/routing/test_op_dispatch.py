@@ -154,6 +154,17 @@ def test_tiles_of_the_two_backward_kinds_and_padded_heads(monkeypatch):
     assert (rop._cfg(512, False)["bwd_warps"], rop._cfg(512, False)["bwd_sum_warps"]) == (2, 1)
     monkeypatch.setattr(rop, "TUNE", {"bwd_warps": 4})
     assert rop._cfg(512, False)["bwd_warps"] == 4 and "bwd_sum_warps" not in rop._cfg(512, False)
+    # register caps by kind, the same way; an explicit None leaves the sum kind uncapped
+    monkeypatch.setattr(rop, "CONFIG_TABLE", {(512, False): {"bwd_maxnreg": 208, "bwd_sum_maxnreg": None}})
+    monkeypatch.setattr(rop, "TUNE", None)
+    cfg = rop._cfg(512, False)
+    assert rop._bwd_launch(cfg, summing=False) == (cfg["bwd_warps"], 208)
+    assert rop._bwd_launch(cfg, summing=True) == (cfg["bwd_warps"], None)
+    monkeypatch.setattr(rop, "TUNE", {"bwd_maxnreg": 224})  # a sweep's cap: both kinds
+    assert rop._bwd_launch(rop._cfg(512, False), summing=True)[1] == 224
+    monkeypatch.setattr(rop, "CONFIG_TABLE", {(512, False): {"bwd_maxnreg": 208}})
+    monkeypatch.setattr(rop, "TUNE", None)
+    assert rop._bwd_launch(rop._cfg(512, False), summing=True)[1] == 208  # no sum entry: the backward's
     # pad_heads: 160-wide heads as one 256-lane part instead of 128 + 32
     monkeypatch.setattr(rop, "TUNE", {"pad_heads": True})
     tile = rop._geometry(1280, 8, 4096, "fwd", 16)[2]

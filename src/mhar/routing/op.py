@@ -122,9 +122,10 @@ def _pow2(n: int) -> int:
 
 # Tile configuration: elements per program tile, warps, prefetch depth (tiles in flight
 # ahead of the one being reduced) and backward programs per SM. One default for a single
-# head and one for several ("bwd_sum_elems" and "bwd_sum_warps", when set, are the tile
-# and warps of a backward that adds into running sums); CONFIG_TABLE[(padded width,
-# heads > 1)] overrides them (and MHAR_ROUTING_CONFIG adds entries from a sweep file);
+# head and one for several ("bwd_sum_elems", "bwd_sum_warps" and "bwd_sum_maxnreg", when
+# set, are the tile, warps and register cap of a backward that adds into running sums);
+# CONFIG_TABLE[(padded width, heads > 1)] overrides them (and MHAR_ROUTING_CONFIG adds
+# entries from a sweep file);
 # TUNE, when not None, overrides everything (the sweep uses that). The values are
 # bench/routing.py --tune's picks on an H200 at 9f66467
 # (bench/results/history/routing_h200_session3.md): one or two warps per token row, so
@@ -264,10 +265,18 @@ def _cfg(padded_width: int, multi_head: bool) -> dict:
     base = {**_DEFAULTS[multi_head], **CONFIG_TABLE.get((padded_width, multi_head), {})}
     if TUNE is None:
         return base
-    for key in ("elems", "warps"):  # a sweep's backward tile or warps apply to both backward kinds
+    for key in ("elems", "warps", "maxnreg"):  # a sweep's backward tile, warps or cap apply to both backward kinds
         if "bwd_" + key in TUNE:
             base.pop("bwd_sum_" + key, None)
     return {**base, **TUNE}
+
+
+def _bwd_launch(cfg: dict, summing: bool) -> tuple[int, int | None]:
+    """Warps and register cap of ``_bwd_kernel``: a backward that adds into running sums
+    takes the "bwd_sum_" entries where the config has them, else the backward's."""
+    if summing:
+        return cfg.get("bwd_sum_warps", cfg["bwd_warps"]), cfg.get("bwd_sum_maxnreg", cfg["bwd_maxnreg"])
+    return cfg["bwd_warps"], cfg["bwd_maxnreg"]
 
 
 def _pow2_floor(n: int) -> int:
@@ -484,7 +493,7 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
     src_table, src_align = _ptr_table(srcs)
     dest_table, dest_align = _ptr_table(dests)
     dh, cfg, tile = _geometry(d, heads, n_tok, "bwd_sum" if n_acc else "bwd", min(src_align, dest_align))
-    warps = cfg.get("bwd_sum_warps", cfg["bwd_warps"]) if n_acc else cfg["bwd_warps"]
+    warps, maxnreg = _bwd_launch(cfg, summing=n_acc > 0)
     stat = stat.contiguous()
     if S > 1 and cfg["bwd_twopass"]:  # per-query coefficients, then per-source gradients
         from mhar.routing.triton_kernels import _bwd_gather_kernel
@@ -542,8 +551,7 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
                                    y.contiguous() if final else grad, dw_parts, dw_parts, dw_parts, dw_parts,
                                    pm, pgo, pgl, len(srcs), n_acc, n_tok, S, d, dh, eps, n_tiles, n_prog,
                                    **tile, SINGLE=(S == 1), FINAL=final, ACCUM=n_acc > 0, PF=cfg["bwd_pf"],
-                                   PARTIAL=partial is not None, num_warps=warps,
-                                   maxnreg=cfg["bwd_maxnreg"])
+                                   PARTIAL=partial is not None, num_warps=warps, maxnreg=maxnreg)
     if not n_tok:
         dw_parts.zero_()
         for g in dests[n_acc:]:
