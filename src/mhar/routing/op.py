@@ -236,7 +236,12 @@ CONFIG_TABLE: dict[tuple[int, bool], dict] = {
     # five programs per SM instead of four; the whole step at 1280/73 took 92.0 against
     # 93.3 ms of kernels with one head, 89.0 against 90.8 with eight (bench/results/session13/)
     (1280, False): {"bwd_warps": 1, "gather_maxnreg": 96},
-    (1280, True): {"bwd_warps": 1, "gather_maxnreg": 96},
+    # and with several heads a backward that writes fresh gradients (a plain route call)
+    # compiled with a cap of 224 registers (240 without; either way two warps per SM
+    # sub-partition): 2.629 against 2.655 ms per fwd+bwd call replayed (session 15, run 1;
+    # 2.631 against 2.656 in session 13); one that adds into sums stays uncapped (the whole
+    # step at 1280/73 took 94.1 against 93.3 ms with the cap, session 13)
+    (1280, True): {"bwd_warps": 1, "gather_maxnreg": 96, "bwd_maxnreg": 224, "bwd_sum_maxnreg": None},
 }
 TUNE: dict | None = None
 
