@@ -18,6 +18,7 @@ backward (2N + 2) M d e (read each source, grad_y and y once, write each source'
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import math
 import os
@@ -394,10 +395,11 @@ def main():
             "device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
             "python": platform.python_version(), "commit": os.environ.get("MHAR_COMMIT") or _git_commit(),
             "tokens": args.tokens, "dtype": "bfloat16", "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
-    for mod in ("fla", "liger_kernel"):
+    for mod, dist in (("fla", "fla-core"), ("liger_kernel", "liger-kernel")):
         try:
             m = __import__(mod)
-            meta[mod] = getattr(m, "__version__", "?")
+            # liger has no __version__: the installed distribution's
+            meta[mod] = getattr(m, "__version__", None) or importlib.metadata.version(dist)
         except Exception as e:
             meta[mod] = f"unavailable ({type(e).__name__})"
     log(json.dumps(meta))
