@@ -28,8 +28,8 @@ from mhar import routing  # noqa: E402
 from mhar.routing import op as rop  # noqa: E402
 from mhar.routing import triton_kernels as tk  # noqa: E402
 from mhar.routing import reference as R  # noqa: E402
-from routing_checks import (check_deterministic, check_partial, check_phase_one_rows, check_route,  # noqa: E402
-                            check_sink_chain, check_two_phase, make_inputs, rel)
+from routing_checks import (check_deterministic, check_finalize, check_finalized_rows, check_partial,  # noqa: E402
+                            check_phase_one_rows, check_route, check_sink_chain, check_two_phase, make_inputs, rel)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -180,6 +180,49 @@ def test_phase_one_rows(n_old, n_new, lead, d, heads, S, gen):
     del rows
     assert block() is None
     check_phase_one_rows(n_old, n_new, lead, d, heads, S, dtype=torch.bfloat16, tol=1e-2, gen=gen)
+
+
+class _Counting:
+    """A kernel that counts its launches."""
+
+    def __init__(self, kernel):
+        self.kernel, self.calls = kernel, 0
+
+    def __getitem__(self, grid):
+        self.calls += 1
+        return self.kernel[grid]
+
+
+FINALIZE_SHAPES = [((5,), 123, 1), ((5,), 123, 3), ((37,), 1, 1), ((5,), 1280, 8), ((37,), 1280, 8),
+                   ((2, 3), 1280, 1), ((37,), 160, 8), ((5,), 48, 16)]
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 1e-2)], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("lead,d,heads", FINALIZE_SHAPES)
+@pytest.mark.parametrize("tiles", ["default", "small"])
+def test_finalize_kernels(lead, d, heads, dtype, tol, tiles, gen, monkeypatch):
+    # finalize's kernels (x = o / l per head, and its backward), three rows of tokens not a
+    # multiple of any block, heads of 123, 41, 1, 160 (chunks of 32), 1280 (chunks of 256),
+    # 20 (one padded chunk) and 3 lanes, with the default tile and with blocks of one to a
+    # few tokens; a partial read and direct rows of a phase-1 read, against fp64 and the
+    # eager path
+    fwd, bwd = _Counting(tk._finalize_fwd_kernel), _Counting(tk._finalize_bwd_kernel)
+    monkeypatch.setattr(tk, "_finalize_fwd_kernel", fwd)
+    monkeypatch.setattr(tk, "_finalize_bwd_kernel", bwd)
+    if tiles == "small":
+        monkeypatch.setattr(rop, "TUNE", dict(finalize_elems=64))
+    check_finalize(lead, d, heads, dtype=dtype, tol=tol, gen=gen)
+    assert (fwd.calls, bwd.calls) == (3, 3)  # the partial read, then two rows
+
+
+@pytest.mark.parametrize("n,lead,d,heads,S", [(3, (5,), 123, 3, 3), (2, (37,), 1, 1, 2), (3, (5,), 1280, 8, 2),
+                                              (2, (7,), 123, 1, 4)])
+def test_finalized_rows(n, lead, d, heads, S, gen):
+    # route_partial_rows with every row normalised by finalize: each row's gradients
+    # written into phase 1's buffer at its offset
+    assert check_finalized_rows(n, lead, d, heads, S, gen=gen).direct
+    if d > 1:  # at d = 1 bf16 the query gradients (S numbers, sums that cancel) are 1-10% off fp64 either way
+        check_finalized_rows(n, lead, d, heads, S, dtype=torch.bfloat16, tol=1e-2, gen=gen)
 
 
 def test_phase_one_rows_off_the_kernels(gen):

@@ -190,3 +190,73 @@ def check_sink_chain(n_sites, lead, d, heads, dtype=torch.float32, device="cpu",
     for name, a, b in zip(["embedding", "queries", "norm_weights"] + ["leaf"] * n_sites, got, want):
         assert a.shape == b.shape
         assert rel(a, b) <= tol, (name, rel(a, b))
+
+
+def _finalize_case(lead, d, heads, S, dtype, device, gen):
+    """``finalize`` of a random partial read (S rows; l >= 1, as a read's is, and
+    x = o / l of order one), then of rows 0 and S - 1 as rows of a phase-1 read taken
+    directly. Returns [x, grad_l, grad_o] of each, and the fp64 reference's."""
+    from mhar.routing import op as rop
+
+    n_tok, dh = math.prod(lead), d // heads
+    l = 1 + 3 * torch.rand(S, n_tok, heads, generator=gen, dtype=torch.float64)
+    o = (torch.randn(S, n_tok, heads, dh, generator=gen, dtype=torch.float64) * l[..., None]).view(S, n_tok, d)
+    gy = torch.randn(S, *lead, d, generator=gen, dtype=torch.float64)
+    m = torch.zeros_like(l, device=device, dtype=torch.float32)  # finalize does not read it
+    l32, o32 = (t.to(device, torch.float32).requires_grad_() for t in (l, o))
+    l64, o64 = (t.to(device).requires_grad_() for t in (l, o))
+    x64 = R.finalize(R.Partial(m.double(), l64, o64), (*lead, d), torch.float64)
+    want = [x64, *torch.autograd.grad(x64, [l64, o64], gy.to(device))]
+    x = routing.finalize(routing.Partial(m, l32, o32), (*lead, d), dtype)
+    assert x.shape == x64.shape and x.dtype == dtype
+    got = [x, *torch.autograd.grad(x, [l32, o32], gy.to(device, dtype))]
+    for i in (0, S - 1):
+        rows = routing.PhaseOneRows(routing.Partial(m, l32, o32), rop._RowGrads(l.shape, o.shape, device))
+        x = routing.finalize(rows[i], (*lead, d), dtype)
+        x.backward(gy[i:i + 1].to(device, dtype))
+        assert l32.grad is None and o32.grad is None, "a direct row's gradients go to the read's buffers"
+        got += [x, rows.grads.l[i].clone(), rows.grads.o[i].clone()]
+        want += [x64[i:i + 1], want[1][i], want[2][i]]
+    return got, want
+
+
+def check_finalize(lead, d, heads, S=3, dtype=torch.float32, device="cpu", tol=1e-5, gen=None, eager=True):
+    """``finalize`` of a partial read and of rows of a phase-1 read (their gradients written
+    into its buffers): x and the gradients of l and o equal the fp64 reference's. With
+    ``eager``, also the eager path's on the same inputs: x exactly for an fp32 output (and
+    on a GPU for any: the interpreter truncates to 16 bits, torch rounds), grad_o exactly
+    (g times the rounded 1 / l either way), grad_l up to the sums' order."""
+    from mhar.routing import op as rop
+
+    state = gen.get_state()
+    got, want = _finalize_case(lead, d, heads, S, dtype, device, gen)
+    for k, (a, b) in enumerate(zip(got, want)):
+        assert a.shape == b.shape and rel(a, b) <= tol, (["x", "grad_l", "grad_o"][k % 3], k // 3, rel(a, b))
+    if not eager:
+        return
+    real = rop._finalize_on_triton
+    rop._finalize_on_triton = lambda *args: False
+    try:
+        ref, _ = _finalize_case(lead, d, heads, S, dtype, device, torch.Generator().set_state(state))
+    finally:
+        rop._finalize_on_triton = real
+    exact_x = dtype == torch.float32 or device != "cpu"
+    for k, (a, b) in enumerate(zip(got, ref)):
+        what = ["x", "grad_l", "grad_o"][k % 3]
+        if what == "grad_o" or (what == "x" and exact_x):
+            assert torch.equal(a, b), (what, k // 3)
+        else:
+            assert rel(a, b) <= (tol if dtype != torch.float32 else 1e-6), (what, k // 3, rel(a, b))
+
+
+def check_finalized_rows(n, lead, d, heads, S, dtype=torch.float32, device="cpu", tol=1e-5, gen=None):
+    """``route_partial_rows`` with every row normalised by ``finalize`` (its gradients into
+    the phase-1 read's buffer): the reads and every input's gradients equal the fp64
+    reference's."""
+    srcs, q, g = make_inputs(n, lead, d, dtype, device, S=S, gen=gen)
+    rows = routing.route_partial_rows(srcs, q, g, heads)
+    outs = [routing.finalize(rows[s], srcs[0].shape, dtype)[0] for s in range(S)]
+    s64, (q64, g64) = _f64(srcs), _f64([q, g])
+    full = [R.route(s64, q64[s], g64[s], heads) for s in range(S)]
+    _check_reads(outs, full, [*srcs, q, g], [*s64, q64, g64], device, dtype, tol, gen)
+    return rows

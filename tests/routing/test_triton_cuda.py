@@ -17,8 +17,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 from mhar import routing  # noqa: E402
 from mhar.routing import op as rop  # noqa: E402
 from mhar.routing import reference as R  # noqa: E402
-from routing_checks import (check_deterministic, check_partial, check_phase_one_rows, check_route,  # noqa: E402
-                            check_sink_chain, check_two_phase, make_inputs, rel)
+from routing_checks import (check_deterministic, check_finalize, check_finalized_rows, check_partial,  # noqa: E402
+                            check_phase_one_rows, check_route, check_sink_chain, check_two_phase, make_inputs, rel)
 
 DEV = "cuda"
 
@@ -83,6 +83,17 @@ def test_phase_one_rows(d, heads, gen):
     # routed stream's two-phase path); an unread row's gradient is zero
     assert check_phase_one_rows(12, 4, (257,), d, heads, 4, device=DEV, gen=gen).direct
     check_phase_one_rows(21, 3, (300,), d, heads, 8, dtype=torch.bfloat16, device=DEV, tol=1e-2, gen=gen)
+
+
+@pytest.mark.parametrize("d,heads", [(1280, 8), (1024, 1), (1280, 1), (512, 8), (123, 3)])
+def test_finalize_kernels(d, heads, gen):
+    # finalize's kernels at a training step's 16384 tokens (bf16 output; the eager path's
+    # x and grad_o exactly, as the cast rounds to nearest on a GPU) and at a token count
+    # that no block divides (fp32), a partial read and direct rows; then every row of a
+    # phase-1 read normalised by finalize
+    check_finalize((16384,), d, heads, S=2, dtype=torch.bfloat16, tol=1e-2, device=DEV, gen=gen)
+    check_finalize((3, 2999), d, heads, S=2, device=DEV, gen=gen)
+    assert check_finalized_rows(9, (300,), d, heads, 4, dtype=torch.bfloat16, tol=1e-2, device=DEV, gen=gen).direct
 
 
 @pytest.mark.parametrize("S", [1, 4])

@@ -34,7 +34,7 @@ from typing import NamedTuple, Optional, Sequence
 import torch
 from torch import Tensor
 
-from mhar.backends import BackendChoice
+from mhar.backends import KERNEL_DTYPES, BackendChoice
 from mhar.routing import reference as _ref
 from mhar.routing.reference import KEY_NORM_EPS, Partial, check_heads
 
@@ -565,6 +565,56 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
     return [(dw * g32).to(queries.dtype), (dw * q32).to(norm_weights.dtype), *[None] * len(sums), *grads]
 
 
+# finalize's kernels: elements per program tile (a chunk of the head's columns) and
+# warps. Elementwise passes with one per-head sum, memory-bound. Not measured on a GPU
+# yet (TUNE overrides them): picked from triton 3.9's offline sm_90 compile
+# (bench/compile_sm90.py's resources) at the paper widths, 38-46 registers forward and
+# 60-80 backward, no stack; 4096 elements took 80 and 182-184 (two programs per SM).
+_FINALIZE = {"finalize_elems": 2048, "finalize_warps": 4}
+
+
+def _finalize_launch(n_tok: int, d: int, heads: int) -> tuple[tuple[int], dict, int]:
+    """Grid, tile constexprs and warps of the finalize kernels: one program per (token
+    block, head), BM tokens by chunks of BD lanes of the head. BD is the largest power of
+    two dividing the head width, at most 256 (no masked lanes: 32 at 160, 256 at 1024 or
+    1280); where that is under 16 (widths 123, 20, 1), the width rounded up to a power of
+    two, at most 256 (the last chunk's lanes past the head masked)."""
+    cfg = {**_FINALIZE, **(TUNE or {})}
+    dh = d // heads
+    bd = min(dh & -dh, 256)
+    if bd < 16:
+        bd = min(_pow2(dh), 256)
+    bm = max(1, min(_pow2_floor(max(1, cfg["finalize_elems"] // bd)), _pow2(n_tok)))
+    return (heads * -(-n_tok // bm),), dict(d=d, dh=dh, H=heads, BM=bm, BD=bd), cfg["finalize_warps"]
+
+
+def _triton_finalize(l: Tensor, o: Tensor, dtype: torch.dtype) -> Tensor:
+    """x = o / l per head in ``dtype``, (S, M, d), in one pass; l (S, M, H), o (S, M, d) fp32."""
+    from mhar.routing.triton_kernels import _finalize_fwd_kernel
+
+    S, M, H = l.shape
+    d = o.shape[-1]
+    x = _new((S, M, d), dtype, o.device)
+    if S * M:
+        grid, tile, warps = _finalize_launch(S * M, d, H)
+        _finalize_fwd_kernel[grid](o.contiguous(), l.contiguous(), x, S * M, **tile, num_warps=warps)
+    return x
+
+
+def _triton_finalize_backward(g: Tensor, x: Tensor, l: Tensor, grad_o: Tensor, grad_l: Tensor) -> None:
+    """Fill grad_o (.., d) and grad_l (.., H), contiguous fp32 (fresh, or a phase-1 read's
+    row buffers), with finalize's gradients from g (x's shape, any dtype and strides)."""
+    from mhar.routing.triton_kernels import _finalize_bwd_kernel
+
+    H = l.shape[-1]
+    d = x.shape[-1]
+    n_tok = l.numel() // H
+    if n_tok:
+        grid, tile, warps = _finalize_launch(n_tok, d, H)
+        _finalize_bwd_kernel[grid](g.contiguous(), x.contiguous(), l.contiguous(), grad_o, grad_l, n_tok, **tile,
+                                   num_warps=warps)
+
+
 # ---------------------------------------------------------------- backend dispatch
 
 def _ref_partial(srcs, queries, norm_weights, heads, eps):
@@ -949,12 +999,20 @@ class _MergeFn(torch.autograd.Function):
                 None, *res[2:])
 
 
+def _finalize_on_triton(l: Tensor, dtype: torch.dtype) -> bool:
+    """finalize's kernels: where the routing op takes Triton, for fp32 partials and an
+    output dtype the kernels write; not while torch.compile traces (it fuses the eager ops
+    itself)."""
+    return l.dtype == torch.float32 and dtype in KERNEL_DTYPES and not _compiling() and _use_triton(l)
+
+
 class _FinalizeFn(torch.autograd.Function):
     """``reference.finalize`` (o / l per head), saving l and the output for backward
     instead of the fp32 o: a phase-1 row's o is a view of the whole (S, M, d) fp32 block,
     which saving it would keep alive until backward. grad_o = g / l and grad_l =
     -(g . x) / l per head; for a 16-bit output the second uses the rounded x (as the
-    fused phase 2's backward does)."""
+    fused phase 2's backward does). On the Triton path one kernel each way; the eager ops
+    below (a pass per op over (M, d) fp32 tensors) elsewhere."""
 
     @staticmethod
     def forward(ctx, l, o, shape, dtype, row=None):
@@ -964,7 +1022,10 @@ class _FinalizeFn(torch.autograd.Function):
             l, o = l[row[1]:row[1] + 1], o[row[1]:row[1] + 1]
         S, M, H = l.shape
         d = o.shape[-1]
-        x = (o.view(S, M, H, d // H) / l.unsqueeze(-1)).view(S, *shape).to(dtype)
+        if o.dtype == l.dtype and _finalize_on_triton(l, dtype):
+            x = _triton_finalize(l, o, dtype).view(S, *shape)
+        else:
+            x = (o.view(S, M, H, d // H) / l.unsqueeze(-1)).view(S, *shape).to(dtype)
         ctx.save_for_backward(l, x)
         ctx.row = row
         return x
@@ -974,6 +1035,16 @@ class _FinalizeFn(torch.autograd.Function):
         l, x = ctx.saved_tensors
         S, M, H = l.shape
         d = x.shape[-1]
+        if _finalize_on_triton(l, x.dtype):
+            if ctx.row is not None:  # into the phase-1 read's buffers (None to autograd)
+                grad_l, grad_o = ctx.row[0].row(ctx.row[1])
+            else:
+                grad_l = _new((S, M, H), torch.float32, l.device)
+                grad_o = _new((S, M, d), torch.float32, l.device)
+            _triton_finalize_backward(g, x, l, grad_o, grad_l)
+            if ctx.row is not None:
+                return None, None, None, None, None
+            return grad_l, grad_o, None, None, None
         inv = 1 / l.unsqueeze(-1)
         g = g.reshape(S, M, H, d // H)
         if ctx.row is not None:  # into the phase-1 read's buffers (None to autograd)

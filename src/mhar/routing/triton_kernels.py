@@ -62,6 +62,11 @@ of the source's gradient; ``_bwd_gather_kernel`` runs one program per token and 
 of sources and forms their gradients from them and the queries' upstream gradients, per
 head as a small matrix product (``tl.dot``). Each pass parallelises over the axis that
 owns its output, so neither holds all S queries' rows per token.
+
+Finalize (``_finalize_fwd_kernel``, ``_finalize_bwd_kernel``): a partial read normalised,
+x = o / l per head, and its backward, each one pass over the rows: one program per
+(token block, head), the head's columns walked in chunks of ``BD`` lanes (masked past
+the head), so any head width works with registers bounded by the tile.
 """
 
 from __future__ import annotations
@@ -841,3 +846,49 @@ def _coef_dot_kernel(table, ref, W, G, STAT, OFF, DW, CA, CB, CC, n_src, n_tok, 
     tl.store(DW + dwrow + cwa, dw_a, mask=cmwa & qon)
     if DB > 0:
         tl.store(DW + dwrow + cwb, dw_b, mask=cmwb & qon)
+
+
+@triton.jit
+def _finalize_fwd_kernel(O, L, X, n_tok, d: tl.constexpr, dh: tl.constexpr, H: tl.constexpr,
+                         BM: tl.constexpr, BD: tl.constexpr):
+    """X = O / L per head: O (n_tok, d) and L (n_tok, H) fp32, X (n_tok, d) in its own
+    dtype. Program pid: head pid % H (the heads of a token block side by side) of tokens
+    (pid // H) * BM ..; the head's dh columns in chunks of BD. Division rounded as torch's
+    (div_rn; triton's ``/`` is an approximate one), so that x equals the eager path's."""
+    pid = tl.program_id(0)
+    h = pid % H
+    rm = (pid // H) * BM + tl.arange(0, BM)
+    rmask = rm < n_tok
+    rm64 = rm.to(tl.int64)
+    l = tl.load(L + rm64 * H + h, mask=rmask, other=1.0)
+    l = tl.broadcast_to(l[:, None], (BM, BD))  # div_rn does not broadcast
+    row = rm64[:, None] * d + h * dh
+    for c0 in range(0, dh, BD):
+        cols = c0 + tl.arange(0, BD)
+        mask = rmask[:, None] & (cols < dh)[None, :]
+        o = tl.load(O + row + cols[None, :], mask=mask, other=0.0)
+        tl.store(X + row + cols[None, :], tl.math.div_rn(o, l).to(X.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _finalize_bwd_kernel(G, X, L, GO, GL, n_tok, d: tl.constexpr, dh: tl.constexpr, H: tl.constexpr,
+                         BM: tl.constexpr, BD: tl.constexpr):
+    """finalize's backward, programs as the forward's: GO = G / L (n_tok, d) and
+    GL = -(G . X) / L (n_tok, H) per head, fp32, from G and X (the output, rounded to its
+    dtype) in their own dtypes. As the eager path: 1 / L rounded, then products."""
+    pid = tl.program_id(0)
+    h = pid % H
+    rm = (pid // H) * BM + tl.arange(0, BM)
+    rmask = rm < n_tok
+    rm64 = rm.to(tl.int64)
+    l = tl.load(L + rm64 * H + h, mask=rmask, other=1.0)
+    inv = tl.math.div_rn(tl.full([BM], 1.0, tl.float32), l)
+    row = rm64[:, None] * d + h * dh
+    gx = tl.zeros([BM, BD], tl.float32)  # per lane; one reduction after the last chunk
+    for c0 in range(0, dh, BD):
+        cols = c0 + tl.arange(0, BD)
+        mask = rmask[:, None] & (cols < dh)[None, :]
+        g = tl.load(G + row + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        tl.store(GO + row + cols[None, :], g * inv[:, None], mask=mask)
+        gx += g * tl.load(X + row + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    tl.store(GL + rm64 * H + h, -tl.sum(gx, axis=1) * inv, mask=rmask)
