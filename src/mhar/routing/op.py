@@ -566,10 +566,12 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
 
 
 # finalize's kernels: elements per program tile (a chunk of the head's columns) and
-# warps. Elementwise passes with one per-head sum, memory-bound. Not measured on a GPU
-# yet (TUNE overrides them): picked from triton 3.9's offline sm_90 compile
-# (bench/compile_sm90.py's resources) at the paper widths, 38-46 registers forward and
-# 60-80 backward, no stack; 4096 elements took 80 and 182-184 (two programs per SM).
+# warps. Elementwise passes with one per-head sum, memory-bound. Picked from triton 3.9's
+# offline sm_90 compile (bench/compile_sm90.py's resources) at the paper widths, 38-46
+# registers forward and 60-80 backward, no stack; 4096 elements took 80 and 182-184 (two
+# programs per SM). Not swept on a GPU (TUNE overrides them); against the eager ops they
+# replaced, the whole step at 1280/73 with 8 heads took 86.5 against 88.7 ms of
+# kernels, the benchmark's own loss included (bench/results/session15/, run 5).
 _FINALIZE = {"finalize_elems": 2048, "finalize_warps": 4}
 
 
