@@ -247,8 +247,9 @@ def whole_step(case, heads, chunk):
 
 def whole_step_floor(d, n, tokens, chunk=None, heads=1):
     """Bytes the routing kernels of ``whole_step`` must move (bf16 sources, fp32 partials),
-    as a dict: 'total', and for two-phase 'gather' (the phase-1 gather passes alone) and
-    'forward' (phase 1 and phase 2's forward kernels).
+    as a dict: 'total', and for two-phase 'gather' (the phase-1 gather passes alone),
+    'forward' (phase 1 and phase 2's forward kernels), 'phase1' (phase 1's forward alone)
+    and 'coef' (the COEF passes alone).
     One-pass, per site: its sources read, their running sums read and written, the
     output written, and in backward its gradient and the output read. Two-phase, per
     chunk: phase 1 reads the old sources once and writes S fp32 partial rows; the COEF
@@ -259,10 +260,11 @@ def whole_step_floor(d, n, tokens, chunk=None, heads=1):
     r2, r4 = tokens * d * 2, tokens * d * 4
     if chunk is None:
         return {"total": sum(j * r2 + r2 + 2 * r2 + 3 * j * r2 for j in range(1, n + 1))}
-    total = gather = forward = 0
+    total = gather = forward = phase1 = coef_pass = 0
     for j0 in range(1, n + 1, chunk):
         s = min(n + 1, j0 + chunk) - j0
         forward += j0 * r2 + s * r4 + sum(k * r2 + r4 + r2 for k in range(s))  # phase 1, phase 2
+        phase1 += j0 * r2 + s * r4
         total += j0 * r2 + s * r4  # phase 1
         if s == 1:  # one query: the one-query backward (sources, sums, upstream row)
             total += 3 * j0 * r2 + r4
@@ -271,9 +273,10 @@ def whole_step_floor(d, n, tokens, chunk=None, heads=1):
             g = j0 * r2 + s * r4 + 2 * j0 * r2 + coef  # gather: sources, upstream rows, sums, coefficients
             total += j0 * r2 + s * r4 + coef + g  # the COEF pass, then the gather
             gather += g
+            coef_pass += j0 * r2 + s * r4 + coef
         for k in range(s):  # k new sources at the chunk's (k+1)-th site
             total += k * r2 + r4 + r2 + 2 * r2 + 3 * k * r2 + r4
-    return {"total": total, "gather": gather, "forward": forward}
+    return {"total": total, "gather": gather, "forward": forward, "phase1": phase1, "coef": coef_pass}
 
 
 def block_step_floor(d, sublayers, tokens, block):
@@ -295,14 +298,16 @@ def block_step_floor(d, sublayers, tokens, block):
 
 def print_floors(tokens, copy_gbs, chunk):
     ms = lambda b: f"{b / 1e9:.1f} ({b / copy_gbs / 1e6:.1f})"  # noqa: E731
-    print(f"| d/N/H | one-pass GB (ms) | two-phase S={chunk} GB (ms) | its forward GB (ms) | its gather passes GB (ms) |")
-    print("|---|---|---|---|---|")
+    print(f"| d/N/H | one-pass GB (ms) | two-phase S={chunk} GB (ms) | its forward GB (ms) | of it phase 1 GB (ms) "
+          "| its COEF passes GB (ms) | its gather passes GB (ms) |")
+    print("|---|---|---|---|---|---|---|")
     for d, L in SHAPES:
         n = 2 * L + 1
         for h in (1, 8):
             one = whole_step_floor(d, n, tokens)["total"]
             two = whole_step_floor(d, n, tokens, chunk, h)
-            print(f"| {d}/{n}/H{h} | {ms(one)} | {ms(two['total'])} | {ms(two['forward'])} | {ms(two['gather'])} |")
+            print(f"| {d}/{n}/H{h} | {ms(one)} | {ms(two['total'])} | {ms(two['forward'])} | {ms(two['phase1'])} "
+                  f"| {ms(two['coef'])} | {ms(two['gather'])} |")
     print("\n| d/sublayers | block routing, 8 blocks, one-pass GB (ms) |\n|---|---|")
     for d, L in SHAPES:
         block = -(-2 * L // 8)
