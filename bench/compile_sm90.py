@@ -152,6 +152,8 @@ def main() -> None:
     ap.add_argument("--gather-precision", default=_PHASE1_BACKWARD["gather_precision"],
                     help="the gather's products for bf16 sources: bf16x3 (the library's), tf32x3 or tf32")
     ap.add_argument("--dot-sources", type=int, default=16, help="sources per block of the dot kernels")
+    ap.add_argument("--dot-queries", type=int, default=8, help="the dot kernels' padded queries per chunk (SP: the "
+                    "two-phase chunk S rounded up to a power of two, at least 8)")
     ap.add_argument("--dot-warps", default="8", help="comma list of warps for the dot kernels (the library's: 8)")
     ap.add_argument("--dot-precision", default="bf16x2", help="comma list of the dot kernels' input precisions "
                     "(the library uses bf16x2; tl.dot's tf32x3 overflows shared memory in the COEF pass)")
@@ -198,7 +200,7 @@ def main() -> None:
                 t = tile(d, heads)
                 geo = _gather_geometry(t["dh"], t["DA"], t["DB"], 1)
                 c = dict(d=d, dh=t["dh"], H=heads, HP=t["HP"], DA=geo["PA"], DB=geo["PB"], KS=args.dot_sources,
-                         SP=8, ALIGN=16)
+                         SP=args.dot_queries, ALIGN=16)
                 for w in [int(v) for v in args.dot_warps.split(",")]:
                     for prec in args.dot_precision.split(","):
                         for fn in (tk._fwd_dot_kernel, tk._coef_dot_kernel):
