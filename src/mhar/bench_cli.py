@@ -1,7 +1,8 @@
 """`mhar bench step`: training-step throughput, MFU and peak memory of every method,
 side by side in one run, at the paper's shapes.
 
-One step = forward + backward + fused AdamW update of one microbatch, bf16 autocast,
+One step = forward + backward of ``--accum`` microbatches (gradients accumulated), then
+one fused AdamW update, bf16 autocast,
 fp32 master weights, ``torch.compile`` of the decoder (regional by default: each
 sublayer kind compiles once), the LM head fused with the
 loss in chunks (no full logits). On a GPU the forward and backward are replayed as one
@@ -15,6 +16,11 @@ forward + backward = 3 x forward): 6 x (matmul parameters, LM head included,
 embedding lookup excluded) + 6 x L x T x n_heads x head_dim for causal attention
 (12 x L x T x n_heads x head_dim halved by the mask). Routing is not counted: it is
 the overhead being measured. Peak: 989 TFLOP/s (H100/H200 SXM dense bf16).
+
+``--accum recipe`` (the default) takes the paper's global batch (64 / 32 / 32 sequences
+at 100M / 350M / 1B) in the paper's microbatches: 8, 2 and 2 of them per update, as a
+training run with that recipe does. ``--accum 1`` updates after every microbatch.
+Tokens/s and MFU count every token of the step.
 """
 
 from __future__ import annotations
@@ -41,6 +47,8 @@ from mhar.train.trainer import release_memory
 PEAK_FLOPS = 989e12
 # The paper's microbatches (from the issue): tokens per step = batch x seq.
 PAPER_MICROBATCH = {"paper-100m": (8, 2048), "paper-350m": (16, 1024), "paper-1b": (16, 1024)}
+# The paper's global batch in sequences (SPEC section 4): one optimiser update per this many
+PAPER_GLOBAL_BATCH = {"paper-100m": 64, "paper-350m": 32, "paper-1b": 32}
 DEFAULT_METHODS = "baseline,hyper,attnres,mhar,mhar-block"
 GRAPH_MODES = {"off": (False,), "on": (True,), "both": (False, True)}
 
@@ -77,8 +85,9 @@ def fail_on_recompile_limit():
 
 def time_step(model: Decoder, batch: int, seq_len: int, steps: int, warmup: int, compile_mode: str,
               loss_chunk: int, device: str, cuda_graphs: bool = False, trace_steps: int = 0,
-              adamw: str = "torch") -> dict:
-    """Median step time, MFU and peak memory. ``trace_steps``: that many more steps run,
+              adamw: str = "torch", accum: int = 1) -> dict:
+    """Median step time, MFU and peak memory of a step of ``accum`` microbatches (forward
+    and backward each, the gradients accumulated) and one update. ``trace_steps``: that many more steps run,
     the same way, under ``torch.profiler`` (returned as "profiler"; bench/profile_step.py).
     ``adamw``: "torch" (clip_grad_norm_, then torch's fused AdamW) or "triton" (the
     norm, then :class:`~mhar.train.adamw_kernel.TritonAdamW` with the clip folded in)."""
@@ -112,9 +121,15 @@ def time_step(model: Decoder, batch: int, seq_len: int, steps: int, warmup: int,
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
 
-    def eager_step(x, y):
-        loss = loss_fn(x, y)
-        loss.backward()
+    # a step's microbatches: accum of the 4 batches below, in turn (x, y = data[i][:, :-1], [:, 1:])
+    def micro(i):
+        d = data[i % len(data)]
+        return d[:, :-1], d[:, 1:]
+
+    def eager_step(i):
+        for k in range(accum):
+            loss = loss_fn(*micro(i * accum + k))
+            (loss / accum).backward()
         update()
         opt.zero_grad(set_to_none=True)
         return loss
@@ -122,18 +137,20 @@ def time_step(model: Decoder, batch: int, seq_len: int, steps: int, warmup: int,
     data = [torch.randint(0, vocab, (batch, seq_len + 1), device=device) for _ in range(4)]
     t_compile = time.perf_counter()
     for i in range(warmup):  # compiles, and creates the optimiser's state
-        eager_step(data[i % 4][:, :-1], data[i % 4][:, 1:])
+        eager_step(i)
     step, capture_peak = eager_step, 0
     if cuda_graphs:
-        graphed = GraphedStep(loss_fn, model.parameters(), data[0][:, :-1], data[0][:, 1:], warmup=1)
+        # as the trainer: the first microbatch's graph writes the gradients, the others add
+        graphed = GraphedStep(loss_fn, model.parameters(), *micro(0), scale=1.0 / accum, warmup=1)
         capture_peak = graphed.capture_peak_bytes
 
-        def graphed_step(x, y):
-            loss = graphed.run(x, y)  # writes the gradients: no zeroing needed
+        def graphed_step(i):
+            for k in range(accum):
+                loss = graphed.run(*micro(i * accum + k), accumulate=k > 0)
             update()
             return loss
         step = graphed_step
-        step(data[0][:, :-1], data[0][:, 1:])
+        step(0)
     sync(device)
     t_compile = time.perf_counter() - t_compile
     if device == "cuda":
@@ -141,7 +158,7 @@ def time_step(model: Decoder, batch: int, seq_len: int, steps: int, warmup: int,
     times = []
     for i in range(steps):
         start = time.perf_counter()
-        loss = step(data[i % 4][:, :-1], data[i % 4][:, 1:])
+        loss = step(i)
         sync(device)
         times.append(time.perf_counter() - start)
     profiler = None
@@ -150,11 +167,11 @@ def time_step(model: Decoder, batch: int, seq_len: int, steps: int, warmup: int,
 
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiler:
             for i in range(trace_steps):
-                step(data[i % 4][:, :-1], data[i % 4][:, 1:])
+                step(i)
             sync(device)
     times.sort()
     median = times[len(times) // 2]
-    tokens = batch * seq_len
+    tokens = batch * seq_len * accum
     flops = model.flops_per_token(seq_len)
     # under a graph the activations were allocated once, at capture: its peak is the step's
     peak = max(torch.cuda.max_memory_allocated(), capture_peak) if device == "cuda" else float("nan")
@@ -167,8 +184,20 @@ def time_step(model: Decoder, batch: int, seq_len: int, steps: int, warmup: int,
         "warmup_s": t_compile,
         "loss": float(loss.detach()),
         "cuda_graphs": cuda_graphs,
+        "accum": accum,
         **({"profiler": profiler} if trace_steps else {}),
     }
+
+
+def recipe_accum(preset: str, batch: int) -> int:
+    """Microbatches per update for the paper's global batch (1 for other presets)."""
+    total = PAPER_GLOBAL_BATCH.get(preset)
+    if total is None:
+        return 1
+    if total % batch:
+        raise ValueError(f"--accum recipe: {preset}'s global batch of {total} sequences is not a multiple of the "
+                         f"microbatch {batch}; pass --accum N")
+    return total // batch
 
 
 def sync(device: str) -> None:
@@ -199,6 +228,7 @@ def run_bench_step(args: argparse.Namespace) -> int:
     for preset in args.preset.split(","):
         batch, seq_len = PAPER_MICROBATCH.get(preset, (4, 128))
         batch, seq_len = args.batch or batch, args.seq_len or seq_len
+        accum = recipe_accum(preset, batch) if args.accum == "recipe" else int(args.accum)
         runs = [(m, g) for m in methods for g in GRAPH_MODES[graph_mode]]
         for k, (method, graphs) in enumerate(runs, 1):
             # compiling and warming up take from seconds to minutes: say what is running
@@ -216,12 +246,12 @@ def run_bench_step(args: argparse.Namespace) -> int:
                 # and be timed as if compiled: that row fails instead (session 8)
                 with fail_on_recompile_limit():
                     r = time_step(model, batch, seq_len, args.steps, args.warmup, args.compile, args.loss_chunk,
-                                  device, cuda_graphs=graphs, adamw=adamw)
+                                  device, cuda_graphs=graphs, adamw=adamw, accum=accum)
             except torch.OutOfMemoryError as err:
                 r = {"error": f"out of memory: {err}"[:200]}
             except _RECOMPILE_LIMIT_ERRORS as err:
                 r = {"error": f"torch.compile ran out of its variants for a function (recompile_limit): {err}"[:200]}
-            r.update(preset=preset, method=method, batch=batch, seq_len=seq_len, cuda_graphs=graphs)
+            r.update(preset=preset, method=method, batch=batch, seq_len=seq_len, cuda_graphs=graphs, accum=accum)
             results.append(r)
             print(json.dumps(r), flush=True)
             del model
@@ -247,14 +277,15 @@ def run_bench_step(args: argparse.Namespace) -> int:
     stem.with_suffix(".json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     lines = [f"# Training-step benchmark ({meta['device']})", "",
              "| " + " | ".join(f"{k}: {v}" for k, v in meta.items()) + " |", "",
-             "| preset | method | batch x seq | step ms | tokens/s | MFU | peak GB | x baseline tput | x baseline mem |",
+             "| preset | method | batch x seq x accum | step ms | tokens/s | MFU | peak GB | x baseline tput "
+             "| x baseline mem |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         label = r["method"] + (" (graph)" if r["cuda_graphs"] else "")
         if "error" in r:
-            lines.append(f"| {r['preset']} | {label} | {r['batch']}x{r['seq_len']} | {r['error']} |")
+            lines.append(f"| {r['preset']} | {label} | {r['batch']}x{r['seq_len']}x{r['accum']} | {r['error']} |")
             continue
-        lines.append(f"| {r['preset']} | {label} | {r['batch']}x{r['seq_len']} | {r['step_ms']:.1f} | "
+        lines.append(f"| {r['preset']} | {label} | {r['batch']}x{r['seq_len']}x{r['accum']} | {r['step_ms']:.1f} | "
                      f"{r['tokens_per_s']:,.0f} | {100 * r['mfu']:.1f}% | {r['peak_mem_gb']:.2f} | "
                      f"{r.get('throughput_vs_baseline', float('nan')):.3f} | {r.get('memory_vs_baseline', float('nan')):.3f} |")
     stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
@@ -309,6 +340,9 @@ def register(sub) -> None:
                    help="comma list; METHOD@two-phase or METHOD@one-pass sets the routing schedule")
     s.add_argument("--batch", type=int, default=0, help="microbatch (default: the paper's)")
     s.add_argument("--seq-len", type=int, default=0)
+    s.add_argument("--accum", default="recipe",
+                   help="microbatches per optimiser update; recipe (default): the paper's global batch "
+                        "(8 / 2 / 2 at 100M / 350M / 1B; 1 for other presets)")
     s.add_argument("--steps", type=int, default=10)
     s.add_argument("--warmup", type=int, default=4)
     s.add_argument("--chunk", type=int, default=8, help="two-phase chunk (sublayers) for full routing")

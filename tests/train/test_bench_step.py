@@ -51,3 +51,22 @@ def test_bench_step_fails_a_row_that_would_run_uncompiled(tmp_path, monkeypatch)
     torch._dynamo.reset()
     results = json.loads((tmp_path / "step_t.json").read_text())["results"]
     assert rc == 0 and "recompile_limit" in results[0]["error"], results
+
+
+def test_bench_step_accumulates_microbatches(tmp_path):
+    """--accum N: a step is N microbatches and one update, and tokens/s counts all of
+    them; the recipe's accumulation is the paper's global batch over its microbatch."""
+    from mhar.bench_cli import recipe_accum
+
+    assert [recipe_accum(p, b) for p, b in (("paper-100m", 8), ("paper-350m", 16), ("paper-1b", 16))] == [8, 2, 2]
+    assert recipe_accum("tiny", 4) == 1
+    with pytest.raises(ValueError, match="not a multiple"):
+        recipe_accum("paper-1b", 12)
+    rc = main(["bench", "step", "--preset", "tiny", "--methods", "baseline", "--steps", "1", "--warmup", "1",
+               "--compile", "off", "--accum", "3", "--out", str(tmp_path), "--tag", "acc", "n_layers=2",
+               "d_model=64", "n_heads=2", "n_kv_heads=1", "d_ff=128", "vocab_size=256"])
+    assert rc == 0
+    r = json.loads((tmp_path / "step_acc.json").read_text())["results"][0]
+    assert r["accum"] == 3
+    assert r["tokens_per_s"] == pytest.approx(r["batch"] * r["seq_len"] * 3 / (r["step_ms"] / 1e3))
+    assert "| 4x128x3 |" in (tmp_path / "step_acc.md").read_text()

@@ -1,0 +1,127 @@
+"""SDPA's backends at the paper's attention shapes: forward + backward per layer (issue 6).
+
+The baseline's attention is ``F.scaled_dot_product_attention(q, k, v, is_causal=True,
+enable_gqa=True)`` on (B, H, T, head_dim) views of (B, T, H, head_dim) projections
+(mhar/model/layers.py), and torch picks the backend. This times each backend that
+runs the call, one forward + backward of one layer's attention with the model's
+micro-batch, as a CUDA graph replay (host time excluded), in one process:
+
+* each of cuDNN, flash and memory-efficient attention with ``enable_gqa``;
+* the same with K and V repeated to every query head first (the repeat's time included);
+* ``auto``: torch's own pick, as the model calls it.
+
+It prints ms per layer and per step (x layers), and TFLOP/s on the causal FLOPs that
+``mhar bench step`` counts (6 x T x heads x head_dim per token and layer, forward +
+backward), then a Markdown table; JSON to --out.
+
+    PYTHONPATH=src python3 bench/attention_bench.py --out bench/results/attention_h200.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from mhar.bench_cli import PAPER_MICROBATCH, PEAK_FLOPS
+from mhar.model import get_preset
+
+BACKENDS = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
+            "efficient": SDPBackend.EFFICIENT_ATTENTION}
+
+
+def graph_ms(fn, reps: int = 20) -> float:
+    """Median ms of ``fn`` replayed from a CUDA graph (captured after a warm-up)."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return sorted(times)[len(times) // 2]
+
+
+def case(preset: str, backend: str | None, repeat: bool):
+    cfg = get_preset(preset, "baseline")
+    B, T = PAPER_MICROBATCH[preset]
+    H, KV, hd = cfg.n_heads, cfg.n_kv_heads, cfg.d_model // cfg.n_heads
+    dev = "cuda"
+    # (B, T, H, hd) projections seen as (B, H, T, hd), as the model's attention does
+    q = torch.randn(B, T, H, hd, device=dev, dtype=torch.bfloat16).transpose(1, 2).requires_grad_()
+    k = torch.randn(B, T, KV, hd, device=dev, dtype=torch.bfloat16).transpose(1, 2).requires_grad_()
+    v = torch.randn(B, T, KV, hd, device=dev, dtype=torch.bfloat16).transpose(1, 2).requires_grad_()
+    gy = torch.randn(B, H, T, hd, device=dev, dtype=torch.bfloat16)
+    rep = H // KV
+
+    def step():
+        kk, vv = (k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)) if repeat else (k, v)
+        gqa = {} if repeat else {"enable_gqa": True}
+        if backend is None:
+            out = F.scaled_dot_product_attention(q, kk, vv, is_causal=True, **gqa)
+        else:
+            with sdpa_kernel([BACKENDS[backend]]):
+                out = F.scaled_dot_product_attention(q, kk, vv, is_causal=True, **gqa)
+        torch.autograd.grad(out, (q, k, v), gy)
+
+    flops = 6 * T * H * hd * B * T  # causal, forward + backward, one layer (bench_cli's count)
+    return step, flops, cfg.n_layers
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--presets", default="paper-100m,paper-350m,paper-1b")
+    ap.add_argument("--out", default="bench/results/attention_h200.json")
+    args = ap.parse_args()
+    meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+            "cudnn": torch.backends.cudnn.version(), "python": platform.python_version(),
+            "commit": os.environ.get("MHAR_COMMIT", "unknown"),
+            "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
+    print(json.dumps(meta), flush=True)
+    rows = []
+    for preset in args.presets.split(","):
+        for backend in (None, *BACKENDS):
+            for repeat in (False, True):
+                if backend is None and repeat:
+                    continue
+                name = f"{backend or 'auto'}{', K/V repeated' if repeat else ''}"
+                step, flops, layers = case(preset, backend, repeat)
+                try:
+                    ms = graph_ms(step)
+                    row = {"preset": preset, "backend": name, "ms_layer": ms, "ms_step": ms * layers,
+                           "tflops": flops / ms / 1e9, "of_peak": flops / ms / 1e9 / (PEAK_FLOPS / 1e12)}
+                except Exception as e:  # a backend that does not take this call
+                    row = {"preset": preset, "backend": name, "error": f"{type(e).__name__}: {str(e)[:120]}"}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+                torch.cuda.empty_cache()
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    print("\n| preset | backend | ms per layer | ms per step | TFLOP/s (of peak) |\n|---|---|---|---|---|")
+    for r in rows:
+        if "error" in r:
+            print(f"| {r['preset']} | {r['backend']} | {r['error']} | | |")
+        else:
+            print(f"| {r['preset']} | {r['backend']} | {r['ms_layer']:.3f} | {r['ms_step']:.1f} "
+                  f"| {r['tflops']:.0f} ({100 * r['of_peak']:.0f}%) |")
+
+
+if __name__ == "__main__":
+    main()
