@@ -23,7 +23,8 @@ from mhar.train.trainer import release_memory
 
 # kernel name fragments per kind, first match wins (lower-cased names)
 KINDS = [
-    ("routing", ("_fwd_kernel", "_fwd_dot_kernel", "_bwd_kernel", "_coef_dot_kernel", "_bwd_gather_kernel")),
+    ("routing", ("_fwd_kernel", "_fwd_dot_kernel", "_bwd_kernel", "_coef_dot_kernel", "_bwd_gather_kernel",
+                 "_finalize_")),
     ("loss", ("_ce_",)),
     ("attention", ("sdpa", "flash", "fmha", "cudnn", "attention")),
     ("matmul", ("nvjet", "gemm", "cutlass", "xmma", "cublas")),
@@ -91,7 +92,7 @@ def main() -> None:
         table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=args.rows, max_name_column_width=70)
         kinds[method], names = kernel_kinds(prof, steps=2)
         by_kind = "\n".join(f"  {k:12s} {ms:8.2f} ms" for k, ms in kinds[method].items())
-        by_kind += "\n\nthe longest kernels of each kind (ms per step):\n" + top_names(names)
+        by_kind += "\n\nthe longest kernels of each kind (ms per step):\n" + top_names(names, 10)
         tags = ("_eager" if args.eager else "") + ("_ckpt" if args.activation_checkpointing else "")
         path = out / f"profile_{args.preset}_{method}_{args.compile}{tags}.txt"
         how = ("" if args.eager else " graphed") + (", checkpointed" if args.activation_checkpointing else "")
