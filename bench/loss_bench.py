@@ -167,23 +167,33 @@ def fwd_bwd(fn, h, w, t, device):
 
 
 def kernel_sweep(rows: int, V: int, device: str, rep: int) -> list[dict]:
+    """The kernel's launch settings on one chunk: columns per tile, warps, programs per SM
+    looping over the rows (0: one program per row) and the second pass reversed (from
+    each row's end: the tiles pass 1 read last, likeliest in L2 with few rows in flight)."""
     from mhar.model import ce_kernel
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     x = torch.randn(rows, V, device=device, dtype=dtype)
     t = torch.randint(0, V, (rows,), device=device)
     inv = torch.full((1,), 1.0 / rows, device=device)
-    configs = [(4096, 4), (4096, 8), (8192, 8), (8192, 16), (16384, 16), (32768, 32)]
+    sms = torch.cuda.get_device_properties(0).multi_processor_count if device == "cuda" else 1
+    # (block, warps, programs per SM, reverse)
+    configs = [(4096, 4, 0, False), (4096, 8, 0, False), (8192, 8, 0, False), (8192, 16, 0, False),
+               (16384, 16, 0, False), (32768, 32, 0, False), (8192, 8, 0, True),
+               (8192, 16, 1, False), (8192, 16, 1, True), (16384, 16, 1, True), (16384, 32, 1, True),
+               (8192, 8, 2, True), (8192, 16, 2, True), (4096, 8, 4, True)]
     if device != "cuda":
-        configs = [(128, 4)]
+        configs = [(128, 4, 0, False), (128, 4, 1, True)]
     out = []
-    for block, warps in configs:
+    for block, warps, per_sm, reverse in configs:
+        cfg = dict(block=block, num_warps=warps, programs_per_sm=per_sm, reverse=reverse)
         try:
-            ms = bench_ms(lambda: ce_kernel.cross_entropy_grad_(x, t, inv, block=block, num_warps=warps), device, rep)
+            ms = bench_ms(lambda: ce_kernel.cross_entropy_grad_(x, t, inv, block=block, num_warps=warps,
+                                                                programs=per_sm * sms, reverse=reverse), device, rep)
             gbs = 3 * x.numel() * x.element_size() / (ms * 1e-3) / 1e9
-            out.append(dict(block=block, num_warps=warps, ms=ms, gbs=gbs))
+            out.append(dict(cfg, ms=ms, gbs=gbs))
         except Exception as e:  # noqa: BLE001
-            out.append(dict(block=block, num_warps=warps, error=f"{type(e).__name__}: {str(e)[:200]}"))
-        print(f"  kernel block={block} warps={warps}: {out[-1]}", flush=True)
+            out.append(dict(cfg, error=f"{type(e).__name__}: {str(e)[:200]}"))
+        print(f"  kernel {cfg}: {out[-1]}", flush=True)
     return out
 
 
@@ -291,13 +301,12 @@ def main() -> None:
           + (f"; grad_weight accumulation: {info['grad_weight_accumulation']}" if device == "cuda" else ""))
     print()
     if sweep:
-        print("| kernel BLOCK | num_warps | ms | GB/s (2 reads + 1 write) |")
-        print("|---:|---:|---:|---:|")
+        print("| kernel BLOCK | num_warps | programs per SM (0: one per row) | pass 2 reversed | ms "
+              "| GB/s (2 reads + 1 write) |")
+        print("|---:|---:|---:|---|---:|---:|")
         for s in sweep:
-            if "ms" in s:
-                print(f"| {s['block']} | {s['num_warps']} | {s['ms']:.3f} | {s['gbs']:.0f} |")
-            else:
-                print(f"| {s['block']} | {s['num_warps']} | - | {s['error'][:60]} |")
+            head = f"| {s['block']} | {s['num_warps']} | {s['programs_per_sm']} | {s['reverse']} |"
+            print(f"{head} {s['ms']:.3f} | {s['gbs']:.0f} |" if "ms" in s else f"{head} - | {s['error'][:60]} |")
         print()
     print("| preset | d | method | ms | x floor | floor ms | peak extra GB | loss - reference |")
     print("|---|---:|---|---:|---:|---:|---:|---:|")

@@ -115,10 +115,16 @@ def test_loss_bench_cpu_smoke(tmp_path):
 
 
 @interp
-@pytest.mark.parametrize("V,block,z_loss", [(300, 64, 0.0), (300, 64, 1e-2), (97, 32, 1e-3), (256, 64, 0.0)])
-def test_interp_kernel(V, block, z_loss):
+@pytest.mark.parametrize("V,block,z_loss,programs,reverse", [
+    (300, 64, 0.0, 0, False), (300, 64, 1e-2, 0, False), (97, 32, 1e-3, 0, False), (256, 64, 0.0, 0, False),
+    (300, 64, 1e-2, 4, False),   # 4 programs looping over the 9 rows (uneven)
+    (300, 64, 1e-2, 0, True),    # the second pass from each row's end
+    (97, 32, 1e-3, 2, True),
+])
+def test_interp_kernel(V, block, z_loss, programs, reverse):
     """The kernel alone against fp64 torch: loss, lse and the in-place gradient,
-    with a masked last tile (V not a multiple of block) and ignored rows."""
+    with a masked last tile (V not a multiple of block) and ignored rows; one program
+    per row or a few looping over the rows, the second pass forward or reversed."""
     from mhar.model.ce_kernel import cross_entropy_grad_
     g = torch.Generator().manual_seed(V)
     rows = 9
@@ -128,7 +134,7 @@ def test_interp_kernel(V, block, z_loss):
     t[0] = V - 1  # target in the masked last tile
     inv_count = torch.tensor([1 / 11.0])  # count of the whole batch, not this chunk
     xx = x.clone()
-    loss, lse = cross_entropy_grad_(xx, t, inv_count, z_loss, -100, block=block)
+    loss, lse = cross_entropy_grad_(xx, t, inv_count, z_loss, -100, block=block, programs=programs, reverse=reverse)
     x64 = x.double()
     v = t != -100
     want_lse = torch.logsumexp(x64, -1)

@@ -38,12 +38,17 @@ from torch import Tensor
 # alternatives on the GPU. MHAR_CE_BLOCK / MHAR_CE_WARPS override them without an edit.
 BLOCK = int(os.environ.get("MHAR_CE_BLOCK", 8192))
 NUM_WARPS = int(os.environ.get("MHAR_CE_WARPS", 8))
+# PROGRAMS > 0: that many programs loop over the rows instead of one program per row;
+# REVERSE: the second pass runs from each row's end (bench/loss_bench.py times both)
+PROGRAMS = int(os.environ.get("MHAR_CE_PROGRAMS", 0))
+REVERSE = os.environ.get("MHAR_CE_REVERSE", "0") == "1"
 
 
 @triton.jit
-def _ce_grad_kernel(X, stride_x, T, LOSS, LSE, INV_COUNT, ignore_index, z_loss,
-                    V: tl.constexpr, BLOCK: tl.constexpr, WRITE_GRAD: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
+def _ce_row(X, stride_x, T, LOSS, LSE, INV_COUNT, ignore_index, z_loss, row,
+            V: tl.constexpr, BLOCK: tl.constexpr, WRITE_GRAD: tl.constexpr, REVERSE: tl.constexpr):
+    """One row: its loss and lse, and its gradient in place (see the module docstring)."""
+    row = tl.cast(row, tl.int64)
     x_row = X + row * stride_x
     t = tl.load(T + row).to(tl.int64)
     valid = t != ignore_index
@@ -68,27 +73,50 @@ def _ce_grad_kernel(X, stride_x, T, LOSS, LSE, INV_COUNT, ignore_index, z_loss,
     tl.store(LSE + row, lse)
 
     if WRITE_GRAD:
-        # pass 2: softmax * (1 + 2 z lse) - onehot, times valid / count
+        # pass 2: softmax * (1 + 2 z lse) - onehot, times valid / count. REVERSE: from the
+        # row's last tile back, the tiles pass 1 read last first (the likeliest still in L2)
         scale = tl.where(valid, tl.load(INV_COUNT).to(tl.float32), 0.0)
         coef = (1.0 + 2.0 * z_loss * lse) * scale
-        for off in range(0, V, BLOCK):
-            c = off + cols
+        n_tiles: tl.constexpr = (V + BLOCK - 1) // BLOCK
+        for i in range(0, n_tiles):
+            if REVERSE:
+                c = (n_tiles - 1 - i) * BLOCK + cols
+            else:
+                c = i * BLOCK + cols
             cmask = c < V
             x = tl.load(x_row + c, mask=cmask, other=0.0).to(tl.float32)
             g = tl.exp(x - lse) * coef - tl.where(c == t, scale, 0.0)
             tl.store(x_row + c, g.to(X.dtype.element_ty), mask=cmask)
 
 
+@triton.jit
+def _ce_grad_kernel(X, stride_x, T, LOSS, LSE, INV_COUNT, ignore_index, z_loss, n_rows,
+                    V: tl.constexpr, BLOCK: tl.constexpr, WRITE_GRAD: tl.constexpr,
+                    PERSISTENT: tl.constexpr = False, REVERSE: tl.constexpr = False):
+    """One program per row, or (PERSISTENT) fewer programs looping over rows: then fewer
+    rows are in flight, so that a row's second pass can find it in L2."""
+    if PERSISTENT:
+        for row in range(tl.program_id(0), n_rows, tl.num_programs(0)):
+            _ce_row(X, stride_x, T, LOSS, LSE, INV_COUNT, ignore_index, z_loss, row, V, BLOCK, WRITE_GRAD,
+                    REVERSE)
+    else:
+        _ce_row(X, stride_x, T, LOSS, LSE, INV_COUNT, ignore_index, z_loss, tl.program_id(0), V, BLOCK,
+                WRITE_GRAD, REVERSE)
+
+
 def cross_entropy_grad_(logits: Tensor, targets: Tensor, inv_count: Tensor, z_loss: float = 0.0,
                         ignore_index: int = -100, loss_out: Tensor | None = None, lse_out: Tensor | None = None,
                         write_grad: bool = True, block: int | None = None,
-                        num_warps: int | None = None) -> tuple[Tensor, Tensor]:
+                        num_warps: int | None = None, programs: int | None = None,
+                        reverse: bool | None = None) -> tuple[Tensor, Tensor]:
     """Per-row (loss, lse) in fp32; ``logits`` is overwritten with the gradient of
     ``loss.sum() * inv_count`` (see the module docstring) unless ``write_grad=False``.
 
     ``logits`` (rows, V) with unit column stride; ``targets`` (rows,) integer;
     ``inv_count`` a one-element fp32 tensor on the same device (``1 / valid count`` of
-    the whole batch, not just this chunk)."""
+    the whole batch, not just this chunk). ``programs``: that many programs looping over
+    the rows (0: one per row); ``reverse``: the second pass from each row's end. Both
+    default to the module's PROGRAMS and REVERSE."""
     if logits.dim() != 2 or logits.stride(1) != 1:
         raise ValueError(f"logits must be 2-D with unit column stride; got shape {tuple(logits.shape)}, "
                          f"strides {logits.stride()}")
@@ -106,7 +134,10 @@ def cross_entropy_grad_(logits: Tensor, targets: Tensor, inv_count: Tensor, z_lo
     block = block or min(BLOCK, triton.next_power_of_2(V))
     if block & (block - 1):
         raise ValueError(f"block must be a power of two; got {block}")
-    _ce_grad_kernel[(rows,)](logits, logits.stride(0), targets, loss_out, lse_out, inv_count,
-                             int(ignore_index), float(z_loss), V=int(V), BLOCK=block,
-                             WRITE_GRAD=bool(write_grad), num_warps=num_warps or NUM_WARPS)
+    programs = PROGRAMS if programs is None else programs
+    persistent = 0 < programs < rows
+    _ce_grad_kernel[(programs if persistent else rows,)](
+        logits, logits.stride(0), targets, loss_out, lse_out, inv_count, int(ignore_index), float(z_loss), rows,
+        V=int(V), BLOCK=block, WRITE_GRAD=bool(write_grad), PERSISTENT=persistent,
+        REVERSE=REVERSE if reverse is None else bool(reverse), num_warps=num_warps or NUM_WARPS)
     return loss_out, lse_out
