@@ -69,6 +69,7 @@ def main() -> None:
     ap.add_argument("--compile", default="regions", choices=("regions", "full", "off"))
     ap.add_argument("--loss-chunk", type=int, default=4096)
     ap.add_argument("--chunk", type=int, default=8)
+    ap.add_argument("--accum", type=int, default=1, help="microbatches per update (mhar bench step's --accum)")
     ap.add_argument("--rows", type=int, default=30)
     ap.add_argument("--eager", action="store_true", help="no CUDA graph (the profile then shows the host too)")
     ap.add_argument("--activation-checkpointing", action="store_true",
@@ -87,13 +88,15 @@ def main() -> None:
         # the timed steps graphed (the default on a GPU), then 2 more under the profiler
         with fail_on_recompile_limit():  # never profile a region that fell back to uncompiled
             timed = time_step(model, batch, seq, steps=4, warmup=3, compile_mode=args.compile,
-                              loss_chunk=args.loss_chunk, device="cuda", cuda_graphs=not args.eager, trace_steps=2)
+                              loss_chunk=args.loss_chunk, device="cuda", cuda_graphs=not args.eager, trace_steps=2,
+                              accum=args.accum)
         prof = timed.pop("profiler")
         table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=args.rows, max_name_column_width=70)
         kinds[method], names = kernel_kinds(prof, steps=2)
         by_kind = "\n".join(f"  {k:12s} {ms:8.2f} ms" for k, ms in kinds[method].items())
         by_kind += "\n\nthe longest kernels of each kind (ms per step):\n" + top_names(names, 10)
-        tags = ("_eager" if args.eager else "") + ("_ckpt" if args.activation_checkpointing else "")
+        tags = ("_eager" if args.eager else "") + ("_ckpt" if args.activation_checkpointing else "") \
+            + (f"_accum{args.accum}" if args.accum > 1 else "")
         path = out / f"profile_{args.preset}_{method}_{args.compile}{tags}.txt"
         how = ("" if args.eager else " graphed") + (", checkpointed" if args.activation_checkpointing else "")
         path.write_text(f"{method} {args.preset} compile={args.compile}: {timed['step_ms']:.1f} ms/step{how}, "
