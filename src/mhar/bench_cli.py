@@ -1,8 +1,8 @@
 """`mhar bench step`: training-step throughput, MFU and peak memory of every method,
 side by side in one run, at the paper's shapes.
 
-One step = forward + backward of ``--accum`` microbatches (gradients accumulated), then
-one fused AdamW update, bf16 autocast,
+One step = forward + backward of ``--accum`` microbatches (one by default; gradients
+accumulated), then one fused AdamW update, bf16 autocast,
 fp32 master weights, ``torch.compile`` of the decoder (regional by default: each
 sublayer kind compiles once), the LM head fused with the
 loss in chunks (no full logits). On a GPU the forward and backward are replayed as one
@@ -17,10 +17,14 @@ embedding lookup excluded) + 6 x L x T x n_heads x head_dim for causal attention
 (12 x L x T x n_heads x head_dim halved by the mask). Routing is not counted: it is
 the overhead being measured. Peak: 989 TFLOP/s (H100/H200 SXM dense bf16).
 
-``--accum recipe`` (the default) takes the paper's global batch (64 / 32 / 32 sequences
-at 100M / 350M / 1B) in the paper's microbatches: 8, 2 and 2 of them per update, as a
-training run with that recipe does. ``--accum 1`` updates after every microbatch.
-Tokens/s and MFU count every token of the step.
+``--accum N`` makes a step N microbatches (gradients accumulated, as the trainer's
+``grad_accum``) and one update; ``--accum recipe`` takes the paper's global batch (64 /
+32 / 32 sequences at 100M / 350M / 1B) in the paper's microbatches, 8, 2 and 2 of them.
+Tokens/s and MFU count every token of the step. The default, 1, updates after every
+microbatch, as sessions 6-15 measured. On the H200 the recipe's accumulation was not
+faster per token (session 16, bench/results/step_h200.md): the accumulating replays add
+into the gradients, and every kernel ran about 10% slower over the longer runs of
+back-to-back work.
 """
 
 from __future__ import annotations
@@ -169,6 +173,7 @@ def time_step(model: Decoder, batch: int, seq_len: int, steps: int, warmup: int,
             for i in range(trace_steps):
                 step(i)
             sync(device)
+    in_order = [1e3 * t for t in times]  # (a drift across them shows clocks changing under load)
     times.sort()
     median = times[len(times) // 2]
     tokens = batch * seq_len * accum
@@ -177,6 +182,7 @@ def time_step(model: Decoder, batch: int, seq_len: int, steps: int, warmup: int,
     peak = max(torch.cuda.max_memory_allocated(), capture_peak) if device == "cuda" else float("nan")
     return {
         "step_ms": 1e3 * median,
+        "step_times_ms": in_order,
         "tokens_per_s": tokens / median,
         "mfu": flops * tokens / median / PEAK_FLOPS,
         "peak_mem_gb": peak / 1e9,
@@ -340,8 +346,8 @@ def register(sub) -> None:
                    help="comma list; METHOD@two-phase or METHOD@one-pass sets the routing schedule")
     s.add_argument("--batch", type=int, default=0, help="microbatch (default: the paper's)")
     s.add_argument("--seq-len", type=int, default=0)
-    s.add_argument("--accum", default="recipe",
-                   help="microbatches per optimiser update; recipe (default): the paper's global batch "
+    s.add_argument("--accum", default="1",
+                   help="microbatches per optimiser update (default 1); recipe: the paper's global batch "
                         "(8 / 2 / 2 at 100M / 350M / 1B; 1 for other presets)")
     s.add_argument("--steps", type=int, default=10)
     s.add_argument("--warmup", type=int, default=4)
