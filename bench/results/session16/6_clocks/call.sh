@@ -23,5 +23,5 @@ for a in (1, 2):
     t = x["step_times_ms"]
     print(f"accum {a}: per microbatch, first 5 steps {[round(v / a, 1) for v in t[:5]]}, last 5 {[round(v / a, 1) for v in t[-5:]]}")
 PY
-awk -F', ' 'NR>1 {print $2, $4, $6, $7}' $R/smi.csv | sort | uniq -c | sort -rn | head -12
+awk -F', ' 'NR>1 {print $2, $7}' $R/smi.csv | sort | uniq -c | sort -rn | head -12
 tar czf "$OUT/r.tar.gz" -C "$OUT" r
