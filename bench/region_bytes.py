@@ -5,8 +5,8 @@ kernels that torch.compile generates for each sublayer (norms, rotary, SwiGLU, t
 fused residual add). This measures how far those are from their bytes: it runs the
 decoder's forward and backward eagerly (no CUDA graph) with inductor's bandwidth
 profiler on (``TORCHINDUCTOR_PROFILE=1``), which times every generated kernel alone
-(with a sync, one measurement per kernel) and takes its bytes from inductor's own count
-(each input and output buffer once). One warm-up step compiles; the next is recorded.
+(with a sync, once per kernel; later calls repeat that measurement) and takes its bytes
+from inductor's own count (each input and output buffer once). One warm-up step compiles; the next is recorded.
 
 Prints, per kernel name (summed over its calls in the step): calls, ms, GB, GB/s and
 % of the copy bandwidth given; then the totals and the step's floor for these kernels
@@ -20,25 +20,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
-import tempfile
 import time
 
-LINE = re.compile(r"^\s*([\d.]+)ms\s+([\d.]+) GB\s+([\d.]+)GB/s\s+[\d.]+%\s+(\S+)\s*$")
-
-
-def parse(text: str) -> dict[str, dict]:
-    """Per kernel name: calls, ms and GB summed over inductor's bandwidth-report sections."""
+def summarise(calls) -> dict[str, dict]:
+    """Per kernel name: calls, ms and GB summed over inductor's (ms, GB, GB/s, name) records."""
     out: dict[str, dict] = {}
-    for line in text.splitlines():
-        m = LINE.match(line)
-        if m:
-            ms, gb, _, name = m.groups()
-            k = out.setdefault(name, {"calls": 0, "ms": 0.0, "gb": 0.0})
-            k["calls"] += 1
-            k["ms"] += float(ms)
-            k["gb"] += float(gb)
+    for ms, gb, _, name in calls:
+        k = out.setdefault(name, {"calls": 0, "ms": 0.0, "gb": 0.0})
+        k["calls"] += 1
+        k["ms"] += float(ms)
+        k["gb"] += float(gb)
     return out
 
 
@@ -51,13 +43,19 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=25)
     ap.add_argument("--out", default="bench/results/region_bytes.json")
     args = ap.parse_args()
-    raw = tempfile.NamedTemporaryFile(suffix=".txt", delete=False).name
-    # read by inductor's config when it is first imported: set before torch
+    # read by inductor's config when it is first imported: set before torch. (Not
+    # TORCHINDUCTOR_PROFILE_OUTPUT: with it, torch 2.11 benchmarks each compiled module at
+    # compile time and fails there.)
     os.environ["TORCHINDUCTOR_PROFILE"] = "1"
-    os.environ["TORCHINDUCTOR_PROFILE_OUTPUT"] = raw
     os.environ["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] = "1"  # compile afresh, with the profiling wrappers
 
     import torch
+    from torch._inductor.runtime import triton_heuristics
+
+    # Each kernel call appends (ms, GB, GB/s, name) to collected_calls, which every
+    # compiled module's call clears first (start_graph): keep them for the whole step.
+    # The generated modules import start_graph when they load, after this.
+    triton_heuristics.start_graph = lambda: None
 
     from mhar.bench_cli import PAPER_MICROBATCH, build
     from mhar.model.loss import linear_cross_entropy
@@ -77,10 +75,11 @@ def main() -> None:
         torch.cuda.synchronize()
 
     step()  # compiles
-    open(raw, "w").close()
+    triton_heuristics.collected_calls.clear()
     step()
-    kernels = parse(open(raw).read())
-    os.unlink(raw)
+    kernels = summarise(triton_heuristics.collected_calls)
+    if not kernels:
+        raise SystemExit("inductor recorded no kernel calls (its bandwidth profiler did not run)")
     total_ms = sum(k["ms"] for k in kernels.values())
     total_gb = sum(k["gb"] for k in kernels.values())
     floor_ms = total_gb / args.copy_gbs * 1e3
