@@ -70,6 +70,9 @@ def main() -> None:
     ap.add_argument("--loss-chunk", type=int, default=4096)
     ap.add_argument("--chunk", type=int, default=8)
     ap.add_argument("--accum", type=int, default=1, help="microbatches per update (mhar bench step's --accum)")
+    ap.add_argument("--adamw", choices=("triton", "torch"), default="triton",
+                    help="the optimiser phase, as mhar bench step's --adamw (its default on CUDA: triton; "
+                         "profiles before session 16 ran torch's)")
     ap.add_argument("--rows", type=int, default=30)
     ap.add_argument("--eager", action="store_true", help="no CUDA graph (the profile then shows the host too)")
     ap.add_argument("--activation-checkpointing", action="store_true",
@@ -89,7 +92,7 @@ def main() -> None:
         with fail_on_recompile_limit():  # never profile a region that fell back to uncompiled
             timed = time_step(model, batch, seq, steps=4, warmup=3, compile_mode=args.compile,
                               loss_chunk=args.loss_chunk, device="cuda", cuda_graphs=not args.eager, trace_steps=2,
-                              accum=args.accum)
+                              accum=args.accum, adamw=args.adamw)
         prof = timed.pop("profiler")
         table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=args.rows, max_name_column_width=70)
         kinds[method], names = kernel_kinds(prof, steps=2)

@@ -11,8 +11,9 @@ any float dtype under ``TRITON_INTERPRET=1``) and the rows' targets, and
 
 One program per row, looping over vocabulary tiles of ``BLOCK`` columns (the last one
 masked, so any ``V`` works): pass 1 keeps a running max and sum of exponentials in
-fp32, pass 2 re-reads the tile and writes the gradient. The chunk is read twice and
-written once; nothing else of its size is allocated. ``1 / count`` is read from a
+fp32, pass 2 re-reads the row's tiles, last first (those most likely still in L2), and
+writes the gradient. The chunk is read twice and written once; nothing else of its size
+is allocated. ``1 / count`` is read from a
 device scalar, so the caller never synchronises with the device.
 
 ``V`` is a compile-time constant (one compiled kernel per vocabulary size; a model has
