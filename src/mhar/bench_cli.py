@@ -349,7 +349,9 @@ def register(sub) -> None:
     s.add_argument("--accum", default="1",
                    help="microbatches per optimiser update (default 1); recipe: the paper's global batch "
                         "(8 / 2 / 2 at 100M / 350M / 1B; 1 for other presets)")
-    s.add_argument("--steps", type=int, default=10)
+    s.add_argument("--steps", type=int, default=30,
+                   help="timed steps (median); enough back-to-back work that a power-capped GPU settles at its "
+                        "sustained clock (the H200's 700 W cap lowers its clock within seconds: session 16)")
     s.add_argument("--warmup", type=int, default=4)
     s.add_argument("--chunk", type=int, default=8, help="two-phase chunk (sublayers) for full routing")
     s.add_argument("--loss-chunk", type=int, default=4096, help="tokens per fused LM-head/loss chunk (0: plain)")
