@@ -4,7 +4,16 @@ Counts, from the shapes alone, the bytes the depth read must move per step and t
 matmul FLOPs of the model, and turns them into times with a measured copy bandwidth
 and a measured matmul rate. Compare with bench/results/step_*.json (measured).
 
+A second table is the baseline's own floor by part, for its MFU: the matrix products
+and attention at the 989 TFLOP/s peak, the optimiser's bytes (fp32 parameter, gradient
+and two moments read, parameter and moments written, the gradient read again for the
+clip's norm: 32 bytes a parameter), the loss kernel's (the bf16 logits read twice and
+written once) and, from ``bench/region_bytes.py``'s JSON files when ``--regions`` names
+their folder (``regions_<100m|350m|1b>.json``), the compiled regions' bytes, all at the
+copy bandwidth; then the step those floors add up to and its MFU.
+
     python bench/step_floor.py --copy-gbs 4270 --matmul-tflops 788
+    python bench/step_floor.py --copy-gbs 4246 --regions bench/results/session16/8_region_bytes
 """
 
 from __future__ import annotations
@@ -14,7 +23,7 @@ import json
 import math
 from pathlib import Path
 
-from mhar.bench_cli import PAPER_MICROBATCH
+from mhar.bench_cli import PAPER_MICROBATCH, PEAK_FLOPS
 from mhar.model import get_preset
 from mhar.model.decoder import Decoder
 
@@ -62,11 +71,40 @@ def one_pass_reads(n_sites: int, block: int) -> tuple[int, int, int]:
     return registered + n_sources, extras, n_sources  # + the final read over every source
 
 
+def baseline_floor(preset: str, copy_gbs: float, regions_dir: str = "") -> dict[str, float | None]:
+    """The baseline step's floor by part in ms (see the module docstring); "regions" is None
+    without a region_bytes.py file for the preset. "mfu": the MFU of a step at the sum."""
+    batch, seq = PAPER_MICROBATCH[preset]
+    tokens = batch * seq
+    cfg = get_preset(preset)
+    with torch.device("meta"):
+        model = Decoder(cfg)
+    flops = model.flops_per_token(seq)
+    attention = 6 * cfg.n_layers * seq * cfg.n_heads * cfg.attn_head_dim
+    params = sum(p.numel() for p in model.parameters())
+    ms = lambda n_bytes: n_bytes / (copy_gbs * 1e9) * 1e3  # noqa: E731
+    parts: dict[str, float | None] = {
+        "matmul": (flops - attention) * tokens / PEAK_FLOPS * 1e3,
+        "attention": attention * tokens / PEAK_FLOPS * 1e3,
+        "optimizer": ms(32 * params),
+        "loss kernel": ms(3 * tokens * cfg.vocab_size * 2),
+        "regions": None,
+    }
+    f = Path(regions_dir) / f"regions_{preset.removeprefix('paper-')}.json" if regions_dir else None
+    if f is not None and f.exists():
+        parts["regions"] = ms(json.loads(f.read_text())["total_gb"] * 1e9)
+    total = sum(v for v in parts.values() if v is not None)
+    parts["total"] = total
+    parts["mfu"] = flops * tokens / (total * 1e-3) / PEAK_FLOPS
+    return parts
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--copy-gbs", type=float, default=4270.0, help="measured device-to-device copy, GB/s")
     ap.add_argument("--matmul-tflops", type=float, default=788.0, help="measured bf16 matmul rate")
     ap.add_argument("--measured", default="bench/results", help="folder with step_*.json")
+    ap.add_argument("--regions", default="", help="folder with bench/region_bytes.py's regions_<size>.json")
     args = ap.parse_args()
     rows = []
     for preset, (batch, seq) in PAPER_MICROBATCH.items():
@@ -108,6 +146,15 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|")
     for r in rows:
         print("| " + " | ".join(r) + " |")
+    print(f"\nThe baseline's floor by part, ms (products at {PEAK_FLOPS / 1e12:.0f} TFLOP/s, bytes at "
+          f"{args.copy_gbs:.0f} GB/s; compiled regions from --regions):\n")
+    print("| preset | matmul | attention | optimiser | loss kernel | compiled regions | sum | MFU at the sum |")
+    print("|---|---|---|---|---|---|---|---|")
+    for preset in PAPER_MICROBATCH:
+        p = baseline_floor(preset, args.copy_gbs, args.regions)
+        cells = [f"{p[k]:.1f}" if p[k] is not None else "-" for k in
+                 ("matmul", "attention", "optimizer", "loss kernel", "regions", "total")]
+        print(f"| {preset} | " + " | ".join(cells) + f" | {100 * p['mfu']:.1f}% |")
 
 
 if __name__ == "__main__":

@@ -70,3 +70,25 @@ def test_bench_step_accumulates_microbatches(tmp_path):
     assert r["accum"] == 3
     assert r["tokens_per_s"] == pytest.approx(r["batch"] * r["seq_len"] * 3 / (r["step_ms"] / 1e3))
     assert "| 4x128x3 |" in (tmp_path / "step_acc.md").read_text()
+
+
+def test_step_floor_baseline_parts(tmp_path):
+    """bench/step_floor.py's baseline floor: each part from the shapes (products at the
+    peak, bytes at the copy rate), the compiled regions from a region_bytes.py file."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    try:
+        from step_floor import baseline_floor
+    finally:
+        sys.path.pop(0)
+    (tmp_path / "regions_1b.json").write_text(json.dumps({"total_gb": 100.0}))
+    p = baseline_floor("paper-1b", 4000.0, str(tmp_path))
+    # 1B: 1,079,313,280 parameters, 32 bytes each; 16 x 1024 tokens; 151,936-entry vocabulary
+    assert p["optimizer"] == pytest.approx(32 * 1_079_313_280 / 4000e9 * 1e3)
+    assert p["loss kernel"] == pytest.approx(3 * 16384 * 151936 * 2 / 4000e9 * 1e3)
+    assert p["regions"] == pytest.approx(25.0)
+    assert p["attention"] == pytest.approx(6 * 36 * 1024 * 1280 * 16384 / 989e12 * 1e3)
+    assert p["total"] == pytest.approx(sum(p[k] for k in ("matmul", "attention", "optimizer", "loss kernel", "regions")))
+    assert baseline_floor("paper-350m", 4000.0, str(tmp_path))["regions"] is None  # no file for it
