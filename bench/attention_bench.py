@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import platform
+import sys
 import time
 
 import torch
@@ -89,7 +90,7 @@ def main() -> None:
     ap.add_argument("--presets", default="paper-100m,paper-350m,paper-1b")
     ap.add_argument("--out", default="bench/results/attention_h200.json")
     args = ap.parse_args()
-    meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+    meta = {"command": " ".join(["python3"] + sys.argv), "device": torch.cuda.get_device_name(), "torch": torch.__version__,
             "cudnn": torch.backends.cudnn.version(), "python": platform.python_version(),
             "commit": os.environ.get("MHAR_COMMIT", "unknown"),
             "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
