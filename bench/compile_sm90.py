@@ -33,12 +33,16 @@ from mhar.routing import triton_kernels as tk
 from mhar.routing.op import _PHASE1_BACKWARD, _chunk_lanes, _chunks_first, _gather_geometry, _pow2, _split_width
 
 SHAPES = [(512, 8), (1024, 1), (1024, 8), (1280, 1), (1280, 8)]
-POINTERS = {"table": "*i64", "gtable": "*i64", "ref": "*bf16", "W": "*fp32", "G": "*fp32", "STAT": "*fp32",
+# G: the phase-1 kernels' table of the queries' gradient pointers, typed like gref (bf16
+# rows of a phase-1 read's sites in final form, op._RowGrads)
+POINTERS = {"table": "*i64", "gtable": "*i64", "ref": "*bf16", "W": "*fp32", "G": "*i64", "gref": "*bf16",
+            "STAT": "*fp32",
             "OFF": "*fp32", "Y": "*bf16", "DW": "*fp32", "OUT_M": "*fp32", "OUT_L": "*fp32", "OUT_O": "*fp32",
             "M0": "*fp32", "L0": "*fp32", "O0": "*fp32", "CA": "*fp32", "CB": "*fp32", "CC": "*fp32",
             "PM": "*fp32", "PGO": "*fp32", "PGL": "*fp32"}
 SCALARS = {"eps": "fp32"}  # every other runtime argument is an i32
 OPTIONS: dict = {}  # compile options from the command line: --stages (num_stages), --maxnreg
+DIVISIBLE: set = set()  # integer arguments specialised as multiples of 16 (--divisible)
 
 
 def resources(fn, constexprs: dict, warps: int, pointers: dict | None = None) -> dict:
@@ -48,7 +52,9 @@ def resources(fn, constexprs: dict, warps: int, pointers: dict | None = None) ->
     constexprs = {p.name: p.default for p in fn.params if p.is_constexpr and p.has_default} | constexprs
     types = {**POINTERS, **(pointers or {})}
     sig = {k: "constexpr" if k in constexprs else types.get(k, SCALARS.get(k, "i32")) for k in names}
-    attrs = {(names.index(k),): [["tt.divisibility", 16]] for k in names if k in types}
+    # pointers are 16-byte aligned; integer arguments the launcher sees divisible by 16
+    # (--divisible) are specialised as such, as triton's launcher does
+    attrs = {(names.index(k),): [["tt.divisibility", 16]] for k in names if k in types or k in DIVISIBLE}
     src = ASTSource(fn=fn, signature=sig, constexprs={(names.index(k),): v for k, v in constexprs.items()},
                     attrs=attrs)
     kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps, **OPTIONS})
@@ -161,7 +167,10 @@ def main() -> None:
     ap.add_argument("--stages", type=int, default=0, help="num_stages (default: triton's)")
     ap.add_argument("--maxnreg", type=int, default=0, help="a register cap per thread for every kernel (triton's "
                     "maxnreg; the library caps the gather at 96 at d = 1280: op.CONFIG_TABLE)")
+    ap.add_argument("--divisible", default="", help="comma list of integer arguments to compile as multiples of 16, "
+                    "as triton's launcher specialises them when they are (e.g. n_tok,n_q for 16 queries)")
     args = ap.parse_args()
+    DIVISIBLE.update(v for v in args.divisible.split(",") if v)
     if args.stages:
         OPTIONS["num_stages"] = args.stages
     if args.maxnreg:
@@ -205,9 +214,10 @@ def main() -> None:
                     for prec in args.dot_precision.split(","):
                         for fn in (tk._fwd_dot_kernel, tk._coef_dot_kernel):
                             for pf in (False, True):
+                                exact = {"G_EXACT": prec == "bf16x2"} if fn is tk._coef_dot_kernel else {}
                                 row(f"{fn.fn.__name__} ({args.dot_sources} sources, {prec}"
                                     f"{', prefetch' if pf else ''})", d, heads, w,
-                                    resources(fn, dict(c, PREC=prec, PF=pf), w))
+                                    resources(fn, dict(c, PREC=prec, PF=pf, **exact), w))
             if kind == "twopass":
                 t = tile(d, heads)
                 ks = args.gather_sources

@@ -363,6 +363,7 @@ def main():
     ap.add_argument("--step-only", action="store_true", help="only the whole step (no per-call rows)")
     ap.add_argument("--no-peers", action="store_true", help="skip fla and liger")
     ap.add_argument("--chunk", type=int, default=8)
+    ap.add_argument("--no-one-pass", action="store_true", help="the whole step two-phase only (no one-pass rows)")
     ap.add_argument("--phase1", default="", metavar="JSON",
                     help='the whole step\'s phase-1 backward configs, {label: config or null}, instead of PHASE1')
     ap.add_argument("--tune", action="store_true", help="sweep kernel tile sizes first")
@@ -463,7 +464,8 @@ def main():
         if not args.no_step:
             for h in [h for h in (1, 8) if h in heads_list]:
                 # one-pass, then two-phase with each phase-1 backward (see op._PHASE1_BACKWARD)
-                for chunk, label, override in ((None, "", None), *((args.chunk, lab, t) for lab, t in PHASE1)):
+                one_pass = () if args.no_one_pass else ((None, "", None),)
+                for chunk, label, override in (*one_pass, *((args.chunk, lab, t) for lab, t in PHASE1)):
                     rop.TUNE = override
                     try:
                         t, kern = whole_step(case, h, chunk)

@@ -173,7 +173,7 @@ def test_phase_one_rows(n_old, n_new, lead, d, heads, S, gen):
     # route_partial_rows: the sites' row gradients written into one buffer that phase 1's
     # backward reads (no stacking by autograd); the rows no site read get zeros
     rows = check_phase_one_rows(n_old, n_new, lead, d, heads, S, gen=gen)
-    assert rows.direct and rows.grads.o is None  # handed to phase 1's backward, then released
+    assert rows.direct and rows.grads.stat is None and not rows.grads.grads  # taken by phase 1's backward
     # nothing keeps the phase-1 block alive once its rows are dropped (no reference cycle
     # through an autograd context, which Python's collector cannot see)
     block = weakref.ref(rows.partial.o)

@@ -211,11 +211,13 @@ def _finalize_case(lead, d, heads, S, dtype, device, gen):
     assert x.shape == x64.shape and x.dtype == dtype
     got = [x, *torch.autograd.grad(x, [l32, o32], gy.to(device, dtype))]
     for i in (0, S - 1):
-        rows = routing.PhaseOneRows(routing.Partial(m, l32, o32), rop._RowGrads(l.shape, o.shape, device))
+        rows = routing.PhaseOneRows(routing.Partial(m, l32, o32), rop._RowGrads(l.shape, device))
         x = routing.finalize(rows[i], (*lead, d), dtype)
         x.backward(gy[i:i + 1].to(device, dtype))
-        assert l32.grad is None and o32.grad is None, "a direct row's gradients go to the read's buffers"
-        got += [x, rows.grads.l[i].clone(), rows.grads.o[i].clone()]
+        assert l32.grad is None and o32.grad is None, "a direct row goes to the read's backward"
+        # the row in final form (g, lse, -(g . x)), as gradients of l and o
+        grad_l, grad_o = rop._RowGrads.as_partial(m, *rows.grads.take())
+        got += [x, grad_l[i], grad_o[i]]
         want += [x64[i:i + 1], want[1][i], want[2][i]]
     return got, want
 

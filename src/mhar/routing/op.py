@@ -472,13 +472,21 @@ def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, h
     return m, l, o
 
 
-def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, grad: Tensor, stat: Tensor,
-                     off: Tensor | None, y: Tensor | None, heads: int, eps: float,
-                     sink: SinkSpan | None = None, partial: tuple[Tensor, Tensor, Tensor] | None = None
-                     ) -> list[Tensor | None]:
-    """partial (a final read that started from a phase-1 row, one query): (m0, grad_o,
+def _stacked(grad: Tensor | Sequence[Tensor]) -> Tensor:
+    """The S queries' upstream gradients as one (S, M, d) tensor."""
+    return grad if isinstance(grad, Tensor) else torch.stack(list(grad))
+
+
+def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, grad: Tensor | Sequence[Tensor],
+                     stat: Tensor, off: Tensor | None, y: Tensor | None, heads: int, eps: float,
+                     sink: SinkSpan | None = None, partial: tuple | None = None) -> list[Tensor | None]:
+    """grad: (S, M, d), or the S queries' (M, d) gradients as separate tensors in any one
+    dtype (a phase-1 read's rows in final form, ``_RowGrads``; the phase-1 kernels read
+    them through a pointer table, the others take them stacked).
+    partial (a final read that started from a phase-1 row, one query): (m0, grad_o,
     grad_l), the row's max (n_tok, H) and two fp32 outputs (n_tok, d) and (n_tok, H) that
-    the kernel fills with the row's gradients."""
+    the kernel fills with the row's gradients; or (None, None, off), an (n_tok, H) fp32
+    output that it fills with -(g . y) per head (the row in final form)."""
     from mhar.routing.triton_kernels import _bwd_kernel
 
     srcs = _contig(srcs)
@@ -503,13 +511,17 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
     if S > 1 and cfg["bwd_twopass"]:  # per-query coefficients, then per-source gradients
         from mhar.routing.triton_kernels import _bwd_gather_kernel
 
+        # the queries' gradients through a pointer table, in their own dtype
+        rows = _contig(grad.unbind(0) if isinstance(grad, Tensor) else grad)
+        grad_table, grad_align = _ptr_table(rows)
+        if grad_align < tile["ALIGN"]:
+            dh, cfg, tile = _geometry(d, heads, n_tok, "bwd_sum" if n_acc else "bwd", grad_align)
         ks = cfg["gather_sources"]
         for key in ("gather_sources", "gather_cols"):  # a matrix product's rows, and its columns
             _check_pow2_16(cfg, key)
         n_tiles = -(-n_tok // tile["BM"])
-        dot = _dot_tile(cfg, "coef_dot", dh, heads, S, src_align, srcs[0]) if n_tiles else None
+        dot = _dot_tile(cfg, "coef_dot", dh, heads, S, tile["ALIGN"], srcs[0]) if n_tiles else None
         if n_tiles:
-            grad = grad.contiguous()
             # token-major, so that each gather program reads its block's coefficients as
             # contiguous runs (source-major, 32-byte pieces cost 5.2 of the gather's 22.7 ms
             # at 1280/73 with 8 heads, bench/results/session13/)
@@ -522,21 +534,24 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
 
             n_prog = _n_programs(dev, n_tok, cfg["coef_dot_progs_per_sm"])
             dw_parts = torch.empty((n_prog, S, d), dtype=torch.float32, device=dev)  # every (program, query) row
-            args = (src_table, srcs[0], w, grad, stat, off.contiguous(), dw_parts, coef_a, coef_b, coef_c, len(srcs),
-                    n_tok, S, n_prog, d, dh, eps)
-            done = _launch_dot(_coef_dot_kernel, (n_prog,), args, dot, cfg["dot_warps"], dev)
+            args = (src_table, srcs[0], w, grad_table, rows[0], stat, off.contiguous(), dw_parts, coef_a, coef_b,
+                    coef_c, len(srcs), n_tok, S, n_prog, d, dh, eps)
+            # bf16 gradients enter g.x as they are (one product; exact)
+            exact = dot["PREC"] == "bf16x2" and rows[0].dtype == torch.bfloat16
+            done = _launch_dot(_coef_dot_kernel, (n_prog,), args, {**dot, "G_EXACT": exact}, cfg["dot_warps"], dev)
         if not done:
             n_prog = max(1, _n_programs(dev, n_tiles, cfg["bwd_progs_per_sm"]) // S)
             dw_parts = torch.empty((n_prog, S, d), dtype=torch.float32, device=dev)
         if n_tiles:
             if not done:
-                _bwd_kernel[(S, n_prog)](src_table, srcs[0], src_table, w, grad, stat, off.contiguous(), grad,
-                                         dw_parts, coef_a, coef_b, coef_c, dw_parts, dw_parts, dw_parts,
+                _bwd_kernel[(S, n_prog)](src_table, srcs[0], src_table, w, grad_table, rows[0], stat,
+                                         off.contiguous(), rows[0], dw_parts, coef_a, coef_b, coef_c, dw_parts, dw_parts, dw_parts,
                                          len(srcs), 0, n_tok, S, d, dh, eps, n_tiles, n_prog,
                                          **tile, SINGLE=True, FINAL=False, PF=cfg["bwd_pf"], COEF=True,
                                          num_warps=warps, maxnreg=cfg["bwd_maxnreg"])
             _bwd_gather_kernel[(-(-len(srcs) // ks) * n_tok,)](
-                src_table, srcs[0], dest_table, w, grad, coef_a, coef_b, coef_c, len(srcs), n_acc, n_tok, S, d, dh,
+                src_table, srcs[0], dest_table, w, grad_table, rows[0], coef_a, coef_b, coef_c, len(srcs), n_acc, n_tok,
+                S, d, dh,
                 H=heads, **_gather_geometry(dh, tile["DA"], tile["DB"], cfg["gather_cols"]), KS=ks,
                 SP=max(8, _pow2(S)), ALIGN=tile["ALIGN"], ACCUM=n_acc > 0,
                 PREC="ieee" if srcs[0].dtype in (torch.float32, torch.float64) else cfg["gather_precision"],
@@ -550,13 +565,17 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
             final = y is not None
             assert final == (off is None) and (not final or S == 1)
             assert partial is None or final
+            grad = _stacked(grad).contiguous()
             pm, pgo, pgl = partial if partial is not None else (dw_parts, dw_parts, dw_parts)
-            _bwd_kernel[(n_prog,)](src_table, srcs[0], dest_table, w,
-                                   grad.contiguous(), stat, stat if final else off.contiguous(),
+            mode = 0 if partial is None else 1 if pm is not None else 2  # PARTIAL: the row's gradients, or -(g . y)
+            if mode == 2:
+                pm = pgo = dw_parts
+            _bwd_kernel[(n_prog,)](src_table, srcs[0], dest_table, w, grad, grad, stat,
+                                   stat if final else off.contiguous(),
                                    y.contiguous() if final else grad, dw_parts, dw_parts, dw_parts, dw_parts,
                                    pm, pgo, pgl, len(srcs), n_acc, n_tok, S, d, dh, eps, n_tiles, n_prog,
                                    **tile, SINGLE=(S == 1), FINAL=final, ACCUM=n_acc > 0, PF=cfg["bwd_pf"],
-                                   PARTIAL=partial is not None, num_warps=warps, maxnreg=maxnreg)
+                                   PARTIAL=mode, num_warps=warps, maxnreg=maxnreg)
     if not n_tok:
         dw_parts.zero_()
         for g in dests[n_acc:]:
@@ -603,9 +622,10 @@ def _triton_finalize(l: Tensor, o: Tensor, dtype: torch.dtype) -> Tensor:
     return x
 
 
-def _triton_finalize_backward(g: Tensor, x: Tensor, l: Tensor, grad_o: Tensor, grad_l: Tensor) -> None:
-    """Fill grad_o (.., d) and grad_l (.., H), contiguous fp32 (fresh, or a phase-1 read's
-    row buffers), with finalize's gradients from g (x's shape, any dtype and strides)."""
+def _triton_finalize_backward(g: Tensor, x: Tensor, l: Tensor, grad_o: Tensor | None, grad_l: Tensor) -> None:
+    """Fill grad_o (.., d) and grad_l (.., H), contiguous fp32, with finalize's gradients
+    from g (x's shape, any dtype and strides). grad_o None: grad_l gets -(g . x) per head
+    instead, not divided by l (a phase-1 row in final form, ``_RowGrads``)."""
     from mhar.routing.triton_kernels import _finalize_bwd_kernel
 
     H = l.shape[-1]
@@ -613,8 +633,8 @@ def _triton_finalize_backward(g: Tensor, x: Tensor, l: Tensor, grad_o: Tensor, g
     n_tok = l.numel() // H
     if n_tok:
         grid, tile, warps = _finalize_launch(n_tok, d, H)
-        _finalize_bwd_kernel[grid](g.contiguous(), x.contiguous(), l.contiguous(), grad_o, grad_l, n_tok, **tile,
-                                   num_warps=warps)
+        _finalize_bwd_kernel[grid](g.contiguous(), x.contiguous(), l.contiguous(), grad_l if grad_o is None else grad_o,
+                                   grad_l, n_tok, **tile, ROWS=grad_o is None, num_warps=warps)
 
 
 # ---------------------------------------------------------------- backend dispatch
@@ -648,11 +668,12 @@ def _forward_impl(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, hea
 def _backward_impl(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, grad: Tensor, stat: Tensor,
                    off: Tensor | None, y: Tensor | None, heads: int, eps: float,
                    sink: SinkSpan | None = None) -> list[Tensor | None]:
-    """grad (S, M, d), stat (S, M, H): m (partial) or lse (final, with y given and off None);
-    off (S, M, H): grad_l of a partial read. Returns [grad_queries, grad_norm_weights,
+    """grad (S, M, d) or S (M, d) tensors, stat (S, M, H): m (partial) or lse (final, with
+    y given and off None); off (S, M, H): grad_l of a partial read, or -(g . y) with lse. Returns [grad_queries, grad_norm_weights,
     *grad_sources], with None for the sources whose gradient went into ``sink``."""
     if _use_triton(srcs[0]):
         return _triton_backward(srcs, queries, norm_weights, grad, stat, off, y, heads, eps, sink)
+    grad = _stacked(grad)
     if off is None:
         S, n_tok, _ = stat.shape
         d = queries.shape[-1]
@@ -873,8 +894,15 @@ class _PartialFn(torch.autograd.Function):
     def backward(ctx, grad_m, grad_l, grad_o):
         queries, norm_weights, m, *sources = ctx.saved_tensors
         S, d = queries.shape
-        if ctx.grads is not None:
-            grad_l, grad_o = ctx.grads.take(grad_l, grad_o)
+        rows = ctx.grads.take() if ctx.grads is not None else None
+        if rows is not None and grad_l is None and grad_o is None:
+            # the sites' reads in final form: g, lse and -(g . y) per query
+            res = _backward_impl(sources, queries, norm_weights, *rows, None, ctx.heads, ctx.eps, ctx.sink)
+            return (res[0], res[1], None, None, None, None, *res[2:])
+        if rows is not None:  # l or o reached by autograd too: the rows as gradients of l and o, added
+            row_l, row_o = _RowGrads.as_partial(m, *rows)
+            grad_l = row_l if grad_l is None else row_l + grad_l
+            grad_o = row_o if grad_o is None else row_o + grad_o
         if grad_l is None and grad_o is None:
             return (None,) * (6 + len(sources))
         if grad_l is None:
@@ -893,45 +921,71 @@ class PhaseOneRow(NamedTuple):
 
 
 class _RowGrads:
-    """The gradients of a phase-1 read's l (S, M, H) and o (S, M, d), which its sites'
-    backward passes write one row each and the phase-1 backward then takes. The autograd
-    contexts hold this, never the read's outputs: an output referenced from its own
-    node's context is a reference cycle that Python's collector cannot see."""
+    """What a phase-1 read's backward needs from its S sites, each site's row in final
+    form: the site's upstream gradient g (M, d) as autograd gave it (no copy), the
+    softmax statistic of its whole read, lse (M, H), and -(g . y) per head (M, H).
 
-    def __init__(self, l_shape: tuple, o_shape: tuple, device: torch.device):
-        self.l_shape, self.o_shape, self.device = l_shape, o_shape, device
-        self.l = self.o = None
-        self.written: set[int] = set()
+    A site's read is the phase-1 row merged with its own sources and normalised, so the
+    gradient that reaches an old source through it is the final read's, over all its
+    sources: a = e^(z - lse), dz = a (g . s - g . y). The phase-1 backward runs on these
+    as they are (its kernels read the g rows through a pointer table), where the rows as
+    gradients of (l, o) would be fp32 copies of g scaled by e^(m - lse), written by every
+    site and read twice by phase 1 (``as_partial`` forms them where autograd also brings
+    gradients of l or o). Sites write one row each; the phase-1 backward takes them. The
+    autograd contexts hold this, never the read's outputs: an output referenced from its
+    own node's context is a reference cycle that Python's collector cannot see."""
 
-    def row(self, i: int) -> tuple[Tensor, Tensor]:
-        """Row i's buffers, (M, H) and (M, d) fp32 views, for its site to fill."""
-        if self.o is None:
-            self.l = _new(self.l_shape, torch.float32, self.device)
-            self.o = _new(self.o_shape, torch.float32, self.device)
-        self.written.add(i)
-        return self.l[i], self.o[i]
+    def __init__(self, h_shape: tuple, device: torch.device):
+        self.h_shape, self.device = h_shape, device  # (S, M, H)
+        self.stat = self.off = None
+        self.grads: dict[int, Tensor] = {}
 
-    def take(self, grad_l: Tensor | None, grad_o: Tensor | None) -> tuple[Tensor | None, Tensor | None]:
-        """The rows' gradients (rows no site wrote are zero) plus any that reached l and o
-        through autograd; the buffers are released."""
-        bl, bo, written = self.l, self.o, self.written
-        self.l = self.o = None
-        self.written = set()
-        if bo is None:
-            return grad_l, grad_o
-        for i in set(range(self.o_shape[0])) - written:
-            bl[i].zero_()
-            bo[i].zero_()
-        return (bl if grad_l is None else bl + grad_l), (bo if grad_o is None else bo + grad_o)
+    def row(self, i: int, g: Tensor) -> tuple[Tensor, Tensor]:
+        """Record site i's upstream gradient g (M, d), contiguous; returns its lse and
+        -(g . y) rows, (M, H) fp32 views, for the site to fill."""
+        if self.stat is None:
+            self.stat = _new(self.h_shape, torch.float32, self.device)
+            self.off = _new(self.h_shape, torch.float32, self.device)
+        self.grads[i] = g
+        return self.stat[i], self.off[i]
+
+    def take(self) -> tuple[list[Tensor], Tensor, Tensor] | None:
+        """(g rows, lse (S, M, H), -(g . y) (S, M, H)), or None when no site wrote; the
+        buffers are released. A row no site wrote reads zeros with lse = +inf (weight 0)."""
+        grads, stat, off = self.grads, self.stat, self.off
+        self.grads, self.stat, self.off = {}, None, None
+        if not grads:
+            return None
+        dtypes = {g.dtype for g in grads.values()}
+        dtype = dtypes.pop() if len(dtypes) == 1 else torch.float32
+        first = next(iter(grads.values()))
+        rows = []
+        for i in range(self.h_shape[0]):
+            g = grads.get(i)
+            if g is None:
+                g = torch.zeros_like(first, dtype=dtype)
+                stat[i].fill_(float("inf"))
+                off[i].zero_()
+            rows.append(g.to(dtype))
+        return rows, stat, off
+
+    @staticmethod
+    def as_partial(m: Tensor, rows: list[Tensor], stat: Tensor, off: Tensor) -> tuple[Tensor, Tensor]:
+        """The rows as gradients of the read's (l, o), (S, M, H) and (S, M, d) fp32: per
+        head e^(m - lse) (-(g . y)) and e^(m - lse) g."""
+        S, M, H = stat.shape
+        scale = torch.exp(m - stat)
+        g = torch.stack([r.reshape(M, H, -1) for r in rows]).float()
+        return scale * off, (scale.unsqueeze(-1) * g).view(S, M, -1)
 
 
 class PhaseOneRows:
     """The S rows of a phase-1 read, one per site of a chunk (``route_partial_rows``).
 
     ``partial`` is the read, (m, l, o) of all S queries. On the eager Triton path
-    (``direct``) each site's ``route_merge`` / ``finalize`` backward writes its row's
-    gradients straight into one (S, M, d) buffer (and one (S, M, H)) that the phase-1
-    backward then reads, and returns None to autograd. Rows taken as autograd views
+    (``direct``) each site's ``route_merge`` / ``finalize`` backward hands its row to the
+    phase-1 backward in final form (its upstream gradient, lse and -(g . y); see
+    ``_RowGrads``) and returns None to autograd. Rows taken as autograd views
     instead (``unbind``) get S separate gradients that autograd stacks: a copy of the
     chunk's whole fp32 block per chunk (3.0 ms of a 1B MHAR step on the H200, session 12).
     Elsewhere (the reference, torch.compile) ``view(i)`` gives the rows through one
@@ -965,7 +1019,8 @@ class _MergeFn(torch.autograd.Function):
     normalised, in one kernel pass. Backward: the final read's backward over the new
     sources (the softmax statistic lse covers the partial's mass too, so its formulas
     are unchanged), and for the partial, per head, grad_o = e^(m - lse) g and
-    grad_l = -e^(m - lse) (g . y), written by the same backward kernel."""
+    grad_l = -e^(m - lse) (g . y), written by the same backward kernel; for a direct row
+    only -(g . y), the row then handed over in final form (``_RowGrads``)."""
 
     @staticmethod
     def forward(ctx, m0, l0, o0, query, norm_weight, heads, eps, sink, row, *sources):
@@ -985,16 +1040,19 @@ class _MergeFn(torch.autograd.Function):
     def backward(ctx, grad_y):
         query, norm_weight, y, lse, m0, *sources = ctx.saved_tensors
         heads, d, n_tok = ctx.heads, query.shape[-1], lse.shape[0]
-        # the partial row's gradients, written by the same kernel (PARTIAL): into the
-        # phase-1 read's buffers for a direct row (None to autograd), else fresh
+        grad_y = grad_y.reshape(n_tok, d).contiguous()
         if ctx.row is not None:
-            grad_l, grad_o = ctx.row[0].row(ctx.row[1])
-        else:
+            # a direct row: handed to phase 1 in final form (g, lse, and -(g . y), which the
+            # same kernel writes); None to autograd
+            stat, off = ctx.row[0].row(ctx.row[1], grad_y)
+            stat.copy_(lse.view(n_tok, heads))
+            partial = (None, None, off)
+        else:  # the partial row's gradients, written by the same kernel (PARTIAL)
             grad_o = _new((1, n_tok, d), torch.float32, lse.device)
             grad_l = _new((1, n_tok, heads), torch.float32, lse.device)
-        res = _triton_backward(sources, query.view(1, d), norm_weight.view(1, d), grad_y.reshape(1, n_tok, d),
-                               lse.view(1, n_tok, heads), None, y, heads, ctx.eps, ctx.sink,
-                               partial=(m0.reshape(n_tok, heads).contiguous(), grad_o, grad_l))
+            partial = (m0.reshape(n_tok, heads).contiguous(), grad_o, grad_l)
+        res = _triton_backward(sources, query.view(1, d), norm_weight.view(1, d), grad_y.view(1, n_tok, d),
+                               lse.view(1, n_tok, heads), None, y, heads, ctx.eps, ctx.sink, partial=partial)
         if ctx.row is not None:
             grad_l = grad_o = None
         return (None, grad_l, grad_o, res[0].view(query.shape), res[1].view(norm_weight.shape), None, None, None,
@@ -1014,51 +1072,53 @@ class _FinalizeFn(torch.autograd.Function):
     which saving it would keep alive until backward. grad_o = g / l and grad_l =
     -(g . x) / l per head; for a 16-bit output the second uses the rounded x (as the
     fused phase 2's backward does). On the Triton path one kernel each way; the eager ops
-    below (a pass per op over (M, d) fp32 tensors) elsewhere."""
+    below (a pass per op over (M, d) fp32 tensors) elsewhere.
+    A direct row of a phase-1 read goes to that read's backward in final form
+    (``_RowGrads``): g as it is, lse = m + log l and -(g . x) per head."""
 
     @staticmethod
-    def forward(ctx, l, o, shape, dtype, row=None):
-        # row (grads, i): l and o are a whole phase-1 read, this site's is row i, and its
-        # gradients go into grads (a _RowGrads)
+    def forward(ctx, l, o, shape, dtype, row=None, m=None):
+        # row (grads, i): l, o and m are a whole phase-1 read, this site's is row i, and
+        # its gradients go into grads (a _RowGrads)
         if row is not None:
-            l, o = l[row[1]:row[1] + 1], o[row[1]:row[1] + 1]
+            l, o, m = l[row[1]:row[1] + 1], o[row[1]:row[1] + 1], m[row[1]]
         S, M, H = l.shape
         d = o.shape[-1]
         if o.dtype == l.dtype and _finalize_on_triton(l, dtype):
             x = _triton_finalize(l, o, dtype).view(S, *shape)
         else:
             x = (o.view(S, M, H, d // H) / l.unsqueeze(-1)).view(S, *shape).to(dtype)
-        ctx.save_for_backward(l, x)
+        ctx.save_for_backward(l, x, *([m] if row is not None else []))
         ctx.row = row
         return x
 
     @staticmethod
     def backward(ctx, g):
-        l, x = ctx.saved_tensors
+        l, x, *m = ctx.saved_tensors
         S, M, H = l.shape
         d = x.shape[-1]
-        if _finalize_on_triton(l, x.dtype):
-            if ctx.row is not None:  # into the phase-1 read's buffers (None to autograd)
-                grad_l, grad_o = ctx.row[0].row(ctx.row[1])
+        if ctx.row is not None:  # the row to phase 1's backward in final form (None to autograd)
+            g = g.reshape(M, d).contiguous()
+            stat, off = ctx.row[0].row(ctx.row[1], g)
+            torch.add(m[0], torch.log(l[0]), out=stat)
+            if _finalize_on_triton(l, x.dtype):
+                _triton_finalize_backward(g, x, l, None, off)
             else:
-                grad_l = _new((S, M, H), torch.float32, l.device)
-                grad_o = _new((S, M, d), torch.float32, l.device)
+                xh = x.reshape(M, H, d // H).to(l.dtype)
+                torch.sum(g.view(M, H, d // H).to(l.dtype) * xh, -1, out=off)
+                off.neg_()
+            return None, None, None, None, None, None
+        if _finalize_on_triton(l, x.dtype):
+            grad_l = _new((S, M, H), torch.float32, l.device)
+            grad_o = _new((S, M, d), torch.float32, l.device)
             _triton_finalize_backward(g, x, l, grad_o, grad_l)
-            if ctx.row is not None:
-                return None, None, None, None, None
-            return grad_l, grad_o, None, None, None
+            return grad_l, grad_o, None, None, None, None
         inv = 1 / l.unsqueeze(-1)
         g = g.reshape(S, M, H, d // H)
-        if ctx.row is not None:  # into the phase-1 read's buffers (None to autograd)
-            grad_l, grad_o = ctx.row[0].row(ctx.row[1])
-            torch.mul(g[0], inv[0], out=grad_o.view(M, H, d // H))
-            torch.sum(grad_o.view(M, H, d // H) * x.reshape(M, H, d // H), -1, out=grad_l)
-            grad_l.neg_()
-            return None, None, None, None, None
         g = g.to(l.dtype)
         grad_o = (g * inv).view(S, M, d)
         grad_l = -(g * x.reshape(S, M, H, d // H).to(l.dtype)).sum(-1) * inv.squeeze(-1)
-        return grad_l, grad_o, None, None, None
+        return grad_l, grad_o, None, None, None, None
 
 
 def finalize(p: Partial | PhaseOneRow, shape, dtype: torch.dtype) -> Tensor:
@@ -1068,7 +1128,7 @@ def finalize(p: Partial | PhaseOneRow, shape, dtype: torch.dtype) -> Tensor:
     if isinstance(p, PhaseOneRow):
         if p.rows.direct:
             part = p.rows.partial
-            return _FinalizeFn.apply(part.l, part.o, tuple(shape), dtype, (p.rows.grads, p.index))
+            return _FinalizeFn.apply(part.l, part.o, tuple(shape), dtype, (p.rows.grads, p.index), part.m)
         p = p.rows.view(p.index)
     return _FinalizeFn.apply(p.l, p.o, tuple(shape), dtype)
 
@@ -1186,5 +1246,5 @@ def route_partial_rows(sources, queries: Tensor, norm_weights: Tensor, heads: in
     _check_sink(sink, srcs)
     S, d = queries.shape
     n_tok = srcs[0].numel() // d
-    grads = _RowGrads((S, n_tok, heads), (S, n_tok, d), srcs[0].device)
+    grads = _RowGrads((S, n_tok, heads), srcs[0].device)
     return PhaseOneRows(Partial(*_PartialFn.apply(queries, norm_weights, heads, eps, sink, grads, *srcs)), grads)

@@ -273,16 +273,17 @@ def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, M0, L0, O0,
 
 
 @triton.jit
-def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW, CA, CB, CC, PM, PGO, PGL,
+def _bwd_kernel(table, ref, gtable, W, G, gref, STAT, OFF, Y, DW, CA, CB, CC, PM, PGO, PGL,
                 n_src, n_acc, n_tok, n_q, d: tl.constexpr, dh: tl.constexpr, eps, n_tiles, n_prog,
                 H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, DC: tl.constexpr,
                 CF: tl.constexpr, BM: tl.constexpr, HAS_B: tl.constexpr, EVEN: tl.constexpr, ALIGN: tl.constexpr,
                 SINGLE: tl.constexpr, FINAL: tl.constexpr, ACCUM: tl.constexpr = False, PF: tl.constexpr = 1,
-                COEF: tl.constexpr = False, PARTIAL: tl.constexpr = False):
+                COEF: tl.constexpr = False, PARTIAL: tl.constexpr = 0):
     """gtable: data pointers of the sources' gradients; with ACCUM the first n_acc are
     running sums added into, the rest are written once (ACCUM is a constexpr so that
     calls without sums keep the registers the sum's tile would take).
-    G: (S, n_tok, d) upstream gradient of the (unnormalised or final) output.
+    G: (S, n_tok, d) upstream gradient of the (unnormalised or final) output; with COEF a
+    table of the S queries' (n_tok, d) gradient rows' data pointers, typed like ``gref``.
     STAT: (S, n_tok, H) the logit offset (m for a partial read, lse for a final read).
     OFF: (S, n_tok, H) added to g.s before multiplying by p (grad_l of a partial read);
     for a final read (FINAL, one query) it is -g.y per head, formed here from Y.
@@ -298,9 +299,11 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW, CA, CB, CC, PM, PGO,
     The S programs of a token tile run side by side and share its source rows in L2.
 
     PARTIAL (with FINAL; the backward of a fused phase-2 read that started from a phase-1
-    row with max PM (n_tok, H)): also writes that row's gradients, per head
+    row with max PM (n_tok, H)): 1 also writes that row's gradients, per head
     PGO = e^(PM - lse) g (n_tok, d) and PGL = -e^(PM - lse) (g . y) (n_tok, H), fp32, from
-    the g and g . y the kernel has loaded anyway (no separate elementwise passes)."""
+    the g and g . y the kernel has loaded anyway (no separate elementwise passes); 2 writes
+    only PGL = -(g . y): the phase-1 backward then takes the read in its final form (g,
+    lse and -(g . y); op's ``_RowGrads``)."""
     pid = tl.program_id(0)
     dw_row = DW + pid.to(tl.int64) * d
     if COEF:  # one query per program: every per-query pointer moves to query q
@@ -308,7 +311,7 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW, CA, CB, CC, PM, PGO,
         pid = tl.program_id(1)
         W += q * d
         q64 = tl.cast(q, tl.int64)
-        G += q64 * n_tok * d
+        G = _src(G, q, gref, ALIGN)
         STAT += q64 * n_tok * H
         OFF += q64 * n_tok * H
         dw_row = DW + (tl.cast(pid, tl.int64) * n_q + q64) * d
@@ -360,12 +363,14 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW, CA, CB, CC, PM, PGO,
                 of0 = -tl.sum(gy, axis=2)
             else:
                 of0 = _ld(OFF + hoffs, hmask, EVEN).to(tl.float32)
-            if PARTIAL:  # the phase-1 row's gradients: its weight in this read, per head
+            if PARTIAL == 1:  # the phase-1 row's gradients: its weight in this read, per head
                 sc = tl.where(hmask, tl.exp(_ld(PM + hoffs, hmask, EVEN) - st0), 0.0)
                 _st(PGO + offs_a, _heads_tile(sc, CF) * goa, mask_a, EVEN)
                 if HAS_B:
                     _st(PGO + offs_b, _heads_tile(sc, CF) * gob, mask_b, EVEN)
                 _st(PGL + hoffs, sc * of0, hmask, EVEN)
+            if PARTIAL == 2:  # the row's -(g . y) per head; phase 1 reads g and lse itself
+                _st(PGL + hoffs, of0, hmask, EVEN)
         for i in range(n_src):
             xa, xa_n, xa_n2 = _next_tile(xa_n, xa_n2, p_next, offs_a, mask_a, EVEN, PF)
             x2 = _head_sums(xa * xa, CF)
@@ -474,13 +479,13 @@ def _bwd_kernel(table, ref, gtable, W, G, STAT, OFF, Y, DW, CA, CB, CC, PM, PGO,
 
 
 @triton.jit
-def _gather_loads(src, dst, W, G, CA, CB, k, kmask, acc_on, t, n_src, n_tok, n_q, it,
+def _gather_loads(src, dst, W, G, gref, CA, CB, k, kmask, acc_on, t, n_src, n_q, it,
                   d: tl.constexpr, dh: tl.constexpr, H: tl.constexpr, KS: tl.constexpr, SP: tl.constexpr,
                   OFF: tl.constexpr, P: tl.constexpr, WIDTH: tl.constexpr, FULL: tl.constexpr, ACCUM: tl.constexpr):
     """The operands of chunk ``it`` of a head part (``P`` lanes from column ``OFF`` of each
     head, in chunks of ``WIDTH``; chunk it is head it // (P / WIDTH)): the KS sources'
     coefficients [a_q | b_q] (KS, 2 SP), the rows [g_q ; w_q] (2 SP, WIDTH) at token t
-    (queries past n_q are zeros), the sources' rows and their running sums' (zeros past
+    in fp32 (queries past n_q are zeros; G a table of the queries' gradient pointers), the sources' rows and their running sums' (zeros past
     n_acc or without ACCUM), and the chunk's column offsets and mask."""
     per: tl.constexpr = P // WIDTH
     h = it // per
@@ -496,9 +501,14 @@ def _gather_loads(src, dst, W, G, CA, CB, k, kmask, acc_on, t, n_src, n_tok, n_q
     on = qj < n_q
     coef = (t.to(tl.int64) * H + h) * (n_src * n_q) + (k[:, None] * n_q + qj[None, :])  # (t, h, k, q)
     cmat = tl.load(tl.where((j < SP)[None, :], CA, CB) + coef, mask=kmask[:, None] & on[None, :], other=0.0)
-    rows = tl.where(j < SP, G + (qj.to(tl.int64) * n_tok + t) * d, W + qj * d)         # (2 SP,) row pointers
-    rmat = tl.load(rows[:, None] + cols[None, :], mask=on[:, None] & cmask[None, :], other=0.0)
+    # [g ; w]: rows 0 .. SP - 1 from the queries' gradients (G, a pointer table, in their
+    # own dtype), rows SP .. 2 SP - 1 from W; each load masked to its half
+    g_on = (j < SP) & on
+    g_rows = tl.load(G + qj, mask=g_on, other=0).to(tl.pointer_type(gref.dtype.element_ty))
     offs = t.to(tl.int64) * d + cols
+    rmat = tl.load(g_rows[:, None] + offs[None, :], mask=g_on[:, None] & cmask[None, :], other=0.0).to(tl.float32)
+    rmat += tl.load((W + qj * d)[:, None] + cols[None, :], mask=((j >= SP) & on)[:, None] & cmask[None, :],
+                    other=0.0)
     mask = kmask[:, None] & cmask[None, :]
     x = tl.load(src[:, None] + offs[None, :], mask=mask, other=0.0)
     if ACCUM:
@@ -531,7 +541,7 @@ def _dot_fp32(a, b, PREC: tl.constexpr):
 
 
 @triton.jit
-def _gather_part(src, dst, W, G, CA, CB, cs, k, kmask, acc_on, t, n_src, n_tok, n_q,
+def _gather_part(src, dst, W, G, gref, CA, CB, cs, k, kmask, acc_on, t, n_src, n_q,
                  d: tl.constexpr, dh: tl.constexpr, H: tl.constexpr, KS: tl.constexpr, SP: tl.constexpr,
                  OFF: tl.constexpr, P: tl.constexpr, WIDTH: tl.constexpr, FULL: tl.constexpr,
                  ACCUM: tl.constexpr, PREC: tl.constexpr):
@@ -542,7 +552,7 @@ def _gather_part(src, dst, W, G, CA, CB, cs, k, kmask, acc_on, t, n_src, n_tok, 
     stored once. (Issuing the next chunk's loads before this chunk's product measured
     slower, 27.2 ms.)"""
     for it in range(H * (P // WIDTH)):
-        cmat, rmat, x, prev, offs, mask = _gather_loads(src, dst, W, G, CA, CB, k, kmask, acc_on, t, n_src, n_tok, n_q,
+        cmat, rmat, x, prev, offs, mask = _gather_loads(src, dst, W, G, gref, CA, CB, k, kmask, acc_on, t, n_src, n_q,
                                                         it, d, dh, H, KS, SP, OFF, P, WIDTH, FULL, ACCUM)
         acc = _dot_fp32(cmat, rmat, PREC)                                               # (KS, WIDTH) fp32
         acc -= cs[:, None] * x.to(tl.float32)
@@ -552,12 +562,13 @@ def _gather_part(src, dst, W, G, CA, CB, cs, k, kmask, acc_on, t, n_src, n_tok, 
 
 
 @triton.jit
-def _bwd_gather_kernel(table, ref, gtable, W, G, CA, CB, CC, n_src, n_acc, n_tok, n_q, d: tl.constexpr,
+def _bwd_gather_kernel(table, ref, gtable, W, G, gref, CA, CB, CC, n_src, n_acc, n_tok, n_q, d: tl.constexpr,
                        dh: tl.constexpr, H: tl.constexpr, PA: tl.constexpr, GA: tl.constexpr, PB: tl.constexpr,
                        GB: tl.constexpr, KS: tl.constexpr, SP: tl.constexpr, ALIGN: tl.constexpr,
                        ACCUM: tl.constexpr, PREC: tl.constexpr):
     """The gradients of an S-query read's sources from ``_bwd_kernel``'s COEF coefficients:
-    grad_x = sum over queries q of (a_q g_q + r dz_q w_q) per head - (sum_q c_q) x. A 1-D
+    grad_x = sum over queries q of (a_q g_q + r dz_q w_q) per head - (sum_q c_q) x (G: a
+    table of the S queries' upstream-gradient pointers, typed like ``gref``). A 1-D
     grid over (token, block of KS sources) pairs, the block fastest, so the programs that
     share a token's upstream-gradient rows run side by side.
 
@@ -587,10 +598,10 @@ def _bwd_gather_kernel(table, ref, gtable, W, G, CA, CB, CC, n_src, n_acc, n_tok
     src = tl.multiple_of(tl.load(table + k, mask=kmask, other=0).to(tl.pointer_type(elem)), ALIGN)
     dst = tl.multiple_of(tl.load(gtable + k, mask=kmask, other=0).to(tl.pointer_type(elem)), ALIGN)
     acc_on = k < n_acc
-    _gather_part(src, dst, W, G, CA, CB, cs, k, kmask, acc_on, t, n_src, n_tok, n_q, d, dh, H, KS, SP, 0, PA, GA,
+    _gather_part(src, dst, W, G, gref, CA, CB, cs, k, kmask, acc_on, t, n_src, n_q, d, dh, H, KS, SP, 0, PA, GA,
                  PA <= dh, ACCUM, PREC)
     if PB > 0:
-        _gather_part(src, dst, W, G, CA, CB, cs, k, kmask, acc_on, t, n_src, n_tok, n_q, d, dh, H, KS, SP, PA, PB, GB,
+        _gather_part(src, dst, W, G, gref, CA, CB, cs, k, kmask, acc_on, t, n_src, n_q, d, dh, H, KS, SP, PA, PB, GB,
                      False, ACCUM, PREC)
 
 
@@ -645,6 +656,37 @@ def _rows_operand(base, stride, rq, cols, cmask, qon, PREC: tl.constexpr):
     """The S queries' fp32 rows (w, or g at a token) at a head part's columns, transposed per
     head to (HP, lanes, SP), as ``_operand`` parts: rows ``base + q * stride``."""
     return _operand(tl.load(base + rq[None, None, :] * stride + cols, mask=cmask & qon, other=0.0), PREC)
+
+
+@triton.jit
+def _grad_rows(G, gref, row, rq, n_q, cols, cmask, qon, ALIGN: tl.constexpr, PREC: tl.constexpr,
+               EXACT: tl.constexpr):
+    """The S queries' upstream gradients at token ``row`` (G: a table of their pointers,
+    typed like ``gref``), transposed per head to (HP, lanes, SP), as ``_dot_g``'s operand:
+    with EXACT (bf16 rows and PREC "bf16x2") the rows as they are, twice; else
+    ``_operand``'s parts of their fp32 values."""
+    ptrs = tl.load(G + rq, mask=rq < n_q, other=0)
+    ptrs = tl.multiple_of(ptrs.to(tl.pointer_type(gref.dtype.element_ty)), ALIGN)
+    g = tl.load(ptrs[None, None, :] + row + cols, mask=cmask & qon, other=0.0)
+    if EXACT:
+        hi, lo = g, g
+    else:
+        hi, lo = _operand(g.to(tl.float32), PREC)
+    return hi, lo
+
+
+@triton.jit
+def _dot_g(a, hi, lo, acc, PREC: tl.constexpr, EXACT: tl.constexpr):
+    """acc + a g for ``_grad_rows``'s operand: one bf16 product when EXACT (a bf16 by bf16
+    product is exact in fp32), else ``_dot_split``."""
+    if EXACT:
+        if _INTERPRETED:  # the interpreter multiplies bf16 tiles wrongly: the same values in fp32
+            out = tl.dot(a.to(tl.float32), hi.to(tl.float32), acc, input_precision="ieee")
+        else:
+            out = tl.dot(a, hi, acc)
+    else:
+        out = _dot_split(a, hi, lo, acc, PREC)
+    return out
 
 
 @triton.jit
@@ -768,17 +810,19 @@ def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, n_src, n_tok, n_q, n_pro
 
 
 @triton.jit
-def _coef_dot_kernel(table, ref, W, G, STAT, OFF, DW, CA, CB, CC, n_src, n_tok, n_q, n_prog, d: tl.constexpr,
+def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, n_src, n_tok, n_q, n_prog, d: tl.constexpr,
                      dh: tl.constexpr, eps, H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr,
                      KS: tl.constexpr, SP: tl.constexpr, ALIGN: tl.constexpr, PREC: tl.constexpr,
-                     PF: tl.constexpr = False, SS_DOT: tl.constexpr = True):
+                     PF: tl.constexpr = False, SS_DOT: tl.constexpr = True, G_EXACT: tl.constexpr = False):
     """The COEF pass of phase 1's backward (``_bwd_kernel`` with COEF, see there) with every
     query in one program, as matrix products like ``_fwd_dot_kernel``: programs persistent
     over tokens, each source row read once per token. Per block of KS sources and head,
     the logits zr and g.x are (KS, lanes) by (lanes, SP) products; the coefficients a,
     r dz (per head) and c are stored into CA, CB (n_tok, H, n_src, S) and CC (n_tok, n_src, S) for
     ``_bwd_gather_kernel``; d(q*g) += (lanes, KS) by (KS, SP) products, held transposed
-    per program and written to its row of DW (n_prog, S, d)."""
+    per program and written to its row of DW (n_prog, S, d). G: a table of the S queries'
+    upstream-gradient pointers, typed like ``gref``; with G_EXACT (bf16 ones, PREC "bf16x2")
+    they enter g.x as they are, one product (``_grad_rows``)."""
     pid = tl.program_id(0)
     elem = ref.dtype.element_ty
     rh = tl.arange(0, HP)
@@ -799,9 +843,9 @@ def _coef_dot_kernel(table, ref, W, G, STAT, OFF, DW, CA, CB, CC, n_src, n_tok, 
     for t in range(pid, n_tok, n_prog):
         row = tl.cast(t, tl.int64) * d
         # this token's upstream gradients (transposed like w), statistics and offsets
-        ga_hi, ga_lo = _rows_operand(G + row, tl.cast(n_tok, tl.int64) * d, rq, cwa, cmwa, qon, PREC)
+        ga_hi, ga_lo = _grad_rows(G, gref, row, rq, n_q, cwa, cmwa, qon, ALIGN, PREC, G_EXACT)
         if DB > 0:
-            gb_hi, gb_lo = _rows_operand(G + row, tl.cast(n_tok, tl.int64) * d, rq, cwb, cmwb, qon, PREC)
+            gb_hi, gb_lo = _grad_rows(G, gref, row, rq, n_q, cwb, cmwb, qon, ALIGN, PREC, G_EXACT)
         hq = rq[None, :].to(tl.int64) * n_tok * H + t * H + rh[:, None]  # (HP, SP)
         st = tl.load(STAT + hq, mask=hq_on, other=0.0)
         of = tl.load(OFF + hq, mask=hq_on, other=0.0)
@@ -817,11 +861,11 @@ def _coef_dot_kernel(table, ref, W, G, STAT, OFF, DW, CA, CB, CC, n_src, n_tok, 
             ss = _sumsq(xa, SS_DOT)                                  # (KS,)
             zero = tl.zeros([HP, KS, SP], tl.float32)
             zr = _dot_split(xa, wa_hi, wa_lo, zero, PREC)                # (HP, KS, SP)
-            gx = _dot_split(xa, ga_hi, ga_lo, zero, PREC)
+            gx = _dot_g(xa, ga_hi, ga_lo, zero, PREC, G_EXACT)
             if DB > 0:
                 ss += _sumsq(xb, SS_DOT)
                 zr = _dot_split(xb, wb_hi, wb_lo, zr, PREC)
-                gx = _dot_split(xb, gb_hi, gb_lo, gx, PREC)
+                gx = _dot_g(xb, gb_hi, gb_lo, gx, PREC, G_EXACT)
             rstd = 1.0 / tl.sqrt(ss / d + eps)
             r3 = rstd[None, :, None]
             on = km & hq_on[:, None, :]
@@ -872,10 +916,11 @@ def _finalize_fwd_kernel(O, L, X, n_tok, d: tl.constexpr, dh: tl.constexpr, H: t
 
 @triton.jit
 def _finalize_bwd_kernel(G, X, L, GO, GL, n_tok, d: tl.constexpr, dh: tl.constexpr, H: tl.constexpr,
-                         BM: tl.constexpr, BD: tl.constexpr):
+                         BM: tl.constexpr, BD: tl.constexpr, ROWS: tl.constexpr = False):
     """finalize's backward, programs as the forward's: GO = G / L (n_tok, d) and
     GL = -(G . X) / L (n_tok, H) per head, fp32, from G and X (the output, rounded to its
-    dtype) in their own dtypes. As the eager path: 1 / L rounded, then products."""
+    dtype) in their own dtypes. As the eager path: 1 / L rounded, then products.
+    ROWS: only GL = -(G . X), not divided (a phase-1 row in final form; op's ``_RowGrads``)."""
     pid = tl.program_id(0)
     h = pid % H
     rm = (pid // H) * BM + tl.arange(0, BM)
@@ -889,6 +934,10 @@ def _finalize_bwd_kernel(G, X, L, GO, GL, n_tok, d: tl.constexpr, dh: tl.constex
         cols = c0 + tl.arange(0, BD)
         mask = rmask[:, None] & (cols < dh)[None, :]
         g = tl.load(G + row + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        tl.store(GO + row + cols[None, :], g * inv[:, None], mask=mask)
+        if not ROWS:
+            tl.store(GO + row + cols[None, :], g * inv[:, None], mask=mask)
         gx += g * tl.load(X + row + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    tl.store(GL + rm64 * H + h, -tl.sum(gx, axis=1) * inv, mask=rmask)
+    if ROWS:
+        tl.store(GL + rm64 * H + h, -tl.sum(gx, axis=1), mask=rmask)
+    else:
+        tl.store(GL + rm64 * H + h, -tl.sum(gx, axis=1) * inv, mask=rmask)
