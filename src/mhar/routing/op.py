@@ -511,8 +511,10 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
     if S > 1 and cfg["bwd_twopass"]:  # per-query coefficients, then per-source gradients
         from mhar.routing.triton_kernels import _bwd_gather_kernel
 
-        # the queries' gradients through a pointer table, in their own dtype
+        # the queries' gradients through a pointer table, in their own dtype (bf16 or fp32)
         rows = _contig(grad.unbind(0) if isinstance(grad, Tensor) else grad)
+        if rows[0].dtype not in (torch.bfloat16, torch.float32):
+            rows = [r.float() for r in rows]
         grad_table, grad_align = _ptr_table(rows)
         if grad_align < tile["ALIGN"]:
             dh, cfg, tile = _geometry(d, heads, n_tok, "bwd_sum" if n_acc else "bwd", grad_align)
@@ -549,9 +551,16 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
                                          len(srcs), 0, n_tok, S, d, dh, eps, n_tiles, n_prog,
                                          **tile, SINGLE=True, FINAL=False, PF=cfg["bwd_pf"], COEF=True,
                                          num_warps=warps, maxnreg=cfg["bwd_maxnreg"])
+            # bf16 gradient rows enter the gather's products as they are, beside w's two bf16
+            # parts (triton_kernels._bwd_gather_kernel, EXACT)
+            exact = rows[0].dtype == torch.bfloat16
+            w_parts = w
+            if exact:
+                w_hi = w.bfloat16()
+                w_parts = torch.stack([w_hi, (w - w_hi.float()).bfloat16()])
             _bwd_gather_kernel[(-(-len(srcs) // ks) * n_tok,)](
-                src_table, srcs[0], dest_table, w, grad_table, rows[0], coef_a, coef_b, coef_c, len(srcs), n_acc, n_tok,
-                S, d, dh,
+                src_table, srcs[0], dest_table, w, w_parts, grad_table, rows[0], coef_a, coef_b, coef_c, len(srcs),
+                n_acc, n_tok, S, d, dh, EXACT=exact,
                 H=heads, **_gather_geometry(dh, tile["DA"], tile["DB"], cfg["gather_cols"]), KS=ks,
                 SP=max(8, _pow2(S)), ALIGN=tile["ALIGN"], ACCUM=n_acc > 0,
                 PREC="ieee" if srcs[0].dtype in (torch.float32, torch.float64) else cfg["gather_precision"],

@@ -479,14 +479,40 @@ def _bwd_kernel(table, ref, gtable, W, G, gref, STAT, OFF, Y, DW, CA, CB, CC, PM
 
 
 @triton.jit
-def _gather_loads(src, dst, W, G, gref, CA, CB, k, kmask, acc_on, t, n_src, n_q, it,
+def _gather_rows(G, gref, W, WB, t, n_q, d: tl.constexpr, SP: tl.constexpr, ALIGN: tl.constexpr,
+                 EXACT: tl.constexpr):
+    """The row pointers of the gather's right operand at token t, and their mask (queries
+    past n_q off). EXACT (bf16 gradients): 4 SP bf16 rows [g_q ; w_hi_q ; w_lo_q ; 0]
+    (WB: w's two bf16 parts, (2, n_q, d)); else 2 SP rows [g_q ; w_q] in fp32. G is a
+    table of the queries' gradient pointers, typed like ``gref``."""
+    if EXACT:
+        j = tl.arange(0, 4 * SP)
+        seg = j // SP
+        qj = j % SP
+        on = (qj < n_q) & (seg < 3)
+        gp = tl.multiple_of(tl.load(G + qj, mask=on & (seg == 0), other=0).to(tl.pointer_type(tl.bfloat16)), ALIGN)
+        rows = tl.where(seg == 0, gp + t.to(tl.int64) * d, WB + ((seg - 1) * n_q + qj) * d)
+    else:
+        j = tl.arange(0, 2 * SP)
+        qj = j % SP
+        on = qj < n_q
+        gp = tl.multiple_of(tl.load(G + qj, mask=on & (j < SP), other=0).to(tl.pointer_type(gref.dtype.element_ty)),
+                            ALIGN)
+        rows = tl.where(j < SP, gp + t.to(tl.int64) * d, W + qj * d)
+    return rows, on
+
+
+@triton.jit
+def _gather_loads(src, dst, rows, r_on, CA, CB, k, kmask, acc_on, t, n_src, n_q, it,
                   d: tl.constexpr, dh: tl.constexpr, H: tl.constexpr, KS: tl.constexpr, SP: tl.constexpr,
-                  OFF: tl.constexpr, P: tl.constexpr, WIDTH: tl.constexpr, FULL: tl.constexpr, ACCUM: tl.constexpr):
+                  OFF: tl.constexpr, P: tl.constexpr, WIDTH: tl.constexpr, FULL: tl.constexpr, ACCUM: tl.constexpr,
+                  EXACT: tl.constexpr):
     """The operands of chunk ``it`` of a head part (``P`` lanes from column ``OFF`` of each
     head, in chunks of ``WIDTH``; chunk it is head it // (P / WIDTH)): the KS sources'
-    coefficients [a_q | b_q] (KS, 2 SP), the rows [g_q ; w_q] (2 SP, WIDTH) at token t
-    in fp32 (queries past n_q are zeros; G a table of the queries' gradient pointers), the sources' rows and their running sums' (zeros past
-    n_acc or without ACCUM), and the chunk's column offsets and mask."""
+    coefficients (KS, 2 SP) [a_q | b_q], or with EXACT (KS, 4 SP) [a_q | b_q | b_q | 0],
+    the right operand's rows (``_gather_rows``) at these columns (zeros where off), the
+    sources' rows and their running sums' (zeros past n_acc or without ACCUM), and the
+    chunk's column offsets and mask."""
     per: tl.constexpr = P // WIDTH
     h = it // per
     c = (it % per) * WIDTH
@@ -496,19 +522,12 @@ def _gather_loads(src, dst, W, G, gref, CA, CB, k, kmask, acc_on, t, n_src, n_q,
     else:
         cmask = rc < dh - OFF - c
     cols = h * dh + OFF + c + rc
-    j = tl.arange(0, 2 * SP)
+    j = tl.arange(0, (4 if EXACT else 2) * SP)
     qj = j % SP
-    on = qj < n_q
     coef = (t.to(tl.int64) * H + h) * (n_src * n_q) + (k[:, None] * n_q + qj[None, :])  # (t, h, k, q)
-    cmat = tl.load(tl.where((j < SP)[None, :], CA, CB) + coef, mask=kmask[:, None] & on[None, :], other=0.0)
-    # [g ; w]: rows 0 .. SP - 1 from the queries' gradients (G, a pointer table, in their
-    # own dtype), rows SP .. 2 SP - 1 from W; each load masked to its half
-    g_on = (j < SP) & on
-    g_rows = tl.load(G + qj, mask=g_on, other=0).to(tl.pointer_type(gref.dtype.element_ty))
+    cmat = tl.load(tl.where((j < SP)[None, :], CA, CB) + coef, mask=kmask[:, None] & r_on[None, :], other=0.0)
+    rmat = tl.load(rows[:, None] + cols[None, :], mask=r_on[:, None] & cmask[None, :], other=0.0)
     offs = t.to(tl.int64) * d + cols
-    rmat = tl.load(g_rows[:, None] + offs[None, :], mask=g_on[:, None] & cmask[None, :], other=0.0).to(tl.float32)
-    rmat += tl.load((W + qj * d)[:, None] + cols[None, :], mask=((j >= SP) & on)[:, None] & cmask[None, :],
-                    other=0.0)
     mask = kmask[:, None] & cmask[None, :]
     x = tl.load(src[:, None] + offs[None, :], mask=mask, other=0.0)
     if ACCUM:
@@ -516,6 +535,20 @@ def _gather_loads(src, dst, W, G, gref, CA, CB, k, kmask, acc_on, t, n_src, n_q,
     else:
         prev = x
     return cmat, rmat, x, prev, offs, mask
+
+
+@triton.jit
+def _dot_exact_rows(a, b):
+    """a b for fp32 a and bf16 b (exact rows): a split in two bf16 parts, two products,
+    within about 2^-17 of the fp32 product (b's rows w_hi and w_lo carry w to 2^-17)."""
+    a_hi, a_lo = _split_bf16(a)
+    if _INTERPRETED:  # the interpreter multiplies bf16 tiles wrongly: the same values in fp32
+        bf = b.to(tl.float32)
+        out = tl.dot(a_hi.to(tl.float32), bf, tl.dot(a_lo.to(tl.float32), bf, input_precision="ieee"),
+                     input_precision="ieee")
+    else:
+        out = tl.dot(a_hi, b, tl.dot(a_lo, b))
+    return out
 
 
 @triton.jit
@@ -541,10 +574,10 @@ def _dot_fp32(a, b, PREC: tl.constexpr):
 
 
 @triton.jit
-def _gather_part(src, dst, W, G, gref, CA, CB, cs, k, kmask, acc_on, t, n_src, n_q,
+def _gather_part(src, dst, rows, r_on, CA, CB, cs, k, kmask, acc_on, t, n_src, n_q,
                  d: tl.constexpr, dh: tl.constexpr, H: tl.constexpr, KS: tl.constexpr, SP: tl.constexpr,
                  OFF: tl.constexpr, P: tl.constexpr, WIDTH: tl.constexpr, FULL: tl.constexpr,
-                 ACCUM: tl.constexpr, PREC: tl.constexpr):
+                 ACCUM: tl.constexpr, PREC: tl.constexpr, EXACT: tl.constexpr):
     """Every chunk of one head part, in one loop (measured faster than a loop over heads
     around a loop over a head's chunks: 22.9 against 28.6 ms of gather at 1280/73 with 8
     heads): per chunk the product of the coefficients and the rows (token t's gradient
@@ -552,9 +585,12 @@ def _gather_part(src, dst, W, G, gref, CA, CB, cs, k, kmask, acc_on, t, n_src, n
     stored once. (Issuing the next chunk's loads before this chunk's product measured
     slower, 27.2 ms.)"""
     for it in range(H * (P // WIDTH)):
-        cmat, rmat, x, prev, offs, mask = _gather_loads(src, dst, W, G, gref, CA, CB, k, kmask, acc_on, t, n_src, n_q,
-                                                        it, d, dh, H, KS, SP, OFF, P, WIDTH, FULL, ACCUM)
-        acc = _dot_fp32(cmat, rmat, PREC)                                               # (KS, WIDTH) fp32
+        cmat, rmat, x, prev, offs, mask = _gather_loads(src, dst, rows, r_on, CA, CB, k, kmask, acc_on, t, n_src,
+                                                        n_q, it, d, dh, H, KS, SP, OFF, P, WIDTH, FULL, ACCUM, EXACT)
+        if EXACT:
+            acc = _dot_exact_rows(cmat, rmat)                                           # (KS, WIDTH) fp32
+        else:
+            acc = _dot_fp32(cmat, rmat, PREC)
         acc -= cs[:, None] * x.to(tl.float32)
         if ACCUM:
             acc += prev.to(tl.float32)
@@ -562,10 +598,10 @@ def _gather_part(src, dst, W, G, gref, CA, CB, cs, k, kmask, acc_on, t, n_src, n
 
 
 @triton.jit
-def _bwd_gather_kernel(table, ref, gtable, W, G, gref, CA, CB, CC, n_src, n_acc, n_tok, n_q, d: tl.constexpr,
+def _bwd_gather_kernel(table, ref, gtable, W, WB, G, gref, CA, CB, CC, n_src, n_acc, n_tok, n_q, d: tl.constexpr,
                        dh: tl.constexpr, H: tl.constexpr, PA: tl.constexpr, GA: tl.constexpr, PB: tl.constexpr,
                        GB: tl.constexpr, KS: tl.constexpr, SP: tl.constexpr, ALIGN: tl.constexpr,
-                       ACCUM: tl.constexpr, PREC: tl.constexpr):
+                       ACCUM: tl.constexpr, PREC: tl.constexpr, EXACT: tl.constexpr = False):
     """The gradients of an S-query read's sources from ``_bwd_kernel``'s COEF coefficients:
     grad_x = sum over queries q of (a_q g_q + r dz_q w_q) per head - (sum_q c_q) x (G: a
     table of the S queries' upstream-gradient pointers, typed like ``gref``). A 1-D
@@ -577,10 +613,15 @@ def _bwd_gather_kernel(table, ref, gtable, W, G, gref, CA, CB, CC, n_src, n_acc,
     columns (2 SP, columns), with SP the query count rounded up to a power of two, at
     least 8 (the product's inner size is then at least 16). A program walks its token's
     row as two head parts: the first PA lanes of every head in chunks of GA, then the PB
-    (0: none) after them in chunks of GB. ``PREC`` is the product's input precision:
-    "ieee" for fp32 sources; for bf16 ones, whose gradients are rounded to bf16, "bf16x3"
-    (three bf16 products, ``_dot_fp32``), "tf32x3" (three tf32 products, about fp32's
-    accuracy) or "tf32".
+    (0: none) after them in chunks of GB. ``PREC`` is the product's input precision for
+    fp32 gradient rows: "ieee" for fp32 sources; for bf16 ones, whose gradients are
+    rounded to bf16, "bf16x3" (three bf16 products, ``_dot_fp32``), "tf32x3" (three tf32
+    products, about fp32's accuracy) or "tf32". With EXACT (bf16 gradient rows, which a
+    bf16 product takes as they are) the right operand is all bf16, [g ; w_hi ; w_lo ; 0]
+    (4 SP rows, one load per chunk; WB holds w's two bf16 parts, (2, n_q, d)), and the
+    coefficients [a | b | b | 0] enter as two bf16 parts: two products (``_dot_exact_rows``),
+    within about 2^-17 (G's rows in fp32 beside W's would take two masked loads per chunk:
+    the gather measured 22.4 against 18.2 ms per step at 1280/73 with 8 heads, session 17).
     (The kernels this replaced multiplied and added per element: the first held all heads
     at once and ran at 21% of copy bandwidth at 1280/73 with 8 heads, its per-thread
     copies of every coefficient as many loads as multiply-adds; the second, a 2-D tile of
@@ -598,11 +639,12 @@ def _bwd_gather_kernel(table, ref, gtable, W, G, gref, CA, CB, CC, n_src, n_acc,
     src = tl.multiple_of(tl.load(table + k, mask=kmask, other=0).to(tl.pointer_type(elem)), ALIGN)
     dst = tl.multiple_of(tl.load(gtable + k, mask=kmask, other=0).to(tl.pointer_type(elem)), ALIGN)
     acc_on = k < n_acc
-    _gather_part(src, dst, W, G, gref, CA, CB, cs, k, kmask, acc_on, t, n_src, n_q, d, dh, H, KS, SP, 0, PA, GA,
-                 PA <= dh, ACCUM, PREC)
+    rows, r_on = _gather_rows(G, gref, W, WB, t, n_q, d, SP, ALIGN, EXACT)  # once per program: its token's
+    _gather_part(src, dst, rows, r_on, CA, CB, cs, k, kmask, acc_on, t, n_src, n_q, d, dh, H, KS, SP, 0, PA, GA,
+                 PA <= dh, ACCUM, PREC, EXACT)
     if PB > 0:
-        _gather_part(src, dst, W, G, gref, CA, CB, cs, k, kmask, acc_on, t, n_src, n_q, d, dh, H, KS, SP, PA, PB, GB,
-                     False, ACCUM, PREC)
+        _gather_part(src, dst, rows, r_on, CA, CB, cs, k, kmask, acc_on, t, n_src, n_q, d, dh, H, KS, SP, PA, PB, GB,
+                     False, ACCUM, PREC, EXACT)
 
 
 @triton.jit
