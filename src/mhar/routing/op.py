@@ -560,7 +560,7 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
                 w_parts = torch.stack([w_hi, (w - w_hi.float()).bfloat16()])
             _bwd_gather_kernel[(-(-len(srcs) // ks) * n_tok,)](
                 src_table, srcs[0], dest_table, w, w_parts, grad_table, rows[0], coef_a, coef_b, coef_c, len(srcs),
-                n_acc, n_tok, S, d, dh, EXACT=exact,
+                n_acc, S, d, dh, EXACT=exact,
                 H=heads, **_gather_geometry(dh, tile["DA"], tile["DB"], cfg["gather_cols"]), KS=ks,
                 SP=max(8, _pow2(S)), ALIGN=tile["ALIGN"], ACCUM=n_acc > 0,
                 PREC="ieee" if srcs[0].dtype in (torch.float32, torch.float64) else cfg["gather_precision"],

@@ -598,7 +598,7 @@ def _gather_part(src, dst, rows, r_on, CA, CB, cs, k, kmask, acc_on, t, n_src, n
 
 
 @triton.jit
-def _bwd_gather_kernel(table, ref, gtable, W, WB, G, gref, CA, CB, CC, n_src, n_acc, n_tok, n_q, d: tl.constexpr,
+def _bwd_gather_kernel(table, ref, gtable, W, WB, G, gref, CA, CB, CC, n_src, n_acc, n_q, d: tl.constexpr,
                        dh: tl.constexpr, H: tl.constexpr, PA: tl.constexpr, GA: tl.constexpr, PB: tl.constexpr,
                        GB: tl.constexpr, KS: tl.constexpr, SP: tl.constexpr, ALIGN: tl.constexpr,
                        ACCUM: tl.constexpr, PREC: tl.constexpr, EXACT: tl.constexpr = False):
