@@ -253,10 +253,12 @@ def whole_step_floor(d, n, tokens, chunk=None, heads=1):
     One-pass, per site: its sources read, their running sums read and written, the
     output written, and in backward its gradient and the output read. Two-phase, per
     chunk: phase 1 reads the old sources once and writes S fp32 partial rows; the COEF
-    pass reads the sources and the S fp32 upstream-gradient rows; the gather reads both
+    pass reads the sources and the S sites' bf16 upstream gradients (the rows in final
+    form, session 17; fp32 rows of the partial's gradient before); the gather reads both
     again plus the running sums (read and write) and the coefficients; per site, phase 2
-    reads the new sources (and their sums in backward), its fp32 phase-1 row, and writes
-    the output and the row's fp32 gradient."""
+    reads the new sources (and their sums in backward) and its fp32 phase-1 row, writes
+    the output, and in backward reads its gradient and the output (the (tokens, H)
+    statistics left out throughout)."""
     r2, r4 = tokens * d * 2, tokens * d * 4
     if chunk is None:
         return {"total": sum(j * r2 + r2 + 2 * r2 + 3 * j * r2 for j in range(1, n + 1))}
@@ -270,12 +272,12 @@ def whole_step_floor(d, n, tokens, chunk=None, heads=1):
             total += 3 * j0 * r2 + r4
         else:
             coef = j0 * s * tokens * (2 * heads + 1) * 4  # a and r dz per head, c per token
-            g = j0 * r2 + s * r4 + 2 * j0 * r2 + coef  # gather: sources, upstream rows, sums, coefficients
-            total += j0 * r2 + s * r4 + coef + g  # the COEF pass, then the gather
+            g = j0 * r2 + s * r2 + 2 * j0 * r2 + coef  # gather: sources, upstream rows, sums, coefficients
+            total += j0 * r2 + s * r2 + coef + g  # the COEF pass, then the gather
             gather += g
-            coef_pass += j0 * r2 + s * r4 + coef
+            coef_pass += j0 * r2 + s * r2 + coef
         for k in range(s):  # k new sources at the chunk's (k+1)-th site
-            total += k * r2 + r4 + r2 + 2 * r2 + 3 * k * r2 + r4
+            total += k * r2 + r4 + r2 + 2 * r2 + 3 * k * r2
     return {"total": total, "gather": gather, "forward": forward, "phase1": phase1, "coef": coef_pass}
 
 
