@@ -35,8 +35,8 @@ from mhar.routing.op import _PHASE1_BACKWARD, _chunk_lanes, _chunks_first, _gath
 SHAPES = [(512, 8), (1024, 1), (1024, 8), (1280, 1), (1280, 8)]
 # G: the phase-1 kernels' table of the queries' gradient pointers, typed like gref (bf16
 # rows of a phase-1 read's sites in final form, op._RowGrads)
-POINTERS = {"table": "*i64", "gtable": "*i64", "ref": "*bf16", "W": "*fp32", "WB": "*bf16", "G": "*i64", "gref": "*bf16",
-            "STAT": "*fp32",
+POINTERS = {"table": "*i64", "gtable": "*i64", "ref": "*bf16", "W": "*fp32", "WB": "*bf16", "G": "*i64",
+            "gref": "*bf16", "STAT": "*fp32",
             "OFF": "*fp32", "Y": "*bf16", "DW": "*fp32", "OUT_M": "*fp32", "OUT_L": "*fp32", "OUT_O": "*fp32",
             "M0": "*fp32", "L0": "*fp32", "O0": "*fp32", "CA": "*fp32", "CB": "*fp32", "CC": "*fp32",
             "PM": "*fp32", "PGO": "*fp32", "PGL": "*fp32"}

@@ -547,7 +547,8 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
         if n_tiles:
             if not done:
                 _bwd_kernel[(S, n_prog)](src_table, srcs[0], src_table, w, grad_table, rows[0], stat,
-                                         off.contiguous(), rows[0], dw_parts, coef_a, coef_b, coef_c, dw_parts, dw_parts, dw_parts,
+                                         off.contiguous(), rows[0], dw_parts, coef_a, coef_b, coef_c,
+                                         dw_parts, dw_parts, dw_parts,
                                          len(srcs), 0, n_tok, S, d, dh, eps, n_tiles, n_prog,
                                          **tile, SINGLE=True, FINAL=False, PF=cfg["bwd_pf"], COEF=True,
                                          num_warps=warps, maxnreg=cfg["bwd_maxnreg"])
@@ -678,8 +679,9 @@ def _backward_impl(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, gr
                    off: Tensor | None, y: Tensor | None, heads: int, eps: float,
                    sink: SinkSpan | None = None) -> list[Tensor | None]:
     """grad (S, M, d) or S (M, d) tensors, stat (S, M, H): m (partial) or lse (final, with
-    y given and off None); off (S, M, H): grad_l of a partial read, or -(g . y) with lse. Returns [grad_queries, grad_norm_weights,
-    *grad_sources], with None for the sources whose gradient went into ``sink``."""
+    y given and off None); off (S, M, H): grad_l of a partial read, or -(g . y) with lse.
+    Returns [grad_queries, grad_norm_weights, *grad_sources], with None for the sources
+    whose gradient went into ``sink``."""
     if _use_triton(srcs[0]):
         return _triton_backward(srcs, queries, norm_weights, grad, stat, off, y, heads, eps, sink)
     grad = _stacked(grad)

@@ -639,7 +639,8 @@ def _bwd_gather_kernel(table, ref, gtable, W, WB, G, gref, CA, CB, CC, n_src, n_
     src = tl.multiple_of(tl.load(table + k, mask=kmask, other=0).to(tl.pointer_type(elem)), ALIGN)
     dst = tl.multiple_of(tl.load(gtable + k, mask=kmask, other=0).to(tl.pointer_type(elem)), ALIGN)
     acc_on = k < n_acc
-    rows, r_on = _gather_rows(G, gref, W, WB, t, n_q, d, SP, ALIGN, EXACT)  # once per program: its token's
+    # the right operand's row pointers at this program's token, made once
+    rows, r_on = _gather_rows(G, gref, W, WB, t, n_q, d, SP, ALIGN, EXACT)
     _gather_part(src, dst, rows, r_on, CA, CB, cs, k, kmask, acc_on, t, n_src, n_q, d, dh, H, KS, SP, 0, PA, GA,
                  PA <= dh, ACCUM, PREC, EXACT)
     if PB > 0:
