@@ -4,6 +4,9 @@ Counts, from the shapes alone, the bytes the depth read must move per step and t
 matmul FLOPs of the model, and turns them into times with a measured copy bandwidth
 and a measured matmul rate. Compare with bench/results/step_*.json (measured).
 
+The "as built" row counts the two-phase kernels' own traffic too (``bench/routing.py
+--floors``'s model: fp32 partial rows, coefficients, the sites' gradient rows).
+
 A second table is the baseline's own floor by part, for its MFU: the matrix products
 and attention at the 989 TFLOP/s peak, the optimiser's bytes (fp32 parameter, gradient
 and two moments read, parameter and moments written, the gradient read again for the
@@ -19,6 +22,8 @@ copy bandwidth; then the step those floors add up to and its MFU.
 from __future__ import annotations
 
 import argparse
+import functools
+import importlib.util
 import json
 import math
 from pathlib import Path
@@ -99,14 +104,50 @@ def baseline_floor(preset: str, copy_gbs: float, regions_dir: str = "") -> dict[
     return parts
 
 
+@functools.cache
+def _routing_bench():
+    """bench/routing.py, loaded from its file beside this one (under its own module name)."""
+    spec = importlib.util.spec_from_file_location("mhar_bench_routing", Path(__file__).with_name("routing.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def whole_step_floor(*args, **kwargs) -> dict:
+    """bench/routing.py's whole-step byte model of the two-phase kernels as built."""
+    return _routing_bench().whole_step_floor(*args, **kwargs)
+
+
+def newest_baseline(measured_dir: str, preset: str) -> tuple[float | None, str]:
+    """The step time of the newest baseline row for ``preset`` (one microbatch per update)
+    in any ``step_*.json`` under ``measured_dir`` (``mhar bench step``'s files, by their
+    recorded date), and that file's path; (None, "") when there is none."""
+    best = (None, "", "")
+    for f in sorted(Path(measured_dir).rglob("step_*.json")):
+        try:
+            data = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(data, dict) or "results" not in data:
+            continue
+        date = data.get("meta", {}).get("date", "")
+        for r in data["results"]:
+            if (r.get("method") == "baseline" and r.get("preset") == preset and r.get("accum", 1) == 1
+                    and "step_ms" in r and date >= best[2]):
+                best = (r["step_ms"], str(f), date)
+    return best[0], best[1]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--copy-gbs", type=float, default=4270.0, help="measured device-to-device copy, GB/s")
     ap.add_argument("--matmul-tflops", type=float, default=788.0, help="measured bf16 matmul rate")
-    ap.add_argument("--measured", default="bench/results", help="folder with step_*.json")
+    ap.add_argument("--measured", default="bench/results",
+                    help="folder searched (with its subfolders) for mhar bench step's step_*.json: the newest "
+                         "baseline row of each preset is the measured baseline")
     ap.add_argument("--regions", default="", help="folder with bench/region_bytes.py's regions_<size>.json")
     args = ap.parse_args()
-    rows = []
+    rows, sources = [], []
     for preset, (batch, seq) in PAPER_MICROBATCH.items():
         cfg = get_preset(preset)
         with torch.device("meta"):
@@ -115,11 +156,9 @@ def main() -> None:
         compute_ms = flops_tok * tokens / (args.matmul_tflops * 1e12) * 1e3
         src_bytes = tokens * cfg.d_model * 2  # one bf16 source
         n_sites = cfg.num_sublayers + 1
-        measured = {}
-        f = Path(args.measured) / f"step_{preset}.json"
-        if f.exists():
-            measured = {r["method"]: r for r in json.loads(f.read_text())["results"] if "step_ms" in r}
-        base_ms = measured.get("baseline", {}).get("step_ms")
+        base_ms, source = newest_baseline(args.measured, preset)
+        if source:
+            sources.append(f"{preset}: {source}")
 
         def row(preset, name, total):
             routing_ms = total * src_bytes / (args.copy_gbs * 1e9) * 1e3
@@ -141,11 +180,18 @@ def main() -> None:
             reads = registered + extras
             total = (reads + n_sites) + (2 * reads + 2 * n_sites) + (registered - n_sources)
             rows.append(row(preset, name, total))
+        # the two-phase kernels as built, with what the schedule moves besides the sources
+        # (fp32 partial rows, the coefficients, the sites' gradient rows): bench/routing.py's
+        # whole-step floor, with 8 heads
+        built = whole_step_floor(cfg.d_model, n_sites, tokens, 8, heads=8)["total"]
+        rows.append(row(preset, "full two-phase S=8 as built (8 heads)", built / src_bytes))
     print("| preset | routing | matmul floor ms (baseline) | routing GB/step | routing floor ms | measured baseline ms |"
           " best ratio at floor |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
         print("| " + " | ".join(r) + " |")
+    if sources:
+        print("\nMeasured baselines (the newest step_*.json row of each preset): " + "; ".join(sources))
     print(f"\nThe baseline's floor by part, ms (products at {PEAK_FLOPS / 1e12:.0f} TFLOP/s, bytes at "
           f"{args.copy_gbs:.0f} GB/s; compiled regions from --regions):\n")
     print("| preset | matmul | attention | optimiser | loss kernel | compiled regions | sum | MFU at the sum |")

@@ -92,3 +92,30 @@ def test_step_floor_baseline_parts(tmp_path):
     assert p["attention"] == pytest.approx(6 * 36 * 1024 * 1280 * 16384 / 989e12 * 1e3)
     assert p["total"] == pytest.approx(sum(p[k] for k in ("matmul", "attention", "optimizer", "loss kernel", "regions")))
     assert baseline_floor("paper-350m", 4000.0, str(tmp_path))["regions"] is None  # no file for it
+
+
+def test_step_floor_newest_baseline(tmp_path):
+    """bench/step_floor.py takes each preset's newest baseline row (by the file's recorded
+    date, one microbatch per update) from any step_*.json below the folder."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    try:
+        from step_floor import newest_baseline
+    finally:
+        sys.path.pop(0)
+
+    def write(path, date, rows):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"meta": {"date": date}, "results": rows}))
+
+    base = {"method": "baseline", "preset": "paper-1b", "accum": 1}
+    write(tmp_path / "step_paper-1b.json", "2026-11-30 01:00:00 UTC", [{**base, "step_ms": 313.6}])
+    write(tmp_path / "s17" / "step_1b_30.json", "2026-11-30 23:59:00 UTC",
+          [{**base, "step_ms": 246.3}, {**base, "method": "mhar", "step_ms": 304.4}])
+    write(tmp_path / "s17" / "step_1b_acc.json", "2026-12-01 00:10:00 UTC", [{**base, "accum": 2, "step_ms": 480.0}])
+    (tmp_path / "step_broken.json").write_text("{")
+    ms, src = newest_baseline(str(tmp_path), "paper-1b")
+    assert ms == 246.3 and src.endswith("step_1b_30.json")
+    assert newest_baseline(str(tmp_path), "paper-350m") == (None, "")
