@@ -733,6 +733,18 @@ def _dot_g(a, hi, lo, acc, PREC: tl.constexpr, EXACT: tl.constexpr):
 
 
 @triton.jit
+def _next_block(t, k0, KS: tl.constexpr, n_src, n_prog, n_tok, d: tl.constexpr):
+    """The block of sources after token t's block at k0 in a persistent program: the
+    token's next block, or the program's next token's first, so that a prefetch runs on
+    across tokens (a token has only 1 to 5 blocks at the paper's shapes, and a pipeline
+    that restarts at each token waits for every token's first block). Returns the block's
+    k0, row offset and source count, 0 past the last token (``_dot_tiles`` loads nothing)."""
+    wrap = k0 + KS >= n_src
+    nt = tl.where(wrap, t + n_prog, t)
+    return tl.where(wrap, 0, k0 + KS), tl.cast(nt, tl.int64) * d, tl.where(nt < n_tok, n_src, 0)
+
+
+@triton.jit
 def _dot_tiles(table, k0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem: tl.constexpr, ALIGN: tl.constexpr,
                DB: tl.constexpr):
     """Token ``row``'s tiles of sources k0 .. k0 + KS - 1 (zeros past n_src): part A
@@ -793,7 +805,8 @@ def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, n_src, n_tok, n_q, n_pro
     of fp32); "ieee" for fp32 ones, which only the interpreter runs (op's ``_dot_tile``).
     A head part is at least 16 lanes (a product's inner size), its lanes past the head
     masked (op's ``_gather_geometry``).
-    ``PF``: the next block's tiles are loaded while this block is reduced."""
+    ``PF``: the next block's tiles are loaded while this block is reduced, on across
+    tokens (``_next_block``)."""
     pid = tl.program_id(0)
     elem = ref.dtype.element_ty
     rh = tl.arange(0, HP)
@@ -810,6 +823,9 @@ def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, n_src, n_tok, n_q, n_pro
         cwb, cmwb = _dot_cols(rh, tl.arange(0, DB), dh, H, DA, 1)
         wb_hi, wb_lo = _rows_operand(W, d, rq, cwb, cmwb, qon, PREC)
         cxb, cmxb = _dot_cols(rh, tl.arange(0, DB), dh, H, DA, 2)
+    if PF:  # the first block of this program's first token
+        xa_n, xb_n, km_n = _dot_tiles(table, 0, rk, tl.where(pid < n_tok, n_src, 0), tl.cast(pid, tl.int64) * d,
+                                      cxa, cmxa, cxb, cmxb, elem, ALIGN, DB)
     for t in range(pid, n_tok, n_prog):
         row = tl.cast(t, tl.int64) * d
         acc_a = tl.zeros([HP, DA, SP], tl.float32)
@@ -817,13 +833,11 @@ def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, n_src, n_tok, n_q, n_pro
             acc_b = tl.zeros([HP, DB, SP], tl.float32)
         m_i = tl.full([HP, SP], float("-inf"), tl.float32)
         l_i = tl.zeros([HP, SP], tl.float32)
-        if PF:
-            xa_n, xb_n, km_n = _dot_tiles(table, 0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem, ALIGN, DB)
         for k0 in range(0, n_src, KS):
             if PF:  # this block's tiles came in during the last block; issue the next block's
                 xa, xb, km = xa_n, xb_n, km_n
-                xa_n, xb_n, km_n = _dot_tiles(table, k0 + KS, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem, ALIGN,
-                                              DB)
+                nk0, nrow, nsrc = _next_block(t, k0, KS, n_src, n_prog, n_tok, d)
+                xa_n, xb_n, km_n = _dot_tiles(table, nk0, rk, nsrc, nrow, cxa, cmxa, cxb, cmxb, elem, ALIGN, DB)
             else:
                 xa, xb, km = _dot_tiles(table, k0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem, ALIGN, DB)
             ss = _sumsq(xa, SS_DOT)                                  # (KS,)
@@ -883,6 +897,9 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, n_src, n
         wb_hi, wb_lo = _rows_operand(W, d, rq, cwb, cmwb, qon, PREC)
         cxb, cmxb = _dot_cols(rh, tl.arange(0, DB), dh, H, DA, 2)
         dw_b = tl.zeros([HP, DB, SP], tl.float32)
+    if PF:  # the first block of this program's first token
+        xa_n, xb_n, km_n = _dot_tiles(table, 0, rk, tl.where(pid < n_tok, n_src, 0), tl.cast(pid, tl.int64) * d,
+                                      cxa, cmxa, cxb, cmxb, elem, ALIGN, DB)
     for t in range(pid, n_tok, n_prog):
         row = tl.cast(t, tl.int64) * d
         # this token's upstream gradients (transposed like w), statistics and offsets
@@ -892,13 +909,11 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, n_src, n
         hq = rq[None, :].to(tl.int64) * n_tok * H + t * H + rh[:, None]  # (HP, SP)
         st = tl.load(STAT + hq, mask=hq_on, other=0.0)
         of = tl.load(OFF + hq, mask=hq_on, other=0.0)
-        if PF:
-            xa_n, xb_n, km_n = _dot_tiles(table, 0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem, ALIGN, DB)
         for k0 in range(0, n_src, KS):
             if PF:
                 xa, xb, km = xa_n, xb_n, km_n
-                xa_n, xb_n, km_n = _dot_tiles(table, k0 + KS, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem, ALIGN,
-                                              DB)
+                nk0, nrow, nsrc = _next_block(t, k0, KS, n_src, n_prog, n_tok, d)
+                xa_n, xb_n, km_n = _dot_tiles(table, nk0, rk, nsrc, nrow, cxa, cmxa, cxb, cmxb, elem, ALIGN, DB)
             else:
                 xa, xb, km = _dot_tiles(table, k0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem, ALIGN, DB)
             ss = _sumsq(xa, SS_DOT)                                  # (KS,)
