@@ -39,7 +39,7 @@ POINTERS = {"table": "*i64", "gtable": "*i64", "ref": "*bf16", "W": "*fp32", "WB
             "gref": "*bf16", "STAT": "*fp32",
             "OFF": "*fp32", "Y": "*bf16", "DW": "*fp32", "OUT_M": "*fp32", "OUT_L": "*fp32", "OUT_O": "*fp32",
             "M0": "*fp32", "L0": "*fp32", "O0": "*fp32", "CA": "*fp32", "CB": "*fp32", "CC": "*fp32",
-            "PM": "*fp32", "PGO": "*fp32", "PGL": "*fp32"}
+            "PM": "*fp32", "PGO": "*fp32", "PGL": "*fp32", "RSTD": "*fp32"}
 SCALARS = {"eps": "fp32"}  # every other runtime argument is an i32
 OPTIONS: dict = {}  # compile options from the command line: --stages (num_stages), --maxnreg
 DIVISIBLE: set = set()  # integer arguments specialised as multiples of 16 (--divisible)
@@ -218,6 +218,17 @@ def main() -> None:
                                 row(f"{fn.fn.__name__} ({args.dot_sources} sources, {prec}"
                                     f"{', prefetch' if pf else ''})", d, heads, w,
                                     resources(fn, dict(c, PREC=prec, PF=pf, **exact), w))
+                                if fn is tk._coef_dot_kernel and pf:  # and the gradient rows a token ahead
+                                    row(f"{fn.fn.__name__} ({args.dot_sources} sources, {prec}, prefetch, "
+                                        "gradients ahead)", d, heads, w,
+                                        resources(fn, dict(c, PREC=prec, PF=pf, PG=True, **exact), w))
+                            if fn is tk._coef_dot_kernel and heads > 1:  # a head per program (coef_split)
+                                for sw in (1, 2):
+                                    for pg in (False, True):
+                                        row(f"{fn.fn.__name__} ({args.dot_sources} sources, {prec}, prefetch"
+                                            f"{', gradients ahead' if pg else ''}, a head per program)", d, heads,
+                                            sw, resources(fn, dict(c, HP=1, PREC=prec, PF=True, PG=pg, SPLIT=True,
+                                                                   **exact), sw))
             if kind == "twopass":
                 t = tile(d, heads)
                 ks = args.gather_sources

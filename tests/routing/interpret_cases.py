@@ -550,7 +550,8 @@ def test_phase_one_coef_pass_as_products(n, lead, d, heads, S, gen):
     # head, programs persistent over tokens: 7 tokens over 3 programs), with and without the
     # prefetch, the sum of squares as products and elementwise (odd n), then the gather;
     # also through the two-phase read and a gradient sink
-    rop.TUNE = dict(coef_dot=True, dot_pf=S % 2 == 1, dot_sumsq_products=n % 2 == 0)
+    # (n of 2, 17 or 20: the next token's gradient rows loaded a token ahead)
+    rop.TUNE = dict(coef_dot=True, dot_pf=S % 2 == 1, dot_sumsq_products=n % 2 == 0, dot_pf_grads=n % 3 == 2)
     try:
         check_partial(n, lead, d, heads, S, gen=gen)
         check_two_phase(n, 2, lead, d, heads, S, gen=gen, fused=True)
@@ -565,6 +566,57 @@ def test_phase_one_coef_pass_as_products_bf16(gen):
         check_sink_chain(12, (5,), 160, 8, dtype=torch.bfloat16, tol=2e-2, gen=gen, chunk=4, extra=False)
     finally:
         rop.TUNE = None
+
+
+@pytest.mark.parametrize("n,lead,d,heads,S", [(2, (3,), 160, 8, 3), (6, (5,), 40, 8, 2), (3, (5,), 48, 3, 4),
+                                              (20, (3,), 16, 16, 9), (17, (7,), 64, 2, 8)])
+def test_phase_one_coef_pass_one_head_per_program(n, lead, d, heads, S, gen):
+    # coef_split: the COEF pass with a head per program, taking the key-norm scales the
+    # forward (fwd_dot) wrote and leaving c per head for the gather to sum; programs
+    # persistent over tokens, with and without the prefetches; through the two-phase read
+    rop.TUNE = dict(fwd_dot=True, coef_dot=True, coef_split=True, dot_pf=S % 2 == 1, dot_pf_grads=n % 3 == 2)
+    try:
+        check_partial(n, lead, d, heads, S, gen=gen)
+        check_two_phase(n, 2, lead, d, heads, S, gen=gen, fused=True)
+    finally:
+        rop.TUNE = None
+
+
+def test_phase_one_coef_pass_one_head_per_program_bf16(gen):
+    # (the chain's embedding gradient is 0.018-0.0205 from fp64 at bf16 on these seeds, the
+    # same to four digits with the COEF pass per program of all heads)
+    rop.TUNE = dict(fwd_dot=True, coef_dot=True, coef_split=True)
+    try:
+        check_partial(19, (5,), 160, 8, 8, dtype=torch.bfloat16, tol=1e-2, gen=gen)
+        check_sink_chain(12, (5,), 160, 8, dtype=torch.bfloat16, tol=2.5e-2, gen=gen, chunk=4, extra=False)
+    finally:
+        rop.TUNE = None
+
+
+def test_coef_pass_one_head_per_program_runs(gen, monkeypatch):
+    # the split pass is what runs (grid over heads, c in parts) when the forward wrote the
+    # scales, and not without them (the per-query forward)
+    seen = []
+    real = rop._launch_dot
+
+    def spy(kernel, grid, args, consts, warps, device):
+        seen.append((kernel.fn.__name__, grid, consts.get("SPLIT"), consts.get("RS")))
+        return real(kernel, grid, args, consts, warps, device)
+
+    monkeypatch.setattr(rop, "_launch_dot", spy)
+    srcs, q, g = make_inputs(5, (4,), 40, torch.float32, "cpu", S=3, gen=gen)
+    for fwd_dot in (True, False):
+        seen.clear()
+        rop.TUNE = dict(fwd_dot=fwd_dot, coef_dot=True, coef_split=True)
+        try:
+            m, l, o = routing.route_partial([s.requires_grad_() for s in srcs], q.requires_grad_(), g, 4)
+            (o.sum() + l.sum()).backward()
+        finally:
+            rop.TUNE = None
+        coef = [x for x in seen if x[0] == tk._coef_dot_kernel.fn.__name__]
+        assert coef and coef[0][2] == fwd_dot and coef[0][1][1] == (4 if fwd_dot else 1), seen
+        if fwd_dot:
+            assert [x[3] for x in seen if x[0] == tk._fwd_dot_kernel.fn.__name__] == [True]
 
 
 def test_products_that_do_not_fit_fall_back(gen, monkeypatch):

@@ -248,6 +248,26 @@ def test_phase_one_coef_pass_as_products(d, heads, gen):
             rop.TUNE = None
 
 
+@pytest.mark.parametrize("d,heads", [(1280, 8), (1024, 8), (512, 8), (1024, 16)])
+def test_phase_one_coef_pass_one_head_per_program(d, heads, gen):
+    # coef_split: the COEF pass with a head per program and the forward's key-norm scales,
+    # 1 and 2 warps, with and without the gradient rows a token ahead (a launch that does
+    # not fit would warn and fall back: an error here)
+    import warnings
+
+    for warps, pg in ((1, False), (2, True)):
+        rop.TUNE = dict(fwd_dot=True, coef_dot=True, coef_split=True, coef_split_warps=warps,
+                        coef_split_progs_per_sm=8 // warps, dot_pf_grads=pg)
+        try:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("error", message="mhar routing")
+                check_partial(37, (300,), d, heads, 8, dtype=torch.bfloat16, tol=1e-2, device=DEV, gen=gen)
+            check_sink_chain(20, (256,), d, heads, dtype=torch.bfloat16, device=DEV, gen=gen, chunk=8, tol=2e-2)
+            _check_bf16_accuracy(d, heads, gen)
+        finally:
+            rop.TUNE = None
+
+
 @pytest.mark.parametrize("n_sites,d,heads,extra,chunk", [(12, 512, 8, False, 0), (6, 1280, 1, True, 0),
                                                          (9, 1024, 16, False, 4)])
 def test_gradient_sink(n_sites, d, heads, extra, chunk, gen):

@@ -190,7 +190,10 @@ _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 12
 # from 0.707 to 0.736 of the baseline (bench/results/session11/). With one head the paper
 # widths have no head of 128 lanes or fewer, so it is unmeasured there: off.
 # coef_dot: the backward's COEF pass the same way (``_coef_dot_kernel``), programs
-# persistent over tokens, "coef_dot_progs_per_sm" of them per SM. On for several heads:
+# persistent over tokens, "coef_dot_progs_per_sm" of them per SM; "dot_pf_grads" loads the
+# next token's upstream-gradient rows while this token's blocks run. "coef_split": a head
+# per program, "coef_split_progs_per_sm" programs of "coef_split_warps" warps per SM over
+# all heads, with the key-norm scales the forward wrote (phase 1's reads as products). On for several heads:
 # at 1280/73 with 8 heads its calls took 18.0 ms per step, and the whole step's routing
 # kernels 99.8 against 112.4 ms; the 1B step with MHAR went to 0.763 of the baseline
 # (bench/results/session11/, run 3). Two programs per SM measured the same (99.9 ms).
@@ -204,7 +207,8 @@ _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 12
 # side-by-side timing).
 _PHASE1_DOT = {"fwd_dot": False, "fwd_dot_progs_per_sm": 2, "dot_sources": 16, "dot_warps": 8, "dot_pf": True,
                "dot_sumsq_products": True,
-               "coef_dot": False, "coef_dot_progs_per_sm": 1, "direct_rows": True}
+               "coef_dot": False, "coef_dot_progs_per_sm": 1, "dot_pf_grads": False,
+               "coef_split": False, "coef_split_progs_per_sm": 8, "coef_split_warps": 1, "direct_rows": True}
 # fwd_maxnreg / bwd_maxnreg / gather_maxnreg: a register cap per thread for the per-query
 # kernels and the gather (triton's maxnreg; None: the compiler's choice), so that more
 # programs fit on an SM. At 1280/73 no cap on the per-query kernels measured faster in
@@ -392,13 +396,15 @@ def _check_pow2_16(cfg: dict, key: str) -> None:
         raise ValueError(f"routing config: {key} must be a power of two >= 16, got {cfg[key]}")
 
 
-def _n_programs(device: torch.device, n_tiles: int, per_sm: int) -> int:
+def _n_programs(device: torch.device, n_tiles: int, per_sm: int, share: int = 1) -> int:
+    """Persistent programs over n_tiles: per_sm per SM, divided among ``share`` programs
+    that run side by side (a grid's second dimension)."""
     if device.type != "cuda":
         return max(1, min(n_tiles, 3))
     idx = device.index if device.index is not None else torch.cuda.current_device()
     if idx not in _SM_COUNT:
         _SM_COUNT[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
-    return max(1, min(n_tiles, _SM_COUNT[idx] * per_sm))
+    return max(1, min(n_tiles, _SM_COUNT[idx] * per_sm // share))
 
 
 # (kernel, constexprs, warps, device) of product kernels that did not fit this GPU's
@@ -432,9 +438,11 @@ def _contig(srcs: Sequence[Tensor]) -> list[Tensor]:
 
 
 def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, heads: int, eps: float,
-                    final: bool, init: Partial | None = None):
+                    final: bool, init: Partial | None = None, want_rstd: bool = False):
     """final: (y, lse) of one query; else (m, l, o) of S queries. init (final only): a
-    one-row partial read of other sources that the read starts from (fused phase 2)."""
+    one-row partial read of other sources that the read starts from (fused phase 2).
+    want_rstd (partial reads): also return the sources' key-norm scales (n_src, n_tok) for
+    the backward's COEF pass with a head per program, or None where it does not run."""
     from mhar.routing.triton_kernels import _fwd_kernel
 
     srcs = _contig(srcs)
@@ -459,17 +467,27 @@ def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, h
     o = _new((S, n_tok, d), torch.float32, dev)
     dot = _dot_tile(cfg, "fwd_dot", dh, heads, S, align, srcs[0])
     done = False  # by the kernel as matrix products
+    rstd = None
     if n_tok and dot:
         from mhar.routing.triton_kernels import _fwd_dot_kernel
 
+        if want_rstd and _coef_split(cfg, heads, S):
+            rstd = torch.empty((len(srcs), n_tok), dtype=torch.float32, device=dev)
         n_prog = _n_programs(dev, n_tok, cfg["fwd_dot_progs_per_sm"])
-        args = (table, srcs[0], w, m, l, o, len(srcs), n_tok, S, n_prog, d, dh, eps)
-        done = _launch_dot(_fwd_dot_kernel, (n_prog,), args, dot, cfg["dot_warps"], dev)
+        args = (table, srcs[0], w, m, l, o, m if rstd is None else rstd, len(srcs), n_tok, S, n_prog, d, dh, eps)
+        done = _launch_dot(_fwd_dot_kernel, (n_prog,), args, {**dot, "RS": rstd is not None}, cfg["dot_warps"], dev)
     if n_tiles and not done:
+        rstd = None
         _fwd_kernel[(S, n_tiles)](table, srcs[0], w, m, l, o, m, l, o, len(srcs), n_tok, d, dh, eps,
                                   **tile, FINAL=False, PF=cfg["fwd_pf"], num_warps=cfg["fwd_warps"],
                                   maxnreg=cfg["fwd_maxnreg"])
-    return m, l, o
+    return (m, l, o, rstd) if want_rstd else (m, l, o)
+
+
+def _coef_split(cfg: dict, heads: int, S: int) -> bool:
+    """Whether the COEF pass runs a head per program (config "coef_split"): several heads
+    and queries, as products."""
+    return cfg["coef_split"] and cfg["coef_dot"] and cfg["bwd_twopass"] and heads > 1 and S > 1
 
 
 def _stacked(grad: Tensor | Sequence[Tensor]) -> Tensor:
@@ -479,14 +497,17 @@ def _stacked(grad: Tensor | Sequence[Tensor]) -> Tensor:
 
 def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, grad: Tensor | Sequence[Tensor],
                      stat: Tensor, off: Tensor | None, y: Tensor | None, heads: int, eps: float,
-                     sink: SinkSpan | None = None, partial: tuple | None = None) -> list[Tensor | None]:
+                     sink: SinkSpan | None = None, partial: tuple | None = None,
+                     rstd: Tensor | None = None) -> list[Tensor | None]:
     """grad: (S, M, d), or the S queries' (M, d) gradients as separate tensors in any one
     dtype (a phase-1 read's rows in final form, ``_RowGrads``; the phase-1 kernels read
     them through a pointer table, the others take them stacked).
     partial (a final read that started from a phase-1 row, one query): (m0, grad_o,
     grad_l), the row's max (n_tok, H) and two fp32 outputs (n_tok, d) and (n_tok, H) that
     the kernel fills with the row's gradients; or (None, None, off), an (n_tok, H) fp32
-    output that it fills with -(g . y) per head (the row in final form)."""
+    output that it fills with -(g . y) per head (the row in final form).
+    rstd (n_src, n_tok): the sources' key-norm scales from the forward; with them the COEF
+    pass may run a head per program (``_coef_split``)."""
     from mhar.routing.triton_kernels import _bwd_kernel
 
     srcs = _contig(srcs)
@@ -523,24 +544,33 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
             _check_pow2_16(cfg, key)
         n_tiles = -(-n_tok // tile["BM"])
         dot = _dot_tile(cfg, "coef_dot", dh, heads, S, tile["ALIGN"], srcs[0]) if n_tiles else None
+        split = dot is not None and rstd is not None and _coef_split(cfg, heads, S)
         if n_tiles:
             # token-major, so that each gather program reads its block's coefficients as
             # contiguous runs (source-major, 32-byte pieces cost 5.2 of the gather's 22.7 ms
             # at 1280/73 with 8 heads, bench/results/session13/)
             coef_a = torch.empty((n_tok, heads, len(srcs), S), dtype=torch.float32, device=dev)
             coef_b = torch.empty_like(coef_a)
-            coef_c = torch.empty((n_tok, len(srcs), S), dtype=torch.float32, device=dev)
+            # c per head when the COEF pass runs a head per program, summed by the gather
+            coef_c = torch.empty((heads if split else 1, n_tok, len(srcs), S), dtype=torch.float32, device=dev)
         done = False  # the COEF pass, by the kernel as matrix products
-        if dot:  # programs persistent over tokens, every query in each
+        if dot:  # programs persistent over tokens, every query (and every head, unless split) in each
             from mhar.routing.triton_kernels import _coef_dot_kernel
 
-            n_prog = _n_programs(dev, n_tok, cfg["coef_dot_progs_per_sm"])
+            per_sm, warps_dot, grid_h = cfg["coef_dot_progs_per_sm"], cfg["dot_warps"], 1
+            if split:  # programs per SM over all heads
+                per_sm, warps_dot, grid_h = cfg["coef_split_progs_per_sm"], cfg["coef_split_warps"], heads
+            n_prog = _n_programs(dev, n_tok, per_sm, share=grid_h)
             dw_parts = torch.empty((n_prog, S, d), dtype=torch.float32, device=dev)  # every (program, query) row
             args = (src_table, srcs[0], w, grad_table, rows[0], stat, off.contiguous(), dw_parts, coef_a, coef_b,
-                    coef_c, len(srcs), n_tok, S, n_prog, d, dh, eps)
+                    coef_c, coef_c if rstd is None else rstd, len(srcs), n_tok, S, n_prog, d, dh, eps)
             # bf16 gradients enter g.x as they are (one product; exact)
             exact = dot["PREC"] == "bf16x2" and rows[0].dtype == torch.bfloat16
-            done = _launch_dot(_coef_dot_kernel, (n_prog,), args, {**dot, "G_EXACT": exact}, cfg["dot_warps"], dev)
+            consts = {**dot, "G_EXACT": exact, "PG": cfg["dot_pf_grads"], "SPLIT": split}
+            if split:
+                consts["HP"] = 1
+            done = _launch_dot(_coef_dot_kernel, (n_prog, grid_h), args, consts, warps_dot, dev)
+            split = split and done
         if not done:
             n_prog = max(1, _n_programs(dev, n_tiles, cfg["bwd_progs_per_sm"]) // S)
             dw_parts = torch.empty((n_prog, S, d), dtype=torch.float32, device=dev)
@@ -565,7 +595,7 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
                 H=heads, **_gather_geometry(dh, tile["DA"], tile["DB"], cfg["gather_cols"]), KS=ks,
                 SP=max(8, _pow2(S)), ALIGN=tile["ALIGN"], ACCUM=n_acc > 0,
                 PREC="ieee" if srcs[0].dtype in (torch.float32, torch.float64) else cfg["gather_precision"],
-                num_warps=cfg["gather_warps"], maxnreg=cfg["gather_maxnreg"])
+                CH=heads if split else 1, num_warps=cfg["gather_warps"], maxnreg=cfg["gather_maxnreg"])
     else:
         n_tiles = -(-n_tok // tile["BM"])
         n_prog = _n_programs(dev, n_tiles, cfg["bwd_progs_per_sm"])
@@ -662,13 +692,14 @@ def _ref_backward(srcs, queries, norm_weights, grad, stat, off, heads, eps) -> l
 
 
 def _forward_impl(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, heads: int, eps: float,
-                  final: bool) -> tuple[Tensor, ...]:
-    """final: (y, lse) of one query; else (m, l, o) of S queries."""
+                  final: bool, want_rstd: bool = False) -> tuple[Tensor, ...]:
+    """final: (y, lse) of one query; else (m, l, o) of S queries, and with want_rstd the
+    sources' key-norm scales or None (``_triton_forward``)."""
     if _use_triton(srcs[0]):
-        return _triton_forward(srcs, queries, norm_weights, heads, eps, final)
+        return _triton_forward(srcs, queries, norm_weights, heads, eps, final, want_rstd=want_rstd)
     m, l, o = _ref_partial(srcs, queries, norm_weights, heads, eps)
     if not final:
-        return m.contiguous(), l.contiguous(), o.contiguous()
+        return (m.contiguous(), l.contiguous(), o.contiguous()) + ((None,) if want_rstd else ())
     d = queries.shape[-1]
     n_tok = o.shape[1]
     y = (o[0].view(n_tok, heads, d // heads) / l[0].unsqueeze(-1)).view(srcs[0].shape).to(srcs[0].dtype)
@@ -677,13 +708,14 @@ def _forward_impl(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, hea
 
 def _backward_impl(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, grad: Tensor, stat: Tensor,
                    off: Tensor | None, y: Tensor | None, heads: int, eps: float,
-                   sink: SinkSpan | None = None) -> list[Tensor | None]:
+                   sink: SinkSpan | None = None, rstd: Tensor | None = None) -> list[Tensor | None]:
     """grad (S, M, d) or S (M, d) tensors, stat (S, M, H): m (partial) or lse (final, with
     y given and off None); off (S, M, H): grad_l of a partial read, or -(g . y) with lse.
+    rstd: the forward's key-norm scales (``_triton_forward``), or None.
     Returns [grad_queries, grad_norm_weights, *grad_sources], with None for the sources
     whose gradient went into ``sink``."""
     if _use_triton(srcs[0]):
-        return _triton_backward(srcs, queries, norm_weights, grad, stat, off, y, heads, eps, sink)
+        return _triton_backward(srcs, queries, norm_weights, grad, stat, off, y, heads, eps, sink, rstd=rstd)
     grad = _stacked(grad)
     if off is None:
         S, n_tok, _ = stat.shape
@@ -894,8 +926,8 @@ class _PartialFn(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, queries, norm_weights, heads, eps, sink, grads, *sources):
-        m, l, o = _forward_impl(list(sources), queries, norm_weights, heads, eps, False)
-        ctx.save_for_backward(queries, norm_weights, m, *sources)
+        m, l, o, rstd = _forward_impl(list(sources), queries, norm_weights, heads, eps, False, want_rstd=True)
+        ctx.save_for_backward(queries, norm_weights, m, rstd, *sources)
         ctx.heads, ctx.eps, ctx.sink, ctx.grads = heads, eps, sink, grads
         ctx.mark_non_differentiable(m)
         ctx.set_materialize_grads(False)
@@ -903,12 +935,12 @@ class _PartialFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_m, grad_l, grad_o):
-        queries, norm_weights, m, *sources = ctx.saved_tensors
+        queries, norm_weights, m, rstd, *sources = ctx.saved_tensors
         S, d = queries.shape
         rows = ctx.grads.take() if ctx.grads is not None else None
         if rows is not None and grad_l is None and grad_o is None:
             # the sites' reads in final form: g, lse and -(g . y) per query
-            res = _backward_impl(sources, queries, norm_weights, *rows, None, ctx.heads, ctx.eps, ctx.sink)
+            res = _backward_impl(sources, queries, norm_weights, *rows, None, ctx.heads, ctx.eps, ctx.sink, rstd)
             return (res[0], res[1], None, None, None, None, *res[2:])
         if rows is not None:  # l or o reached by autograd too: the rows as gradients of l and o, added
             row_l, row_o = _RowGrads.as_partial(m, *rows)
@@ -920,7 +952,8 @@ class _PartialFn(torch.autograd.Function):
             grad_l = torch.zeros_like(m)
         if grad_o is None:
             grad_o = m.new_zeros((S, m.shape[1], d))
-        res = _backward_impl(sources, queries, norm_weights, grad_o, m, grad_l, None, ctx.heads, ctx.eps, ctx.sink)
+        res = _backward_impl(sources, queries, norm_weights, grad_o, m, grad_l, None, ctx.heads, ctx.eps, ctx.sink,
+                             rstd)
         return (res[0], res[1], None, None, None, None, *res[2:])
 
 

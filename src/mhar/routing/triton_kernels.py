@@ -601,7 +601,8 @@ def _gather_part(src, dst, rows, r_on, CA, CB, cs, k, kmask, acc_on, t, n_src, n
 def _bwd_gather_kernel(table, ref, gtable, W, WB, G, gref, CA, CB, CC, n_src, n_acc, n_q, d: tl.constexpr,
                        dh: tl.constexpr, H: tl.constexpr, PA: tl.constexpr, GA: tl.constexpr, PB: tl.constexpr,
                        GB: tl.constexpr, KS: tl.constexpr, SP: tl.constexpr, ALIGN: tl.constexpr,
-                       ACCUM: tl.constexpr, PREC: tl.constexpr, EXACT: tl.constexpr = False):
+                       ACCUM: tl.constexpr, PREC: tl.constexpr, EXACT: tl.constexpr = False,
+                       CH: tl.constexpr = 1):
     """The gradients of an S-query read's sources from ``_bwd_kernel``'s COEF coefficients:
     grad_x = sum over queries q of (a_q g_q + r dz_q w_q) per head - (sum_q c_q) x (G: a
     table of the S queries' upstream-gradient pointers, typed like ``gref``). A 1-D
@@ -626,7 +627,8 @@ def _bwd_gather_kernel(table, ref, gtable, W, WB, G, gref, CA, CB, CC, n_src, n_
     at once and ran at 21% of copy bandwidth at 1280/73 with 8 heads, its per-thread
     copies of every coefficient as many loads as multiply-adds; the second, a 2-D tile of
     (token, source) rows per head part, at 31%.) Each source's gradient is written once
-    (added into a running sum for the first n_acc when ACCUM)."""
+    (added into a running sum for the first n_acc when ACCUM). CC holds c in CH parts
+    (one per head from a COEF pass with a head per program), summed here."""
     n_blk = tl.cdiv(n_src, KS)
     blk = tl.program_id(0) % n_blk
     t = tl.program_id(0) // n_blk
@@ -635,7 +637,12 @@ def _bwd_gather_kernel(table, ref, gtable, W, WB, G, gref, CA, CB, CC, n_src, n_
     kmask = k < n_src
     rq = tl.arange(0, SP)
     cq = (t.to(tl.int64) * n_src + k[:, None]) * n_q + rq[None, :]                      # (t, k, q)
-    cs = tl.sum(tl.load(CC + cq, mask=kmask[:, None] & (rq[None, :] < n_q), other=0.0), axis=1)
+    cmask = kmask[:, None] & (rq[None, :] < n_q)
+    c_all = tl.load(CC + cq, mask=cmask, other=0.0)
+    for part in range(1, CH):
+        c_all += tl.load(CC + part * (tl.num_programs(0) // n_blk).to(tl.int64) * n_src * n_q + cq, mask=cmask,
+                         other=0.0)
+    cs = tl.sum(c_all, axis=1)
     src = tl.multiple_of(tl.load(table + k, mask=kmask, other=0).to(tl.pointer_type(elem)), ALIGN)
     dst = tl.multiple_of(tl.load(gtable + k, mask=kmask, other=0).to(tl.pointer_type(elem)), ALIGN)
     acc_on = k < n_acc
@@ -785,10 +792,10 @@ def _sumsq(x, SS_DOT: tl.constexpr):
 
 
 @triton.jit
-def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, n_src, n_tok, n_q, n_prog, d: tl.constexpr,
+def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, RSTD, n_src, n_tok, n_q, n_prog, d: tl.constexpr,
                     dh: tl.constexpr, eps, H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr,
                     KS: tl.constexpr, SP: tl.constexpr, ALIGN: tl.constexpr, PREC: tl.constexpr,
-                    PF: tl.constexpr = False, SS_DOT: tl.constexpr = True):
+                    PF: tl.constexpr = False, SS_DOT: tl.constexpr = True, RS: tl.constexpr = False):
     """Phase 1's forward (the S queries' unnormalised reads (m, l, o)) with every query in
     one program, programs persistent over tokens (the queries' weights loaded once per
     program): each source row is read once per token, where ``_fwd_kernel`` runs one
@@ -806,7 +813,8 @@ def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, n_src, n_tok, n_q, n_pro
     A head part is at least 16 lanes (a product's inner size), its lanes past the head
     masked (op's ``_gather_geometry``).
     ``PF``: the next block's tiles are loaded while this block is reduced, on across
-    tokens (``_next_block``)."""
+    tokens (``_next_block``). ``RS``: each source's key-norm scale 1 / rms at each token
+    is written to RSTD (n_src, n_tok), for the COEF pass one head per program."""
     pid = tl.program_id(0)
     elem = ref.dtype.element_ty
     rh = tl.arange(0, HP)
@@ -846,6 +854,8 @@ def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, n_src, n_tok, n_q, n_pro
                 ss += _sumsq(xb, SS_DOT)
                 zr = _dot_split(xb, wb_hi, wb_lo, zr, PREC)
             rstd = 1.0 / tl.sqrt(ss / d + eps)
+            if RS:
+                tl.store(RSTD + (k0 + rk).to(tl.int64) * n_tok + t, rstd, mask=k0 + rk < n_src)
             z = tl.where(km, zr * rstd[None, :, None], float("-inf"))
             m_new = tl.maximum(m_i, tl.max(z, axis=1))
             alpha = tl.exp(m_i - m_new)
@@ -867,10 +877,12 @@ def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, n_src, n_tok, n_q, n_pro
 
 
 @triton.jit
-def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, n_src, n_tok, n_q, n_prog, d: tl.constexpr,
+def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_src, n_tok, n_q, n_prog,
+                     d: tl.constexpr,
                      dh: tl.constexpr, eps, H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr,
                      KS: tl.constexpr, SP: tl.constexpr, ALIGN: tl.constexpr, PREC: tl.constexpr,
-                     PF: tl.constexpr = False, SS_DOT: tl.constexpr = True, G_EXACT: tl.constexpr = False):
+                     PF: tl.constexpr = False, SS_DOT: tl.constexpr = True, G_EXACT: tl.constexpr = False,
+                     PG: tl.constexpr = False, SPLIT: tl.constexpr = False):
     """The COEF pass of phase 1's backward (``_bwd_kernel`` with COEF, see there) with every
     query in one program, as matrix products like ``_fwd_dot_kernel``: programs persistent
     over tokens, each source row read once per token. Per block of KS sources and head,
@@ -879,10 +891,20 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, n_src, n
     ``_bwd_gather_kernel``; d(q*g) += (lanes, KS) by (KS, SP) products, held transposed
     per program and written to its row of DW (n_prog, S, d). G: a table of the S queries'
     upstream-gradient pointers, typed like ``gref``; with G_EXACT (bf16 ones, PREC "bf16x2")
-    they enter g.x as they are, one product (``_grad_rows``)."""
+    they enter g.x as they are, one product (``_grad_rows``).
+
+    SPLIT: one head per program (grid (n_prog, H), HP 1), the sources' key-norm scales
+    read from RSTD (n_src, n_tok) as the forward wrote them (no sum of squares over the
+    row), and each head's share of c stored apart, CC (H, n_tok, n_src, S), for the gather
+    to sum. Its programs do not wait on each other's heads, where one program of every
+    head is one 8-warp program per SM whose warps meet at each block's reductions over
+    heads and layout conversions."""
     pid = tl.program_id(0)
     elem = ref.dtype.element_ty
-    rh = tl.arange(0, HP)
+    if SPLIT:
+        rh = tl.program_id(1) + tl.arange(0, HP)
+    else:
+        rh = tl.arange(0, HP)
     rk = tl.arange(0, KS)
     rq = tl.arange(0, SP)
     qon = rq[None, None, :] < n_q
@@ -900,12 +922,28 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, n_src, n
     if PF:  # the first block of this program's first token
         xa_n, xb_n, km_n = _dot_tiles(table, 0, rk, tl.where(pid < n_tok, n_src, 0), tl.cast(pid, tl.int64) * d,
                                       cxa, cmxa, cxb, cmxb, elem, ALIGN, DB)
+    if PG:  # the upstream gradients at this program's first token
+        g_on = rq[None, None, :] < n_q * (pid < n_tok)
+        ga_hi_n, ga_lo_n = _grad_rows(G, gref, tl.cast(pid, tl.int64) * d, rq, n_q, cwa, cmwa, g_on, ALIGN, PREC,
+                                      G_EXACT)
+        if DB > 0:
+            gb_hi_n, gb_lo_n = _grad_rows(G, gref, tl.cast(pid, tl.int64) * d, rq, n_q, cwb, cmwb, g_on, ALIGN,
+                                          PREC, G_EXACT)
     for t in range(pid, n_tok, n_prog):
         row = tl.cast(t, tl.int64) * d
         # this token's upstream gradients (transposed like w), statistics and offsets
-        ga_hi, ga_lo = _grad_rows(G, gref, row, rq, n_q, cwa, cmwa, qon, ALIGN, PREC, G_EXACT)
-        if DB > 0:
-            gb_hi, gb_lo = _grad_rows(G, gref, row, rq, n_q, cwb, cmwb, qon, ALIGN, PREC, G_EXACT)
+        if PG:  # loaded during the last token; issue the next token's
+            ga_hi, ga_lo = ga_hi_n, ga_lo_n
+            g_on = rq[None, None, :] < n_q * (t + n_prog < n_tok)  # none past the last token
+            ga_hi_n, ga_lo_n = _grad_rows(G, gref, row + n_prog * d, rq, n_q, cwa, cmwa, g_on, ALIGN, PREC, G_EXACT)
+            if DB > 0:
+                gb_hi, gb_lo = gb_hi_n, gb_lo_n
+                gb_hi_n, gb_lo_n = _grad_rows(G, gref, row + n_prog * d, rq, n_q, cwb, cmwb, g_on, ALIGN, PREC,
+                                              G_EXACT)
+        else:
+            ga_hi, ga_lo = _grad_rows(G, gref, row, rq, n_q, cwa, cmwa, qon, ALIGN, PREC, G_EXACT)
+            if DB > 0:
+                gb_hi, gb_lo = _grad_rows(G, gref, row, rq, n_q, cwb, cmwb, qon, ALIGN, PREC, G_EXACT)
         hq = rq[None, :].to(tl.int64) * n_tok * H + t * H + rh[:, None]  # (HP, SP)
         st = tl.load(STAT + hq, mask=hq_on, other=0.0)
         of = tl.load(OFF + hq, mask=hq_on, other=0.0)
@@ -916,15 +954,20 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, n_src, n
                 xa_n, xb_n, km_n = _dot_tiles(table, nk0, rk, nsrc, nrow, cxa, cmxa, cxb, cmxb, elem, ALIGN, DB)
             else:
                 xa, xb, km = _dot_tiles(table, k0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem, ALIGN, DB)
-            ss = _sumsq(xa, SS_DOT)                                  # (KS,)
+            if SPLIT:  # the forward's
+                rstd = tl.load(RSTD + (k0 + rk).to(tl.int64) * n_tok + t, mask=k0 + rk < n_src, other=1.0)
+            else:
+                ss = _sumsq(xa, SS_DOT)                                  # (KS,)
             zero = tl.zeros([HP, KS, SP], tl.float32)
             zr = _dot_split(xa, wa_hi, wa_lo, zero, PREC)                # (HP, KS, SP)
             gx = _dot_g(xa, ga_hi, ga_lo, zero, PREC, G_EXACT)
             if DB > 0:
-                ss += _sumsq(xb, SS_DOT)
+                if not SPLIT:
+                    ss += _sumsq(xb, SS_DOT)
                 zr = _dot_split(xb, wb_hi, wb_lo, zr, PREC)
                 gx = _dot_g(xb, gb_hi, gb_lo, gx, PREC, G_EXACT)
-            rstd = 1.0 / tl.sqrt(ss / d + eps)
+            if not SPLIT:
+                rstd = 1.0 / tl.sqrt(ss / d + eps)
             r3 = rstd[None, :, None]
             on = km & hq_on[:, None, :]
             a = tl.where(on, tl.exp(zr * r3 - st[:, None, :]), 0.0)
@@ -938,7 +981,10 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, n_src, n
             t_h = (tl.cast(t, tl.int64) * H + rh[:, None, None]) * n_src * n_q  # (HP, 1, 1)
             tl.store(CA + t_h + kq[None, :, :], a, mask=on)
             tl.store(CB + t_h + kq[None, :, :], rdz, mask=on)
-            tl.store(CC + tl.cast(t, tl.int64) * n_src * n_q + kq, c, mask=(k < n_src)[:, None] & (rq[None, :] < n_q))
+            cc = CC
+            if SPLIT:  # this head's share
+                cc += tl.program_id(1).to(tl.int64) * n_tok * n_src * n_q
+            tl.store(cc + tl.cast(t, tl.int64) * n_src * n_q + kq, c, mask=(k < n_src)[:, None] & (rq[None, :] < n_q))
             r_hi, r_lo = _operand(rdz, PREC)
             dw_a = _dot_split(tl.permute(xa, (0, 2, 1)), r_hi, r_lo, dw_a, PREC)
             if DB > 0:
