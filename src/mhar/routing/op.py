@@ -208,7 +208,7 @@ _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 12
 _PHASE1_DOT = {"fwd_dot": False, "fwd_dot_progs_per_sm": 2, "dot_sources": 16, "dot_warps": 8, "dot_pf": True,
                "dot_sumsq_products": True,
                "coef_dot": False, "coef_dot_progs_per_sm": 1, "dot_pf_grads": False,
-               "coef_split": False, "coef_split_progs_per_sm": 8, "coef_split_warps": 1, "direct_rows": True}
+               "coef_split": True, "coef_split_progs_per_sm": 8, "coef_split_warps": 1, "direct_rows": True}
 # fwd_maxnreg / bwd_maxnreg / gather_maxnreg: a register cap per thread for the per-query
 # kernels and the gather (triton's maxnreg; None: the compiler's choice), so that more
 # programs fit on an SM. At 1280/73 no cap on the per-query kernels measured faster in
