@@ -222,6 +222,7 @@ def whole_step(case, heads, chunk):
         # the sources registered with a GradientSink, as the routed stream does
         sink = routing.GradientSink()
         srcs = [sink.register(s) for s in case.srcs]
+        scales = routing.KeyScales()  # each source's key-norm scales, once per step, as the routed stream
         outs = []
         if chunk is None:
             for j in range(1, n + 1):
@@ -230,7 +231,7 @@ def whole_step(case, heads, chunk):
             for j0 in range(1, n + 1, chunk):
                 j1 = min(n + 1, j0 + chunk)
                 rows = routing.route_partial_rows(srcs[:j0], Q[j0 - 1:j1 - 1], G[j0 - 1:j1 - 1], heads,
-                                                  sink=sink.span(0, j0))  # as the routed stream does
+                                                  sink=sink.span(0, j0), scales=scales)  # as the routed stream
                 for j in range(j0, j1):
                     one = rows[j - j0]
                     if j > j0:  # phase 2, fused: merged with the phase-1 row and normalised in one pass

@@ -28,8 +28,9 @@ from mhar import routing  # noqa: E402
 from mhar.routing import op as rop  # noqa: E402
 from mhar.routing import triton_kernels as tk  # noqa: E402
 from mhar.routing import reference as R  # noqa: E402
-from routing_checks import (check_deterministic, check_finalize, check_finalized_rows, check_partial,  # noqa: E402
-                            check_phase_one_rows, check_route, check_sink_chain, check_two_phase, make_inputs, rel)
+from routing_checks import (check_deterministic, check_finalize, check_finalized_rows,  # noqa: E402
+                            check_key_scales_chain, check_partial, check_phase_one_rows, check_route,
+                            check_sink_chain, check_two_phase, make_inputs, rel)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -617,6 +618,50 @@ def test_coef_pass_one_head_per_program_runs(gen, monkeypatch):
         assert coef and coef[0][2] == fwd_dot and coef[0][1][1] == (4 if fwd_dot else 1), seen
         if fwd_dot:
             assert [x[3] for x in seen if x[0] == tk._fwd_dot_kernel.fn.__name__] == [True]
+
+
+@pytest.mark.parametrize("n,lead,d,heads,S", [(9, (5,), 160, 8, 3), (7, (4,), 40, 8, 2), (20, (3,), 16, 16, 9),
+                                              (6, (5,), 64, 2, 8)])
+def test_phase_one_forward_one_head_per_program(n, lead, d, heads, S, gen):
+    # fwd_split: phase 1's forward with a head per program, the key-norm scales from a
+    # KeyScales shared by calls over a growing source list (and the COEF pass split too)
+    rop.TUNE = dict(fwd_dot=True, coef_dot=True, coef_split=True, fwd_split=True, dot_pf=S % 2 == 1)
+    try:
+        check_key_scales_chain(n, lead, d, heads, S, gen=gen)
+    finally:
+        rop.TUNE = None
+
+
+def test_phase_one_forward_one_head_per_program_bf16(gen):
+    rop.TUNE = dict(fwd_dot=True, coef_dot=True, coef_split=True, fwd_split=True)
+    try:
+        check_key_scales_chain(19, (5,), 160, 8, 8, dtype=torch.bfloat16, tol=1e-2, gen=gen)
+    finally:
+        rop.TUNE = None
+
+
+def test_forward_one_head_per_program_runs(gen, monkeypatch):
+    # with scales the forward runs a head per program and reads them (no RS); without, it
+    # runs every head and writes them for the split COEF pass
+    seen = []
+    real = rop._launch_dot
+
+    def spy(kernel, grid, args, consts, warps, device):
+        seen.append((kernel.fn.__name__, grid, consts.get("SPLIT"), consts.get("RS")))
+        return real(kernel, grid, args, consts, warps, device)
+
+    monkeypatch.setattr(rop, "_launch_dot", spy)
+    srcs, q, g = make_inputs(5, (4,), 40, torch.float32, "cpu", S=3, gen=gen)
+    rop.TUNE = dict(fwd_dot=True, coef_dot=True, coef_split=True, fwd_split=True)
+    try:
+        for scales in (routing.KeyScales(), None):
+            seen.clear()
+            routing.route_partial(srcs, q, g, 4, scales=scales)
+            split = scales is not None
+            assert seen == [(tk._fwd_dot_kernel.fn.__name__, (3, 4 if split else 1), split or None,
+                             None if split else True)], seen
+    finally:
+        rop.TUNE = None
 
 
 def test_products_that_do_not_fit_fall_back(gen, monkeypatch):

@@ -71,6 +71,23 @@ def check_partial(n, lead, d, heads, S, dtype=torch.float32, device="cpu", tol=1
         assert rel(a, b) <= tol, rel(a, b)
 
 
+def check_key_scales_chain(n, lead, d, heads, S, dtype=torch.float32, device="cpu", tol=1e-5, gen=None):
+    """Phase-1 reads of a growing source list (a stream's chunks) sharing one
+    ``KeyScales``, each against fp64: values, and the gradients of a random projection.
+    The scales are computed once per source: the calls after the first add the new ones."""
+    srcs, q, g = make_inputs(n, lead, d, dtype, device, S=S, gen=gen)
+    s64, (q64, g64) = _f64(srcs), _f64([q, g])
+    scales = routing.KeyScales()
+    for cut in sorted({max(1, n // 3), max(1, 2 * n // 3), n}):
+        p = routing.route_partial(srcs[:cut], q, g, heads, scales=scales)
+        p64 = R.route_partial(s64[:cut], q64, g64, heads)
+        _check_reads([p.l, p.o], [p64.l, p64.o], [*srcs[:cut], q, g], [*s64[:cut], q64, g64], device,
+                     torch.float32, tol, gen)
+        assert len(scales._rows) == cut
+        ref = 1 / torch.sqrt(torch.stack([x.detach().float().pow(2).mean(-1).flatten() for x in srcs[:cut]]) + R.KEY_NORM_EPS)
+        assert torch.allclose(scales.table(srcs[:cut], R.KEY_NORM_EPS), ref, rtol=1e-5, atol=0), "key scales"
+
+
 def _check_reads(outs, full, inputs, inputs64, device, dtype, tol, gen):
     """Reads ``outs`` against their fp64 references ``full``: values, and the gradients
     of a random projection of all of them with respect to ``inputs`` (``inputs64``)."""
@@ -150,11 +167,13 @@ def _chain(emb, leaves, q, g, heads, extra, chunk, sink):
 
     sources = [add(emb * 1)]
     start, rows = 0, None
+    scales = routing.KeyScales()  # one per forward, as the routed stream keeps
     for k in range(len(leaves)):
         side = [leaves[k - 1] * 0.5] if extra and k else []
         if chunk and k % chunk == 0:
             start = len(sources)
-            rows = routing.route_partial_rows(sources, q[k:k + chunk], g[k:k + chunk], heads, sink=span(0, start))
+            rows = routing.route_partial_rows(sources, q[k:k + chunk], g[k:k + chunk], heads, sink=span(0, start),
+                                              scales=scales)
         if chunk:
             row = rows[k % chunk]  # as the routed stream takes it
             new = sources[start:] + side

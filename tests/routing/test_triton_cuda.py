@@ -17,8 +17,9 @@ sys.path.insert(0, os.path.dirname(__file__))
 from mhar import routing  # noqa: E402
 from mhar.routing import op as rop  # noqa: E402
 from mhar.routing import reference as R  # noqa: E402
-from routing_checks import (check_deterministic, check_finalize, check_finalized_rows, check_partial,  # noqa: E402
-                            check_phase_one_rows, check_route, check_sink_chain, check_two_phase, make_inputs, rel)
+from routing_checks import (check_deterministic, check_finalize, check_finalized_rows,  # noqa: E402
+                            check_key_scales_chain, check_partial, check_phase_one_rows, check_route,
+                            check_sink_chain, check_two_phase, make_inputs, rel)
 
 DEV = "cuda"
 
@@ -264,6 +265,24 @@ def test_phase_one_coef_pass_one_head_per_program(d, heads, gen):
                 check_partial(37, (300,), d, heads, 8, dtype=torch.bfloat16, tol=1e-2, device=DEV, gen=gen)
             check_sink_chain(20, (256,), d, heads, dtype=torch.bfloat16, device=DEV, gen=gen, chunk=8, tol=2e-2)
             _check_bf16_accuracy(d, heads, gen)
+        finally:
+            rop.TUNE = None
+
+
+@pytest.mark.parametrize("d,heads", [(1280, 8), (1024, 8), (512, 8), (1024, 16)])
+def test_phase_one_forward_one_head_per_program(d, heads, gen):
+    # fwd_split: phase 1's forward with a head per program and a KeyScales shared by the
+    # calls of a growing source list, 1 and 2 warps; then a stream's chain through a sink
+    import warnings
+
+    for warps in (1, 2):
+        rop.TUNE = dict(fwd_dot=True, coef_dot=True, coef_split=True, fwd_split=True, fwd_split_warps=warps,
+                        fwd_split_progs_per_sm=8 // warps)
+        try:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("error", message="mhar routing")
+                check_key_scales_chain(37, (300,), d, heads, 8, dtype=torch.bfloat16, tol=1e-2, device=DEV, gen=gen)
+            check_sink_chain(20, (256,), d, heads, dtype=torch.bfloat16, device=DEV, gen=gen, chunk=8, tol=2e-2)
         finally:
             rop.TUNE = None
 

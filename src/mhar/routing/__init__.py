@@ -8,6 +8,7 @@ The reference's own functions stay importable from :mod:`mhar.routing.reference`
 
 from mhar.routing.op import (
     GradientSink,
+    KeyScales,
     PhaseOneRow,
     PhaseOneRows,
     finalize,
@@ -25,6 +26,6 @@ from mhar.routing.reference import (
     routing_weights,
 )
 
-__all__ = ["GradientSink", "KEY_NORM_EPS", "Partial", "PhaseOneRow", "PhaseOneRows", "finalize", "get_backend",
+__all__ = ["GradientSink", "KEY_NORM_EPS", "KeyScales", "Partial", "PhaseOneRow", "PhaseOneRows", "finalize", "get_backend",
            "merge_partials", "route", "route_merge", "route_partial", "route_partial_rows", "routing_weights",
            "set_backend"]

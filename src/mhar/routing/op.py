@@ -193,7 +193,9 @@ _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 12
 # persistent over tokens, "coef_dot_progs_per_sm" of them per SM; "dot_pf_grads" loads the
 # next token's upstream-gradient rows while this token's blocks run. "coef_split": a head
 # per program, "coef_split_progs_per_sm" programs of "coef_split_warps" warps per SM over
-# all heads, with the key-norm scales the forward wrote (phase 1's reads as products). On for several heads:
+# all heads, with the key-norm scales the forward wrote (phase 1's reads as products).
+# "fwd_split": the forward the same way, with a stream's KeyScales (route_partial_rows's
+# scales=), "fwd_split_progs_per_sm" programs of "fwd_split_warps" warps per SM. On for several heads:
 # at 1280/73 with 8 heads its calls took 18.0 ms per step, and the whole step's routing
 # kernels 99.8 against 112.4 ms; the 1B step with MHAR went to 0.763 of the baseline
 # (bench/results/session11/, run 3). Two programs per SM measured the same (99.9 ms).
@@ -208,7 +210,8 @@ _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 12
 _PHASE1_DOT = {"fwd_dot": False, "fwd_dot_progs_per_sm": 2, "dot_sources": 16, "dot_warps": 8, "dot_pf": True,
                "dot_sumsq_products": True,
                "coef_dot": False, "coef_dot_progs_per_sm": 1, "dot_pf_grads": False,
-               "coef_split": True, "coef_split_progs_per_sm": 8, "coef_split_warps": 1, "direct_rows": True}
+               "coef_split": True, "coef_split_progs_per_sm": 8, "coef_split_warps": 1,
+               "fwd_split": True, "fwd_split_progs_per_sm": 8, "fwd_split_warps": 1, "direct_rows": True}
 # fwd_maxnreg / bwd_maxnreg / gather_maxnreg: a register cap per thread for the per-query
 # kernels and the gather (triton's maxnreg; None: the compiler's choice), so that more
 # programs fit on an SM. At 1280/73 no cap on the per-query kernels measured faster in
@@ -438,11 +441,14 @@ def _contig(srcs: Sequence[Tensor]) -> list[Tensor]:
 
 
 def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, heads: int, eps: float,
-                    final: bool, init: Partial | None = None, want_rstd: bool = False):
+                    final: bool, init: Partial | None = None, want_rstd: bool = False,
+                    scales: "KeyScales | None" = None):
     """final: (y, lse) of one query; else (m, l, o) of S queries. init (final only): a
     one-row partial read of other sources that the read starts from (fused phase 2).
     want_rstd (partial reads): also return the sources' key-norm scales (n_src, n_tok) for
-    the backward's COEF pass with a head per program, or None where it does not run."""
+    the backward's COEF pass with a head per program, or None where it does not run.
+    scales: the stream's :class:`KeyScales`; with it the forward may run a head per
+    program too (config "fwd_split")."""
     from mhar.routing.triton_kernels import _fwd_kernel
 
     srcs = _contig(srcs)
@@ -471,17 +477,65 @@ def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, h
     if n_tok and dot:
         from mhar.routing.triton_kernels import _fwd_dot_kernel
 
-        if want_rstd and _coef_split(cfg, heads, S):
+        consts, per_sm, warps, grid_h = dict(dot), cfg["fwd_dot_progs_per_sm"], cfg["dot_warps"], 1
+        if scales is not None and cfg["fwd_split"] and heads > 1 and S > 1:  # a head per program
+            rstd = scales.table(srcs, eps)
+            consts.update(SPLIT=True, HP=1)
+            per_sm, warps, grid_h = cfg["fwd_split_progs_per_sm"], cfg["fwd_split_warps"], heads
+        elif want_rstd and _coef_split(cfg, heads, S):  # written by this kernel for the COEF pass
             rstd = torch.empty((len(srcs), n_tok), dtype=torch.float32, device=dev)
-        n_prog = _n_programs(dev, n_tok, cfg["fwd_dot_progs_per_sm"])
+            consts["RS"] = True
+        n_prog = _n_programs(dev, n_tok, per_sm, share=grid_h)
         args = (table, srcs[0], w, m, l, o, m if rstd is None else rstd, len(srcs), n_tok, S, n_prog, d, dh, eps)
-        done = _launch_dot(_fwd_dot_kernel, (n_prog,), args, {**dot, "RS": rstd is not None}, cfg["dot_warps"], dev)
+        done = _launch_dot(_fwd_dot_kernel, (n_prog, grid_h), args, consts, warps, dev)
     if n_tiles and not done:
         rstd = None
         _fwd_kernel[(S, n_tiles)](table, srcs[0], w, m, l, o, m, l, o, len(srcs), n_tok, d, dh, eps,
                                   **tile, FINAL=False, PF=cfg["fwd_pf"], num_warps=cfg["fwd_warps"],
                                   maxnreg=cfg["fwd_maxnreg"])
     return (m, l, o, rstd) if want_rstd else (m, l, o)
+
+
+class KeyScales:
+    """The key-norm scales 1 / rms of a stream's sources at every token, (n_tok,) fp32
+    per source, each computed once per forward (``_key_scales_kernel``, one read of the
+    source) and read by every later phase-1 call: its forward and COEF pass with a head per
+    program see only their head's lanes of a row. A chunk's call finds the earlier
+    sources' scales here and computes the chunk's new sources'. Pass one per forward
+    (``route_partial_rows(..., scales=)``); a call whose sources are not the ones held
+    (by identity, in order) recomputes from the first that differs."""
+
+    def __init__(self):
+        self._rows: list[Tensor] = []
+        self._of: list[Tensor] = []
+        self._eps: float | None = None
+
+    def table(self, srcs: list[Tensor], eps: float) -> Tensor:
+        """The scales of ``srcs`` as one (n_src, n_tok) fp32 tensor."""
+        if eps != self._eps:
+            self._rows, self._of, self._eps = [], [], eps
+        k = 0
+        while k < min(len(self._of), len(srcs)) and self._of[k] is srcs[k]:
+            k += 1
+        del self._rows[k:], self._of[k:]
+        if k < len(srcs):
+            self._rows.extend(_key_scales(srcs[k:], eps).unbind(0))
+            self._of.extend(srcs[k:])
+        return torch.stack(self._rows)
+
+
+def _key_scales(srcs: list[Tensor], eps: float) -> Tensor:
+    from mhar.routing.triton_kernels import _key_scales_kernel
+
+    d = srcs[0].shape[-1]
+    n_tok = srcs[0].numel() // d
+    out = torch.empty((len(srcs), n_tok), dtype=torch.float32, device=srcs[0].device)
+    if n_tok:
+        table, align = _ptr_table(_contig(srcs))
+        bt = 16
+        _key_scales_kernel[(len(srcs), -(-n_tok // bt))](table, srcs[0], out, n_tok, d, eps, BT=bt,
+                                                        BD=min(256, _pow2(d)), ALIGN=align, num_warps=4)
+    return out
 
 
 def _coef_split(cfg: dict, heads: int, S: int) -> bool:
@@ -692,11 +746,11 @@ def _ref_backward(srcs, queries, norm_weights, grad, stat, off, heads, eps) -> l
 
 
 def _forward_impl(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, heads: int, eps: float,
-                  final: bool, want_rstd: bool = False) -> tuple[Tensor, ...]:
+                  final: bool, want_rstd: bool = False, scales: KeyScales | None = None) -> tuple[Tensor, ...]:
     """final: (y, lse) of one query; else (m, l, o) of S queries, and with want_rstd the
     sources' key-norm scales or None (``_triton_forward``)."""
     if _use_triton(srcs[0]):
-        return _triton_forward(srcs, queries, norm_weights, heads, eps, final, want_rstd=want_rstd)
+        return _triton_forward(srcs, queries, norm_weights, heads, eps, final, want_rstd=want_rstd, scales=scales)
     m, l, o = _ref_partial(srcs, queries, norm_weights, heads, eps)
     if not final:
         return (m.contiguous(), l.contiguous(), o.contiguous()) + ((None,) if want_rstd else ())
@@ -925,8 +979,9 @@ class _PartialFn(torch.autograd.Function):
     gradients into it (returning None to autograd), and backward takes them."""
 
     @staticmethod
-    def forward(ctx, queries, norm_weights, heads, eps, sink, grads, *sources):
-        m, l, o, rstd = _forward_impl(list(sources), queries, norm_weights, heads, eps, False, want_rstd=True)
+    def forward(ctx, queries, norm_weights, heads, eps, sink, grads, scales, *sources):
+        m, l, o, rstd = _forward_impl(list(sources), queries, norm_weights, heads, eps, False, want_rstd=True,
+                                      scales=scales)
         ctx.save_for_backward(queries, norm_weights, m, rstd, *sources)
         ctx.heads, ctx.eps, ctx.sink, ctx.grads = heads, eps, sink, grads
         ctx.mark_non_differentiable(m)
@@ -941,20 +996,20 @@ class _PartialFn(torch.autograd.Function):
         if rows is not None and grad_l is None and grad_o is None:
             # the sites' reads in final form: g, lse and -(g . y) per query
             res = _backward_impl(sources, queries, norm_weights, *rows, None, ctx.heads, ctx.eps, ctx.sink, rstd)
-            return (res[0], res[1], None, None, None, None, *res[2:])
+            return (res[0], res[1], None, None, None, None, None, *res[2:])
         if rows is not None:  # l or o reached by autograd too: the rows as gradients of l and o, added
             row_l, row_o = _RowGrads.as_partial(m, *rows)
             grad_l = row_l if grad_l is None else row_l + grad_l
             grad_o = row_o if grad_o is None else row_o + grad_o
         if grad_l is None and grad_o is None:
-            return (None,) * (6 + len(sources))
+            return (None,) * (7 + len(sources))
         if grad_l is None:
             grad_l = torch.zeros_like(m)
         if grad_o is None:
             grad_o = m.new_zeros((S, m.shape[1], d))
         res = _backward_impl(sources, queries, norm_weights, grad_o, m, grad_l, None, ctx.heads, ctx.eps, ctx.sink,
                              rstd)
-        return (res[0], res[1], None, None, None, None, *res[2:])
+        return (res[0], res[1], None, None, None, None, None, *res[2:])
 
 
 class PhaseOneRow(NamedTuple):
@@ -1258,9 +1313,10 @@ def route_merge(partial: Partial | PhaseOneRow, sources, query: Tensor, norm_wei
 
 
 def route_partial(sources, queries: Tensor, norm_weights: Tensor, heads: int = 1,
-                  eps: float = KEY_NORM_EPS, sink: SinkSpan | None = None) -> Partial:
+                  eps: float = KEY_NORM_EPS, sink: SinkSpan | None = None, scales: KeyScales | None = None) -> Partial:
     """Phase 1 of the two-phase read: S queries (S, d) over the same N sources, each
-    source read once per call. Returns a :class:`Partial` (m, l, o) in fp32."""
+    source read once per call. Returns a :class:`Partial` (m, l, o) in fp32. scales: a
+    :class:`KeyScales` shared by a forward's calls (eager Triton path; ignored elsewhere)."""
     srcs = _as_list(sources)
     if queries.dim() != 2 or norm_weights.shape != queries.shape:
         raise ValueError(f"queries and norm_weights must both be (S, d); got {tuple(queries.shape)} "
@@ -1270,19 +1326,20 @@ def route_partial(sources, queries: Tensor, norm_weights: Tensor, heads: int = 1
     if _compiling():
         m, l, o = route_partial_op(srcs, queries, norm_weights, heads, eps)
     else:
-        m, l, o = _PartialFn.apply(queries, norm_weights, heads, eps, sink, None, *srcs)
+        m, l, o = _PartialFn.apply(queries, norm_weights, heads, eps, sink, None, scales, *srcs)
     return Partial(m, l, o)
 
 
 def route_partial_rows(sources, queries: Tensor, norm_weights: Tensor, heads: int = 1,
-                       eps: float = KEY_NORM_EPS, sink: SinkSpan | None = None) -> PhaseOneRows:
+                       eps: float = KEY_NORM_EPS, sink: SinkSpan | None = None,
+                       scales: KeyScales | None = None) -> PhaseOneRows:
     """``route_partial`` for S sites that each take their row (``rows[i]``) to
     ``route_merge`` or ``finalize``: on the eager Triton path their gradients then go
     straight into one buffer for the phase-1 backward (see :class:`PhaseOneRows`)."""
     srcs = _as_list(sources)
     if _compiling() or not srcs or not _use_triton(srcs[0]) or \
             not _cfg(padded_width(queries.shape[-1], heads), heads > 1)["direct_rows"]:
-        return PhaseOneRows(route_partial(srcs, queries, norm_weights, heads, eps, sink))
+        return PhaseOneRows(route_partial(srcs, queries, norm_weights, heads, eps, sink, scales))
     if queries.dim() != 2 or norm_weights.shape != queries.shape:
         raise ValueError(f"queries and norm_weights must both be (S, d); got {tuple(queries.shape)} "
                          f"and {tuple(norm_weights.shape)}")
@@ -1291,4 +1348,5 @@ def route_partial_rows(sources, queries: Tensor, norm_weights: Tensor, heads: in
     S, d = queries.shape
     n_tok = srcs[0].numel() // d
     grads = _RowGrads((S, n_tok, heads), srcs[0].device)
-    return PhaseOneRows(Partial(*_PartialFn.apply(queries, norm_weights, heads, eps, sink, grads, *srcs)), grads)
+    return PhaseOneRows(Partial(*_PartialFn.apply(queries, norm_weights, heads, eps, sink, grads, scales, *srcs)),
+                        grads)

@@ -795,7 +795,8 @@ def _sumsq(x, SS_DOT: tl.constexpr):
 def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, RSTD, n_src, n_tok, n_q, n_prog, d: tl.constexpr,
                     dh: tl.constexpr, eps, H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr,
                     KS: tl.constexpr, SP: tl.constexpr, ALIGN: tl.constexpr, PREC: tl.constexpr,
-                    PF: tl.constexpr = False, SS_DOT: tl.constexpr = True, RS: tl.constexpr = False):
+                    PF: tl.constexpr = False, SS_DOT: tl.constexpr = True, RS: tl.constexpr = False,
+                    SPLIT: tl.constexpr = False):
     """Phase 1's forward (the S queries' unnormalised reads (m, l, o)) with every query in
     one program, programs persistent over tokens (the queries' weights loaded once per
     program): each source row is read once per token, where ``_fwd_kernel`` runs one
@@ -814,10 +815,15 @@ def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, RSTD, n_src, n_tok, n_q,
     masked (op's ``_gather_geometry``).
     ``PF``: the next block's tiles are loaded while this block is reduced, on across
     tokens (``_next_block``). ``RS``: each source's key-norm scale 1 / rms at each token
-    is written to RSTD (n_src, n_tok), for the COEF pass one head per program."""
+    is written to RSTD (n_src, n_tok), for the COEF pass one head per program.
+    ``SPLIT``: one head per program (grid (n_prog, H), HP 1), the scales read from RSTD
+    (``_key_scales_kernel``), as the COEF pass's SPLIT."""
     pid = tl.program_id(0)
     elem = ref.dtype.element_ty
-    rh = tl.arange(0, HP)
+    if SPLIT:
+        rh = tl.program_id(1) + tl.arange(0, HP)
+    else:
+        rh = tl.arange(0, HP)
     rk = tl.arange(0, KS)
     rq = tl.arange(0, SP)
     qon = rq[None, None, :] < n_q
@@ -848,12 +854,17 @@ def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, RSTD, n_src, n_tok, n_q,
                 xa_n, xb_n, km_n = _dot_tiles(table, nk0, rk, nsrc, nrow, cxa, cmxa, cxb, cmxb, elem, ALIGN, DB)
             else:
                 xa, xb, km = _dot_tiles(table, k0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem, ALIGN, DB)
-            ss = _sumsq(xa, SS_DOT)                                  # (KS,)
+            if SPLIT:
+                rstd = tl.load(RSTD + (k0 + rk).to(tl.int64) * n_tok + t, mask=k0 + rk < n_src, other=1.0)
+            else:
+                ss = _sumsq(xa, SS_DOT)                                  # (KS,)
             zr = _dot_split(xa, wa_hi, wa_lo, tl.zeros([HP, KS, SP], tl.float32), PREC)
             if DB > 0:
-                ss += _sumsq(xb, SS_DOT)
+                if not SPLIT:
+                    ss += _sumsq(xb, SS_DOT)
                 zr = _dot_split(xb, wb_hi, wb_lo, zr, PREC)
-            rstd = 1.0 / tl.sqrt(ss / d + eps)
+            if not SPLIT:
+                rstd = 1.0 / tl.sqrt(ss / d + eps)
             if RS:
                 tl.store(RSTD + (k0 + rk).to(tl.int64) * n_tok + t, rstd, mask=k0 + rk < n_src)
             z = tl.where(km, zr * rstd[None, :, None], float("-inf"))
@@ -874,6 +885,24 @@ def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, RSTD, n_src, n_tok, n_q,
         tl.store(OUT_O + qrow + cwa, acc_a, mask=cmwa & qon)
         if DB > 0:
             tl.store(OUT_O + qrow + cwb, acc_b, mask=cmwb & qon)
+
+
+@triton.jit
+def _key_scales_kernel(table, ref, OUT, n_tok, d: tl.constexpr, eps, BT: tl.constexpr, BD: tl.constexpr,
+                       ALIGN: tl.constexpr):
+    """Each source's key-norm scale 1 / sqrt(mean(x^2) + eps) at BT tokens (grid: sources,
+    token tiles) into OUT (n_src, n_tok), fp32, for the product kernels with a head per
+    program, which see only their head's lanes of a row."""
+    k = tl.program_id(0)
+    rt = tl.program_id(1) * BT + tl.arange(0, BT)
+    src = tl.multiple_of(tl.load(table + k).to(tl.pointer_type(ref.dtype.element_ty)), ALIGN)
+    ss = tl.zeros([BT], tl.float32)
+    for c0 in range(0, d, BD):
+        rc = c0 + tl.arange(0, BD)
+        x = tl.load(src + rt[:, None].to(tl.int64) * d + rc[None, :], mask=(rt[:, None] < n_tok) & (rc[None, :] < d),
+                    other=0.0).to(tl.float32)
+        ss += tl.sum(x * x, axis=1)
+    tl.store(OUT + k.to(tl.int64) * n_tok + rt, 1.0 / tl.sqrt(ss / d + eps), mask=rt < n_tok)
 
 
 @triton.jit

@@ -43,6 +43,7 @@ class _RoutedState(StreamState):
         self.sources.add(embedding.to(self.dtype))
         self.partial_sum: Tensor | None = None  # block routing: running sum of the current block
         self.phase1_rows: routing.PhaseOneRows | None = None
+        self.key_scales = routing.KeyScales()  # each source's key-norm scales, once per forward
         self.chunk_start = 0  # sublayer index where the current chunk began
         self.sources_at_chunk_start = 1
         # one-pass reads take their site's row from one unbind (one autograd node for all
@@ -66,7 +67,8 @@ class _RoutedState(StreamState):
         if i % size == 0:  # phase 1: every source that exists now, for the whole chunk at once
             end = min(i + size, s.num_sublayers)
             q, g = self._site(i, end)
-            self.phase1_rows = routing.route_partial_rows(self.sources, q, g, H, sink=self.sources.span())
+            self.phase1_rows = routing.route_partial_rows(self.sources, q, g, H, sink=self.sources.span(),
+                                                          scales=self.key_scales)
             self.chunk_start, self.sources_at_chunk_start = i, len(self.sources)
         first_new = self.sources_at_chunk_start
         new = [self.partial_sum] if in_block else self.sources[first_new:]
