@@ -218,19 +218,11 @@ def main() -> None:
                                 row(f"{fn.fn.__name__} ({args.dot_sources} sources, {prec}"
                                     f"{', prefetch' if pf else ''})", d, heads, w,
                                     resources(fn, dict(c, PREC=prec, PF=pf, **exact), w))
-                                if fn is tk._coef_dot_kernel and pf:  # and the gradient rows a token ahead
-                                    row(f"{fn.fn.__name__} ({args.dot_sources} sources, {prec}, prefetch, "
-                                        "gradients ahead)", d, heads, w,
-                                        resources(fn, dict(c, PREC=prec, PF=pf, PG=True, **exact), w))
                             if heads > 1:  # a head per program (fwd_split, coef_split)
                                 for sw in (1, 2):
-                                    for pg in ((False, True) if fn is tk._coef_dot_kernel else (False,)):
-                                        exact = {"G_EXACT": prec == "bf16x2", "PG": pg} \
-                                            if fn is tk._coef_dot_kernel else {}
-                                        row(f"{fn.fn.__name__} ({args.dot_sources} sources, {prec}, prefetch"
-                                            f"{', gradients ahead' if pg else ''}, a head per program)", d, heads,
-                                            sw, resources(fn, dict(c, HP=1, PREC=prec, PF=True, SPLIT=True,
-                                                                   **exact), sw))
+                                    row(f"{fn.fn.__name__} ({args.dot_sources} sources, {prec}, prefetch, a head per "
+                                        "program)", d, heads, sw,
+                                        resources(fn, dict(c, HP=1, PREC=prec, PF=True, SPLIT=True, **exact), sw))
             if kind == "twopass":
                 t = tile(d, heads)
                 ks = args.gather_sources

@@ -246,7 +246,7 @@ def whole_step(case, heads, chunk):
     return t, kernel_breakdown(step)
 
 
-def whole_step_floor(d, n, tokens, chunk=None, heads=1):
+def whole_step_floor(d, n, tokens, chunk=None, heads=1, split=None):
     """Bytes the routing kernels of ``whole_step`` must move (bf16 sources, fp32 partials),
     as a dict: 'total', and for two-phase 'gather' (the phase-1 gather passes alone),
     'forward' (phase 1 and phase 2's forward kernels), 'phase1' (phase 1's forward alone)
@@ -259,11 +259,15 @@ def whole_step_floor(d, n, tokens, chunk=None, heads=1):
     again plus the running sums (read and write) and the coefficients; per site, phase 2
     reads the new sources (and their sums in backward) and its fp32 phase-1 row, writes
     the output, and in backward reads its gradient and the output (the (tokens, H)
-    statistics left out throughout)."""
+    statistics left out throughout). ``split`` (default: several heads; session 18's
+    phase-1 kernels with a head per program): each source read once more per step for its
+    key-norm scales (op.KeyScales), and c stored per head."""
     r2, r4 = tokens * d * 2, tokens * d * 4
     if chunk is None:
         return {"total": sum(j * r2 + r2 + 2 * r2 + 3 * j * r2 for j in range(1, n + 1))}
-    total = gather = forward = phase1 = coef_pass = 0
+    split = heads > 1 if split is None else split
+    total = forward = n * r2 if split else 0  # the key-norm scales
+    gather = phase1 = coef_pass = 0
     for j0 in range(1, n + 1, chunk):
         s = min(n + 1, j0 + chunk) - j0
         forward += j0 * r2 + s * r4 + sum(k * r2 + r4 + r2 for k in range(s))  # phase 1, phase 2
@@ -272,7 +276,7 @@ def whole_step_floor(d, n, tokens, chunk=None, heads=1):
         if s == 1:  # one query: the one-query backward (sources, sums, upstream row)
             total += 3 * j0 * r2 + r4
         else:
-            coef = j0 * s * tokens * (2 * heads + 1) * 4  # a and r dz per head, c per token
+            coef = j0 * s * tokens * (3 * heads if split else 2 * heads + 1) * 4  # a, r dz (and c) per head
             g = j0 * r2 + s * r2 + 2 * j0 * r2 + coef  # gather: sources, upstream rows, sums, coefficients
             total += j0 * r2 + s * r2 + coef + g  # the COEF pass, then the gather
             gather += g

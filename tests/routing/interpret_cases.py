@@ -551,8 +551,7 @@ def test_phase_one_coef_pass_as_products(n, lead, d, heads, S, gen):
     # head, programs persistent over tokens: 7 tokens over 3 programs), with and without the
     # prefetch, the sum of squares as products and elementwise (odd n), then the gather;
     # also through the two-phase read and a gradient sink
-    # (n of 2, 17 or 20: the next token's gradient rows loaded a token ahead)
-    rop.TUNE = dict(coef_dot=True, dot_pf=S % 2 == 1, dot_sumsq_products=n % 2 == 0, dot_pf_grads=n % 3 == 2)
+    rop.TUNE = dict(coef_dot=True, dot_pf=S % 2 == 1, dot_sumsq_products=n % 2 == 0)
     try:
         check_partial(n, lead, d, heads, S, gen=gen)
         check_two_phase(n, 2, lead, d, heads, S, gen=gen, fused=True)
@@ -574,8 +573,8 @@ def test_phase_one_coef_pass_as_products_bf16(gen):
 def test_phase_one_coef_pass_one_head_per_program(n, lead, d, heads, S, gen):
     # coef_split: the COEF pass with a head per program, taking the key-norm scales the
     # forward (fwd_dot) wrote and leaving c per head for the gather to sum; programs
-    # persistent over tokens, with and without the prefetches; through the two-phase read
-    rop.TUNE = dict(fwd_dot=True, coef_dot=True, coef_split=True, dot_pf=S % 2 == 1, dot_pf_grads=n % 3 == 2)
+    # persistent over tokens, with and without the prefetch; through the two-phase read
+    rop.TUNE = dict(fwd_dot=True, coef_dot=True, coef_split=True, dot_pf=S % 2 == 1)
     try:
         check_partial(n, lead, d, heads, S, gen=gen)
         check_two_phase(n, 2, lead, d, heads, S, gen=gen, fused=True)

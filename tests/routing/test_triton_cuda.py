@@ -252,13 +252,12 @@ def test_phase_one_coef_pass_as_products(d, heads, gen):
 @pytest.mark.parametrize("d,heads", [(1280, 8), (1024, 8), (512, 8), (1024, 16)])
 def test_phase_one_coef_pass_one_head_per_program(d, heads, gen):
     # coef_split: the COEF pass with a head per program and the forward's key-norm scales,
-    # 1 and 2 warps, with and without the gradient rows a token ahead (a launch that does
-    # not fit would warn and fall back: an error here)
+    # 1 and 2 warps (a launch that does not fit would warn and fall back: an error here)
     import warnings
 
-    for warps, pg in ((1, False), (2, True)):
+    for warps in (1, 2):
         rop.TUNE = dict(fwd_dot=True, coef_dot=True, coef_split=True, coef_split_warps=warps,
-                        coef_split_progs_per_sm=8 // warps, dot_pf_grads=pg)
+                        coef_split_progs_per_sm=8 // warps)
         try:
             with warnings.catch_warnings():
                 warnings.filterwarnings("error", message="mhar routing")

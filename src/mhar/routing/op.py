@@ -190,12 +190,7 @@ _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 12
 # from 0.707 to 0.736 of the baseline (bench/results/session11/). With one head the paper
 # widths have no head of 128 lanes or fewer, so it is unmeasured there: off.
 # coef_dot: the backward's COEF pass the same way (``_coef_dot_kernel``), programs
-# persistent over tokens, "coef_dot_progs_per_sm" of them per SM; "dot_pf_grads" loads the
-# next token's upstream-gradient rows while this token's blocks run. "coef_split": a head
-# per program, "coef_split_progs_per_sm" programs of "coef_split_warps" warps per SM over
-# all heads, with the key-norm scales the forward wrote (phase 1's reads as products).
-# "fwd_split": the forward the same way, with a stream's KeyScales (route_partial_rows's
-# scales=), "fwd_split_progs_per_sm" programs of "fwd_split_warps" warps per SM. On for several heads:
+# persistent over tokens, "coef_dot_progs_per_sm" of them per SM. On for several heads:
 # at 1280/73 with 8 heads its calls took 18.0 ms per step, and the whole step's routing
 # kernels 99.8 against 112.4 ms; the 1B step with MHAR went to 0.763 of the baseline
 # (bench/results/session11/, run 3). Two programs per SM measured the same (99.9 ms).
@@ -204,12 +199,26 @@ _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 12
 # SM then waits on every chunk's running-sum reads: 48.6 ms per step at 1280/73 with 8
 # heads against 17.8 + 22.8 for the COEF pass and the gather apart (bench/results/session12/);
 # its code is at f63b16d.)
+# coef_split / fwd_split: the COEF pass / the forward with a head per program (grid
+# (programs, heads); "*_split_progs_per_sm" programs of "*_split_warps" warps per SM over
+# all heads), the sources' key-norm scales read rather than summed over the row: the COEF
+# pass takes the forward's, and the forward a stream's KeyScales (route_partial_rows's
+# scales=; without one it runs every head and writes them). With all heads in one 8-warp
+# program per SM the warps meet at every block's reductions over heads and layout
+# conversions; eight one-warp programs per SM run apart. At 1280/73 with 8 heads the COEF
+# pass took 8.8 against 15.7 ms per step and the whole step's routing kernels 76.9
+# against 82.8 (1024/49: 33.8 against 36.3); then the forward 10.7 against 15.5 ms and the
+# whole step 73.1 against 77.2 (1024/49: 32.6 against 33.8); two warps and four programs
+# per SM were slower for both. The 1B MHAR step went from 0.805 to 0.825 of the baseline
+# (bench/results/session18/, calls 1, 2 and 4). (The next token's gradient rows loaded a
+# token ahead measured slower without the split, 18.3 against 15.6 ms, and the same with
+# it; its code is at 5c597d3.)
 # direct_rows: route_partial_rows's sites write their rows' gradients into phase 1's
 # buffer (PhaseOneRows); False takes the rows as autograd views, which stacks them (for
 # side-by-side timing).
 _PHASE1_DOT = {"fwd_dot": False, "fwd_dot_progs_per_sm": 2, "dot_sources": 16, "dot_warps": 8, "dot_pf": True,
                "dot_sumsq_products": True,
-               "coef_dot": False, "coef_dot_progs_per_sm": 1, "dot_pf_grads": False,
+               "coef_dot": False, "coef_dot_progs_per_sm": 1,
                "coef_split": True, "coef_split_progs_per_sm": 8, "coef_split_warps": 1,
                "fwd_split": True, "fwd_split_progs_per_sm": 8, "fwd_split_warps": 1, "direct_rows": True}
 # fwd_maxnreg / bwd_maxnreg / gather_maxnreg: a register cap per thread for the per-query
@@ -620,7 +629,7 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
                     coef_c, coef_c if rstd is None else rstd, len(srcs), n_tok, S, n_prog, d, dh, eps)
             # bf16 gradients enter g.x as they are (one product; exact)
             exact = dot["PREC"] == "bf16x2" and rows[0].dtype == torch.bfloat16
-            consts = {**dot, "G_EXACT": exact, "PG": cfg["dot_pf_grads"], "SPLIT": split}
+            consts = {**dot, "G_EXACT": exact, "SPLIT": split}
             if split:
                 consts["HP"] = 1
             done = _launch_dot(_coef_dot_kernel, (n_prog, grid_h), args, consts, warps_dot, dev)

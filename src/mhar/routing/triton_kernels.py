@@ -911,7 +911,7 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_
                      dh: tl.constexpr, eps, H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr,
                      KS: tl.constexpr, SP: tl.constexpr, ALIGN: tl.constexpr, PREC: tl.constexpr,
                      PF: tl.constexpr = False, SS_DOT: tl.constexpr = True, G_EXACT: tl.constexpr = False,
-                     PG: tl.constexpr = False, SPLIT: tl.constexpr = False):
+                     SPLIT: tl.constexpr = False):
     """The COEF pass of phase 1's backward (``_bwd_kernel`` with COEF, see there) with every
     query in one program, as matrix products like ``_fwd_dot_kernel``: programs persistent
     over tokens, each source row read once per token. Per block of KS sources and head,
@@ -951,28 +951,12 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_
     if PF:  # the first block of this program's first token
         xa_n, xb_n, km_n = _dot_tiles(table, 0, rk, tl.where(pid < n_tok, n_src, 0), tl.cast(pid, tl.int64) * d,
                                       cxa, cmxa, cxb, cmxb, elem, ALIGN, DB)
-    if PG:  # the upstream gradients at this program's first token
-        g_on = rq[None, None, :] < n_q * (pid < n_tok)
-        ga_hi_n, ga_lo_n = _grad_rows(G, gref, tl.cast(pid, tl.int64) * d, rq, n_q, cwa, cmwa, g_on, ALIGN, PREC,
-                                      G_EXACT)
-        if DB > 0:
-            gb_hi_n, gb_lo_n = _grad_rows(G, gref, tl.cast(pid, tl.int64) * d, rq, n_q, cwb, cmwb, g_on, ALIGN,
-                                          PREC, G_EXACT)
     for t in range(pid, n_tok, n_prog):
         row = tl.cast(t, tl.int64) * d
         # this token's upstream gradients (transposed like w), statistics and offsets
-        if PG:  # loaded during the last token; issue the next token's
-            ga_hi, ga_lo = ga_hi_n, ga_lo_n
-            g_on = rq[None, None, :] < n_q * (t + n_prog < n_tok)  # none past the last token
-            ga_hi_n, ga_lo_n = _grad_rows(G, gref, row + n_prog * d, rq, n_q, cwa, cmwa, g_on, ALIGN, PREC, G_EXACT)
-            if DB > 0:
-                gb_hi, gb_lo = gb_hi_n, gb_lo_n
-                gb_hi_n, gb_lo_n = _grad_rows(G, gref, row + n_prog * d, rq, n_q, cwb, cmwb, g_on, ALIGN, PREC,
-                                              G_EXACT)
-        else:
-            ga_hi, ga_lo = _grad_rows(G, gref, row, rq, n_q, cwa, cmwa, qon, ALIGN, PREC, G_EXACT)
-            if DB > 0:
-                gb_hi, gb_lo = _grad_rows(G, gref, row, rq, n_q, cwb, cmwb, qon, ALIGN, PREC, G_EXACT)
+        ga_hi, ga_lo = _grad_rows(G, gref, row, rq, n_q, cwa, cmwa, qon, ALIGN, PREC, G_EXACT)
+        if DB > 0:
+            gb_hi, gb_lo = _grad_rows(G, gref, row, rq, n_q, cwb, cmwb, qon, ALIGN, PREC, G_EXACT)
         hq = rq[None, :].to(tl.int64) * n_tok * H + t * H + rh[:, None]  # (HP, SP)
         st = tl.load(STAT + hq, mask=hq_on, other=0.0)
         of = tl.load(OFF + hq, mask=hq_on, other=0.0)
