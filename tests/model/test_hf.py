@@ -182,8 +182,10 @@ _REMOTE_SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_trust_remote_code_without_mhar(tmp_path):
-    model = tiny("mhar-block")
+@pytest.mark.parametrize("method", ["mhar-block", "mhar/two-phase"])
+def test_trust_remote_code_without_mhar(tmp_path, method):
+    # the two-phase schedule (the default on CUDA at d >= 1024) through the bundle's shim
+    model = tiny(method)
     folder = tmp_path / "model"
     model.save_pretrained(folder)
     ids = torch.randint(0, 97, (2, 7))

@@ -51,8 +51,32 @@ def route(sources, query, norm_weight, heads=1, eps=KEY_NORM_EPS, sink=None):
     return reference.route(sources, query, norm_weight, heads, eps)
 
 
-def route_partial(sources, queries, norm_weights, heads=1, eps=KEY_NORM_EPS, sink=None):
+def route_partial(sources, queries, norm_weights, heads=1, eps=KEY_NORM_EPS, sink=None, scales=None):
     return reference.route_partial(sources, queries, norm_weights, heads, eps)
+
+
+class KeyScales:
+    """The fused kernels' cache of the sources' key-norm scales; the reference read has none."""
+
+
+class PhaseOneRows:
+    """A chunk's phase-1 read, row i as a one-row Partial (the two-phase schedule)."""
+
+    direct = False
+
+    def __init__(self, partial):
+        self.partial = partial
+
+    def __getitem__(self, i):
+        return self.view(i)
+
+    def view(self, i):
+        p = self.partial
+        return type(p)(p.m[i:i + 1], p.l[i:i + 1], p.o[i:i + 1])
+
+
+def route_partial_rows(sources, queries, norm_weights, heads=1, eps=KEY_NORM_EPS, sink=None, scales=None):
+    return PhaseOneRows(reference.route_partial(sources, queries, norm_weights, heads, eps))
 
 
 def route_merge(partial, sources, query, norm_weight, heads=1, eps=KEY_NORM_EPS, sink=None):
