@@ -219,10 +219,10 @@ def main() -> None:
                                     f"{', prefetch' if pf else ''})", d, heads, w,
                                     resources(fn, dict(c, PREC=prec, PF=pf, **exact), w))
                             if heads > 1:  # a head per program (fwd_split, coef_split)
-                                for sw in (1, 2):
-                                    row(f"{fn.fn.__name__} ({args.dot_sources} sources, {prec}, prefetch, a head per "
-                                        "program)", d, heads, sw,
-                                        resources(fn, dict(c, HP=1, PREC=prec, PF=True, SPLIT=True, **exact), sw))
+                                for sw, pf in ((1, False), (1, True), (2, True)):
+                                    row(f"{fn.fn.__name__} ({args.dot_sources} sources, {prec}"
+                                        f"{', prefetch' if pf else ''}, a head per program)", d, heads, sw,
+                                        resources(fn, dict(c, HP=1, PREC=prec, PF=pf, SPLIT=True, **exact), sw))
             if kind == "twopass":
                 t = tile(d, heads)
                 ks = args.gather_sources

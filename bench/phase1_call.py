@@ -41,7 +41,10 @@ def main():
     def call():
         sink = routing.GradientSink()
         reg = [sink.register(s) for s in srcs]
-        part = routing.route_partial(reg, q[:S], g[:S], args.heads, sink=sink.span(0, args.n))
+        # with the sources' key-norm scales as a stream keeps them (computed here for all n
+        # sources per call; a stream computes each source's once per step)
+        part = routing.route_partial(reg, q[:S], g[:S], args.heads, sink=sink.span(0, args.n),
+                                     scales=routing.KeyScales())
         # created after the phase-1 read, so its backward runs first and writes the sums
         y = routing.route(reg, q[S], g[S], args.heads, sink=sink.span(0, args.n))
         loss = (part.o * go).sum() + part.l.sum() + (y.float() * gy).sum()

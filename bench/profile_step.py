@@ -24,7 +24,7 @@ from mhar.train.trainer import release_memory
 # kernel name fragments per kind, first match wins (lower-cased names)
 KINDS = [
     ("routing", ("_fwd_kernel", "_fwd_dot_kernel", "_bwd_kernel", "_coef_dot_kernel", "_bwd_gather_kernel",
-                 "_finalize_")),
+                 "_finalize_", "_key_scales_kernel")),
     ("loss", ("_ce_",)),
     ("attention", ("sdpa", "flash", "fmha", "cudnn", "attention")),
     ("matmul", ("nvjet", "gemm", "cutlass", "xmma", "cublas")),
