@@ -227,9 +227,10 @@ def main() -> None:
                 t = tile(d, heads)
                 ks = args.gather_sources
                 geo = _gather_geometry(t["dh"], t["DA"], t["DB"], args.gather_cols)
-                # bf16 gradient rows (a phase-1 read's sites in final form): EXACT, as the library
+                # bf16 gradient rows (a phase-1 read's sites in final form): EXACT, as the library;
+                # c in a part per head when the COEF pass runs a head per program (CH)
                 c = dict(d=d, dh=t["dh"], H=heads, **geo, KS=ks, SP=8, ALIGN=16, ACCUM=True,
-                         PREC=args.gather_precision, EXACT=True)
+                         PREC=args.gather_precision, EXACT=True, CH=heads)
                 row(f"_bwd_gather_kernel ({ks} sources, chunks of {args.gather_cols}, {args.gather_precision})", d,
                     heads, args.gather_warps,
                     resources(tk._bwd_gather_kernel, c, args.gather_warps))

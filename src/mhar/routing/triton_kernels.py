@@ -639,9 +639,9 @@ def _bwd_gather_kernel(table, ref, gtable, W, WB, G, gref, CA, CB, CC, n_src, n_
     cq = (t.to(tl.int64) * n_src + k[:, None]) * n_q + rq[None, :]                      # (t, k, q)
     cmask = kmask[:, None] & (rq[None, :] < n_q)
     c_all = tl.load(CC + cq, mask=cmask, other=0.0)
+    n_tok = tl.num_programs(0) // n_blk
     for part in range(1, CH):
-        c_all += tl.load(CC + part * (tl.num_programs(0) // n_blk).to(tl.int64) * n_src * n_q + cq, mask=cmask,
-                         other=0.0)
+        c_all += tl.load(CC + part * n_tok.to(tl.int64) * n_src * n_q + cq, mask=cmask, other=0.0)
     cs = tl.sum(c_all, axis=1)
     src = tl.multiple_of(tl.load(table + k, mask=kmask, other=0).to(tl.pointer_type(elem)), ALIGN)
     dst = tl.multiple_of(tl.load(gtable + k, mask=kmask, other=0).to(tl.pointer_type(elem)), ALIGN)
@@ -925,9 +925,9 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_
     SPLIT: one head per program (grid (n_prog, H), HP 1), the sources' key-norm scales
     read from RSTD (n_src, n_tok) as the forward wrote them (no sum of squares over the
     row), and each head's share of c stored apart, CC (H, n_tok, n_src, S), for the gather
-    to sum. Its programs do not wait on each other's heads, where one program of every
-    head is one 8-warp program per SM whose warps meet at each block's reductions over
-    heads and layout conversions."""
+    to sum. These programs run apart; with every head in one program, that program is one
+    8-warp program per SM whose warps meet at each block's reductions over heads and
+    layout conversions."""
     pid = tl.program_id(0)
     elem = ref.dtype.element_ty
     if SPLIT:
