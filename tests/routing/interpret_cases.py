@@ -639,6 +639,35 @@ def test_phase_one_forward_one_head_per_program_bf16(gen):
         rop.TUNE = None
 
 
+def test_key_scales_recomputed_where_sources_differ(gen, monkeypatch):
+    # a KeyScales keeps the scales of the sources it saw, in order and by identity: a list
+    # that differs from the k-th source on (or another eps) is recomputed from there
+    computed = []
+    real = rop._key_scales
+
+    def spy(srcs, eps):
+        computed.append(len(srcs))
+        return real(srcs, eps)
+
+    monkeypatch.setattr(rop, "_key_scales", spy)
+    srcs, _, _ = make_inputs(6, (5,), 40, torch.float32, "cpu", gen=gen)
+
+    def want(xs, eps):
+        return 1 / torch.sqrt(torch.stack([x.detach().pow(2).mean(-1) for x in xs]) + eps)
+
+    scales = routing.KeyScales()
+    eps = R.KEY_NORM_EPS
+    for xs in (srcs[:3], srcs, srcs[:2] + [srcs[2] * 2] + srcs[3:], srcs[:4]):
+        assert torch.allclose(scales.table(xs, eps), want(xs, eps), rtol=1e-5, atol=0)
+    # the first 3; the next 3; from the replaced third on; from the original third on again
+    assert computed == [3, 3, 4, 2], computed
+    for xs in (srcs[:3], srcs[:4]):  # a prefix of the held sources: nothing new, nothing dropped
+        assert torch.allclose(scales.table(xs, eps), want(xs, eps), rtol=1e-5, atol=0)
+    assert computed == [3, 3, 4, 2], computed
+    assert torch.allclose(scales.table(srcs[:2], 1e-2), want(srcs[:2], 1e-2), rtol=1e-5, atol=0)
+    assert computed == [3, 3, 4, 2, 2], computed  # another eps: all again
+
+
 def test_forward_one_head_per_program_runs(gen, monkeypatch):
     # with scales the forward runs a head per program and reads them (no RS); without, it
     # runs every head and writes them for the split COEF pass

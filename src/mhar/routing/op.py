@@ -526,11 +526,11 @@ class KeyScales:
         k = 0
         while k < min(len(self._of), len(srcs)) and self._of[k] is srcs[k]:
             k += 1
-        del self._rows[k:], self._of[k:]
-        if k < len(srcs):
+        if k < len(srcs):  # from the first source not held at its place on
+            del self._rows[k:], self._of[k:]
             self._rows.extend(_key_scales(srcs[k:], eps).unbind(0))
             self._of.extend(srcs[k:])
-        return torch.stack(self._rows)
+        return torch.stack(self._rows[:len(srcs)])
 
 
 def _key_scales(srcs: list[Tensor], eps: float) -> Tensor:
