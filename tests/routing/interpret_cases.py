@@ -593,9 +593,9 @@ def test_phase_one_coef_pass_one_head_per_program_bf16(gen):
         rop.TUNE = None
 
 
-def test_coef_pass_one_head_per_program_runs(gen, monkeypatch):
-    # the split pass is what runs (grid over heads, c in parts) when the forward wrote the
-    # scales, and not without them (the per-query forward)
+@pytest.fixture
+def dot_launches(monkeypatch):
+    """The product kernels' launches as (kernel name, grid, SPLIT, RS), in order."""
     seen = []
     real = rop._launch_dot
 
@@ -604,6 +604,13 @@ def test_coef_pass_one_head_per_program_runs(gen, monkeypatch):
         return real(kernel, grid, args, consts, warps, device)
 
     monkeypatch.setattr(rop, "_launch_dot", spy)
+    return seen
+
+
+def test_coef_pass_one_head_per_program_runs(gen, dot_launches):
+    # the split pass is what runs (grid over heads, c in parts) when the forward wrote the
+    # scales, and not without them (the per-query forward)
+    seen = dot_launches
     srcs, q, g = make_inputs(5, (4,), 40, torch.float32, "cpu", S=3, gen=gen)
     for fwd_dot in (True, False):
         seen.clear()
@@ -668,17 +675,10 @@ def test_key_scales_recomputed_where_sources_differ(gen, monkeypatch):
     assert computed == [3, 3, 4, 2, 2], computed  # another eps: all again
 
 
-def test_forward_one_head_per_program_runs(gen, monkeypatch):
+def test_forward_one_head_per_program_runs(gen, dot_launches):
     # with scales the forward runs a head per program and reads them (no RS); without, it
     # runs every head and writes them for the split COEF pass
-    seen = []
-    real = rop._launch_dot
-
-    def spy(kernel, grid, args, consts, warps, device):
-        seen.append((kernel.fn.__name__, grid, consts.get("SPLIT"), consts.get("RS")))
-        return real(kernel, grid, args, consts, warps, device)
-
-    monkeypatch.setattr(rop, "_launch_dot", spy)
+    seen = dot_launches
     srcs, q, g = make_inputs(5, (4,), 40, torch.float32, "cpu", S=3, gen=gen)
     rop.TUNE = dict(fwd_dot=True, coef_dot=True, coef_split=True, fwd_split=True)
     try:

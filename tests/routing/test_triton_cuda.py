@@ -249,39 +249,29 @@ def test_phase_one_coef_pass_as_products(d, heads, gen):
             rop.TUNE = None
 
 
+@pytest.mark.parametrize("split", ["coef", "fwd"])
 @pytest.mark.parametrize("d,heads", [(1280, 8), (1024, 8), (512, 8), (1024, 16)])
-def test_phase_one_coef_pass_one_head_per_program(d, heads, gen):
-    # coef_split: the COEF pass with a head per program and the forward's key-norm scales,
-    # 1 and 2 warps (a launch that does not fit would warn and fall back: an error here)
+def test_phase_one_one_head_per_program(split, d, heads, gen):
+    # coef_split: the COEF pass with a head per program and the forward's key-norm scales;
+    # fwd_split: the forward too, with a KeyScales shared by the calls of a growing source
+    # list. 1 and 2 warps (a launch that does not fit would warn and fall back: an error
+    # here); then a stream's chain through a sink
     import warnings
 
     for warps in (1, 2):
-        rop.TUNE = dict(fwd_dot=True, coef_dot=True, coef_split=True, coef_split_warps=warps,
-                        coef_split_progs_per_sm=8 // warps)
+        rop.TUNE = dict(fwd_dot=True, coef_dot=True, coef_split=True, fwd_split=split == "fwd",
+                        **{f"{split}_split_warps": warps, f"{split}_split_progs_per_sm": 8 // warps})
         try:
             with warnings.catch_warnings():
                 warnings.filterwarnings("error", message="mhar routing")
-                check_partial(37, (300,), d, heads, 8, dtype=torch.bfloat16, tol=1e-2, device=DEV, gen=gen)
+                if split == "fwd":
+                    check_key_scales_chain(37, (300,), d, heads, 8, dtype=torch.bfloat16, tol=1e-2, device=DEV,
+                                           gen=gen)
+                else:
+                    check_partial(37, (300,), d, heads, 8, dtype=torch.bfloat16, tol=1e-2, device=DEV, gen=gen)
             check_sink_chain(20, (256,), d, heads, dtype=torch.bfloat16, device=DEV, gen=gen, chunk=8, tol=2e-2)
-            _check_bf16_accuracy(d, heads, gen)
-        finally:
-            rop.TUNE = None
-
-
-@pytest.mark.parametrize("d,heads", [(1280, 8), (1024, 8), (512, 8), (1024, 16)])
-def test_phase_one_forward_one_head_per_program(d, heads, gen):
-    # fwd_split: phase 1's forward with a head per program and a KeyScales shared by the
-    # calls of a growing source list, 1 and 2 warps; then a stream's chain through a sink
-    import warnings
-
-    for warps in (1, 2):
-        rop.TUNE = dict(fwd_dot=True, coef_dot=True, coef_split=True, fwd_split=True, fwd_split_warps=warps,
-                        fwd_split_progs_per_sm=8 // warps)
-        try:
-            with warnings.catch_warnings():
-                warnings.filterwarnings("error", message="mhar routing")
-                check_key_scales_chain(37, (300,), d, heads, 8, dtype=torch.bfloat16, tol=1e-2, device=DEV, gen=gen)
-            check_sink_chain(20, (256,), d, heads, dtype=torch.bfloat16, device=DEV, gen=gen, chunk=8, tol=2e-2)
+            if split == "coef":
+                _check_bf16_accuracy(d, heads, gen)
         finally:
             rop.TUNE = None
 
