@@ -451,7 +451,7 @@ def _contig(srcs: Sequence[Tensor]) -> list[Tensor]:
 
 def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, heads: int, eps: float,
                     final: bool, init: Partial | None = None, want_rstd: bool = False,
-                    scales: "KeyScales | None" = None):
+                    scales: KeyScales | None = None):
     """final: (y, lse) of one query; else (m, l, o) of S queries. init (final only): a
     one-row partial read of other sources that the read starts from (fused phase 2).
     want_rstd (partial reads): also return the sources' key-norm scales (n_src, n_tok) for
