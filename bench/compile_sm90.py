@@ -30,7 +30,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from mhar.routing import triton_kernels as tk
-from mhar.routing.op import _PHASE1_BACKWARD, _chunk_lanes, _chunks_first, _gather_geometry, _pow2, _split_width
+from mhar.routing.op import _PHASE1_BACKWARD, _chunk_lanes, _chunks_first, _gather_walk, _head_parts, _pow2, _split_width
 
 SHAPES = [(512, 8), (1024, 1), (1024, 8), (1280, 1), (1280, 8)]
 # G: the phase-1 kernels' table of the queries' gradient pointers, typed like gref (bf16
@@ -207,8 +207,8 @@ def main() -> None:
                     row("_bwd_kernel (COEF)", d, heads, w, resources(tk._bwd_kernel, c, w))
             if kind == "dot":  # phase 1's forward and COEF pass as matrix products (op's fwd_dot, coef_dot)
                 t = tile(d, heads)
-                geo = _gather_geometry(t["dh"], t["DA"], t["DB"], 1)
-                c = dict(d=d, dh=t["dh"], H=heads, HP=t["HP"], DA=geo["PA"], DB=geo["PB"], KS=args.dot_sources,
+                pa, pb = _head_parts(t["dh"])
+                c = dict(d=d, dh=t["dh"], H=heads, HP=t["HP"], DA=pa, DB=pb, KS=args.dot_sources,
                          SP=args.dot_queries, ALIGN=16)
                 for w in [int(v) for v in args.dot_warps.split(",")]:
                     for prec in args.dot_precision.split(","):
@@ -226,7 +226,7 @@ def main() -> None:
             if kind == "twopass":
                 t = tile(d, heads)
                 ks = args.gather_sources
-                geo = _gather_geometry(t["dh"], t["DA"], t["DB"], args.gather_cols)
+                geo = _gather_walk(d, t["dh"], args.gather_cols)
                 # bf16 gradient rows (a phase-1 read's sites in final form): EXACT, as the library;
                 # c in a part per head when the COEF pass runs a head per program (CH)
                 c = dict(d=d, dh=t["dh"], H=heads, **geo, KS=ks, SP=8, ALIGN=16, ACCUM=True,

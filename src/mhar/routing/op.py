@@ -370,16 +370,24 @@ def _chunk_lanes(da: int, db: int, heads: int) -> int:
 _SM_COUNT: dict = {}
 
 
-def _gather_geometry(dh: int, da: int, db: int, chunk: int) -> dict:
-    """The phase-1 gather's column walk of a head: a part of PA lanes in chunks of GA, then
-    one of PB (0: none) in chunks of GB. The kernels' two parts (da, db), except that a
-    matrix product is at least 16 wide: a head of 16 lanes or fewer is one masked part
-    of 16, and a second part narrower than 16 is padded (its lanes past the head masked)."""
+def _head_parts(dh: int) -> tuple[int, int]:
+    """The product kernels' two parts of a head (PA, PB; 0: none): the kernels' parts
+    (``_split_width``), except that a matrix product is at least 16 wide: a head of 16
+    lanes or fewer is one masked part of 16, and a second part narrower than 16 is padded
+    (its lanes past the head masked)."""
     if _pow2(dh) <= 16:
-        da, db = 16, 0
-    elif db:
-        db = max(db, 16)
-    return dict(PA=da, GA=min(da, chunk), PB=db, GB=min(db, chunk) if db else 1)
+        return 16, 0
+    da, db = _split_width(dh)
+    return da, (max(db, 16) if db else 0)
+
+
+def _gather_walk(d: int, dh: int, cols: int) -> dict:
+    """The phase-1 gather's walk of a row: chunks of WIDTH columns (``cols`` at most, at
+    least 16, a head's width rounded up to a power of two where that is less), each
+    meeting at most SPAN heads (one product per head)."""
+    width = min(cols, max(16, _pow2(dh)))
+    span = max((min(c0 + width, d) - 1) // dh - c0 // dh + 1 for c0 in range(0, d, width))
+    return dict(WIDTH=width, SPAN=span)
 
 
 def _dot_tile(cfg: dict, key: str, dh: int, heads: int, S: int, align: int, src: Tensor) -> dict | None:
@@ -387,8 +395,8 @@ def _dot_tile(cfg: dict, key: str, dh: int, heads: int, S: int, align: int, src:
     ``_coef_dot_kernel``) when the config's ``key`` turns it on and the heads' first part is
     at most 128 lanes (wider ones compile to local memory); else None. A head part is at
     least 16 lanes (a product's inner size), its lanes past the head masked."""
-    geo = _gather_geometry(dh, *_split_width(dh), 1)
-    if not cfg[key] or geo["PA"] > 128:
+    pa, pb = _head_parts(dh)
+    if not cfg[key] or pa > 128:
         return None
     if src.is_cuda and src.dtype != torch.bfloat16:
         # On a GPU, bf16 sources only: fp32 tiles (fp32 sources, or bf16 ones taken as fp32
@@ -397,7 +405,7 @@ def _dot_tile(cfg: dict, key: str, dh: int, heads: int, S: int, align: int, src:
         # run 4 of bench/results/session11/). The interpreter runs the fp32 path on the CPU.
         return None
     _check_pow2_16(cfg, "dot_sources")
-    return dict(H=heads, HP=_pow2(heads), DA=geo["PA"], DB=geo["PB"], KS=cfg["dot_sources"], SP=max(8, _pow2(S)),
+    return dict(H=heads, HP=_pow2(heads), DA=pa, DB=pb, KS=cfg["dot_sources"], SP=max(8, _pow2(S)),
                 ALIGN=align, PREC="bf16x2" if src.dtype == torch.bfloat16 else "ieee", PF=cfg["dot_pf"],
                 SS_DOT=cfg["dot_sumsq_products"])
 
@@ -655,7 +663,7 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
             _bwd_gather_kernel[(-(-len(srcs) // ks) * n_tok,)](
                 src_table, srcs[0], dest_table, w, w_parts, grad_table, rows[0], coef_a, coef_b, coef_c, len(srcs),
                 n_acc, S, d, dh, EXACT=exact,
-                H=heads, **_gather_geometry(dh, tile["DA"], tile["DB"], cfg["gather_cols"]), KS=ks,
+                H=heads, **_gather_walk(d, dh, cfg["gather_cols"]), KS=ks,
                 SP=max(8, _pow2(S)), ALIGN=tile["ALIGN"], ACCUM=n_acc > 0,
                 PREC="ieee" if srcs[0].dtype in (torch.float32, torch.float64) else cfg["gather_precision"],
                 CH=heads if split else 1, num_warps=cfg["gather_warps"], maxnreg=cfg["gather_maxnreg"])

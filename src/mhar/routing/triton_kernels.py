@@ -503,29 +503,18 @@ def _gather_rows(G, gref, W, WB, t, n_q, d: tl.constexpr, SP: tl.constexpr, ALIG
 
 
 @triton.jit
-def _gather_loads(src, dst, rows, r_on, CA, CB, k, kmask, acc_on, t, n_src, n_q, it,
-                  d: tl.constexpr, dh: tl.constexpr, H: tl.constexpr, KS: tl.constexpr, SP: tl.constexpr,
-                  OFF: tl.constexpr, P: tl.constexpr, WIDTH: tl.constexpr, FULL: tl.constexpr, ACCUM: tl.constexpr,
-                  EXACT: tl.constexpr):
-    """The operands of chunk ``it`` of a head part (``P`` lanes from column ``OFF`` of each
-    head, in chunks of ``WIDTH``; chunk it is head it // (P / WIDTH)): the KS sources'
-    coefficients (KS, 2 SP) [a_q | b_q], or with EXACT (KS, 4 SP) [a_q | b_q | b_q | 0],
-    the right operand's rows (``_gather_rows``) at these columns (zeros where off), the
-    sources' rows and their running sums' (zeros past n_acc or without ACCUM), and the
-    chunk's column offsets and mask."""
-    per: tl.constexpr = P // WIDTH
-    h = it // per
-    c = (it % per) * WIDTH
+def _gather_loads(src, dst, rows, r_on, k, kmask, acc_on, t, c0, d: tl.constexpr, WIDTH: tl.constexpr,
+                  FULL: tl.constexpr, ACCUM: tl.constexpr):
+    """The tiles of the chunk of WIDTH columns from c0 (those past d off unless FULL): the
+    right operand's rows (``_gather_rows``; zeros where off), the sources' rows and their
+    running sums' (zeros past n_acc or without ACCUM), and the chunk's column offsets
+    and mask."""
     rc = tl.arange(0, WIDTH)
+    cols = c0 + rc
     if FULL:
         cmask = rc < WIDTH
     else:
-        cmask = rc < dh - OFF - c
-    cols = h * dh + OFF + c + rc
-    j = tl.arange(0, (4 if EXACT else 2) * SP)
-    qj = j % SP
-    coef = (t.to(tl.int64) * H + h) * (n_src * n_q) + (k[:, None] * n_q + qj[None, :])  # (t, h, k, q)
-    cmat = tl.load(tl.where((j < SP)[None, :], CA, CB) + coef, mask=kmask[:, None] & r_on[None, :], other=0.0)
+        cmask = cols < d
     rmat = tl.load(rows[:, None] + cols[None, :], mask=r_on[:, None] & cmask[None, :], other=0.0)
     offs = t.to(tl.int64) * d + cols
     mask = kmask[:, None] & cmask[None, :]
@@ -534,7 +523,18 @@ def _gather_loads(src, dst, rows, r_on, CA, CB, k, kmask, acc_on, t, n_src, n_q,
         prev = tl.load(dst[:, None] + offs[None, :], mask=mask & acc_on[:, None], other=0.0)
     else:
         prev = x
-    return cmat, rmat, x, prev, offs, mask
+    return rmat, x, prev, cols, offs, mask
+
+
+@triton.jit
+def _gather_coefs(CA, CB, r_on, k, kmask, t, h, n_src, n_q, H: tl.constexpr, SP: tl.constexpr,
+                  EXACT: tl.constexpr):
+    """Head h's coefficients of the KS sources at token t: (KS, 2 SP) [a_q | b_q], or with
+    EXACT (KS, 4 SP) [a_q | b_q | b_q | 0]."""
+    j = tl.arange(0, (4 if EXACT else 2) * SP)
+    qj = j % SP
+    coef = (t.to(tl.int64) * H + h) * (n_src * n_q) + (k[:, None] * n_q + qj[None, :])  # (t, h, k, q)
+    return tl.load(tl.where((j < SP)[None, :], CA, CB) + coef, mask=kmask[:, None] & r_on[None, :], other=0.0)
 
 
 @triton.jit
@@ -574,35 +574,10 @@ def _dot_fp32(a, b, PREC: tl.constexpr):
 
 
 @triton.jit
-def _gather_part(src, dst, rows, r_on, CA, CB, cs, k, kmask, acc_on, t, n_src, n_q,
-                 d: tl.constexpr, dh: tl.constexpr, H: tl.constexpr, KS: tl.constexpr, SP: tl.constexpr,
-                 OFF: tl.constexpr, P: tl.constexpr, WIDTH: tl.constexpr, FULL: tl.constexpr,
-                 ACCUM: tl.constexpr, PREC: tl.constexpr, EXACT: tl.constexpr):
-    """Every chunk of one head part, in one loop (measured faster than a loop over heads
-    around a loop over a head's chunks: 22.9 against 28.6 ms of gather at 1280/73 with 8
-    heads): per chunk the product of the coefficients and the rows (token t's gradient
-    for the KS sources, those columns), minus (the sum of c) x, plus the running sum,
-    stored once. (Issuing the next chunk's loads before this chunk's product measured
-    slower, 27.2 ms.)"""
-    for it in range(H * (P // WIDTH)):
-        cmat, rmat, x, prev, offs, mask = _gather_loads(src, dst, rows, r_on, CA, CB, k, kmask, acc_on, t, n_src,
-                                                        n_q, it, d, dh, H, KS, SP, OFF, P, WIDTH, FULL, ACCUM, EXACT)
-        if EXACT:
-            acc = _dot_exact_rows(cmat, rmat)                                           # (KS, WIDTH) fp32
-        else:
-            acc = _dot_fp32(cmat, rmat, PREC)
-        acc -= cs[:, None] * x.to(tl.float32)
-        if ACCUM:
-            acc += prev.to(tl.float32)
-        tl.store(dst[:, None] + offs[None, :], acc.to(dst.dtype.element_ty), mask=mask)
-
-
-@triton.jit
 def _bwd_gather_kernel(table, ref, gtable, W, WB, G, gref, CA, CB, CC, n_src, n_acc, n_q, d: tl.constexpr,
-                       dh: tl.constexpr, H: tl.constexpr, PA: tl.constexpr, GA: tl.constexpr, PB: tl.constexpr,
-                       GB: tl.constexpr, KS: tl.constexpr, SP: tl.constexpr, ALIGN: tl.constexpr,
-                       ACCUM: tl.constexpr, PREC: tl.constexpr, EXACT: tl.constexpr = False,
-                       CH: tl.constexpr = 1):
+                       dh: tl.constexpr, H: tl.constexpr, WIDTH: tl.constexpr, SPAN: tl.constexpr,
+                       KS: tl.constexpr, SP: tl.constexpr, ALIGN: tl.constexpr, ACCUM: tl.constexpr,
+                       PREC: tl.constexpr, EXACT: tl.constexpr = False, CH: tl.constexpr = 1):
     """The gradients of an S-query read's sources from ``_bwd_kernel``'s COEF coefficients:
     grad_x = sum over queries q of (a_q g_q + r dz_q w_q) per head - (sum_q c_q) x (G: a
     table of the S queries' upstream-gradient pointers, typed like ``gref``). A 1-D
@@ -613,8 +588,11 @@ def _bwd_gather_kernel(table, ref, gtable, W, WB, G, gref, CA, CB, CC, n_src, n_
     coefficients (KS, 2 SP) times the S upstream-gradient rows and S w rows of the head's
     columns (2 SP, columns), with SP the query count rounded up to a power of two, at
     least 8 (the product's inner size is then at least 16). A program walks its token's
-    row as two head parts: the first PA lanes of every head in chunks of GA, then the PB
-    (0: none) after them in chunks of GB. ``PREC`` is the product's input precision for
+    row in chunks of WIDTH columns, whatever the heads: a chunk that meets SPAN heads
+    (at most; op's ``_gather_walk``) takes one product per head from the same right
+    operand and keeps each column's own head's (a head of 160 lanes, 1B's, is 10 chunks
+    of 128 with two products each, where a walk by head parts took 8 chunks of 128 and 8
+    of 32). ``PREC`` is the product's input precision for
     fp32 gradient rows: "ieee" for fp32 sources; for bf16 ones, whose gradients are
     rounded to bf16, "bf16x3" (three bf16 products, ``_dot_fp32``), "tf32x3" (three tf32
     products, about fp32's accuracy) or "tf32". With EXACT (bf16 gradient rows, which a
@@ -648,11 +626,27 @@ def _bwd_gather_kernel(table, ref, gtable, W, WB, G, gref, CA, CB, CC, n_src, n_
     acc_on = k < n_acc
     # the right operand's row pointers at this program's token, made once
     rows, r_on = _gather_rows(G, gref, W, WB, t, n_q, d, SP, ALIGN, EXACT)
-    _gather_part(src, dst, rows, r_on, CA, CB, cs, k, kmask, acc_on, t, n_src, n_q, d, dh, H, KS, SP, 0, PA, GA,
-                 PA <= dh, ACCUM, PREC, EXACT)
-    if PB > 0:
-        _gather_part(src, dst, rows, r_on, CA, CB, cs, k, kmask, acc_on, t, n_src, n_q, d, dh, H, KS, SP, PA, PB, GB,
-                     False, ACCUM, PREC, EXACT)
+    for it in range(tl.cdiv(d, WIDTH)):
+        c0 = it * WIDTH
+        h0 = c0 // dh
+        cmat = _gather_coefs(CA, CB, r_on, k, kmask, t, h0, n_src, n_q, H, SP, EXACT)
+        rmat, x, prev, cols, offs, mask = _gather_loads(src, dst, rows, r_on, k, kmask, acc_on, t, c0, d, WIDTH,
+                                                        d % WIDTH == 0, ACCUM)
+        for s in tl.static_range(SPAN):  # the chunk's heads in turn; each column keeps its own
+            if s > 0:
+                cmat = _gather_coefs(CA, CB, r_on, k, kmask, t, tl.minimum(h0 + s, H - 1), n_src, n_q, H, SP, EXACT)
+            if EXACT:
+                prod = _dot_exact_rows(cmat, rmat)                                      # (KS, WIDTH) fp32
+            else:
+                prod = _dot_fp32(cmat, rmat, PREC)
+            if s == 0:
+                acc = prod
+            else:
+                acc = tl.where((cols // dh == h0 + s)[None, :], prod, acc)
+        acc -= cs[:, None] * x.to(tl.float32)
+        if ACCUM:
+            acc += prev.to(tl.float32)
+        tl.store(dst[:, None] + offs[None, :], acc.to(dst.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -812,7 +806,7 @@ def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, RSTD, n_src, n_tok, n_q,
     (the sources as they are, the fp32 operand split in two bf16 parts: within about 2^-17
     of fp32); "ieee" for fp32 ones, which only the interpreter runs (op's ``_dot_tile``).
     A head part is at least 16 lanes (a product's inner size), its lanes past the head
-    masked (op's ``_gather_geometry``).
+    masked (op's ``_head_parts``).
     ``PF``: the next block's tiles are loaded while this block is reduced, on across
     tokens (``_next_block``). ``RS``: each source's key-norm scale 1 / rms at each token
     is written to RSTD (n_src, n_tok), for the COEF pass one head per program.
