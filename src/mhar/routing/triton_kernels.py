@@ -538,17 +538,22 @@ def _gather_coefs(CA, CB, r_on, k, kmask, t, h, n_src, n_q, H: tl.constexpr, SP:
 
 
 @triton.jit
-def _dot_exact_rows(a, b):
-    """a b for fp32 a and bf16 b (exact rows): a split in two bf16 parts, two products,
-    within about 2^-17 of the fp32 product (b's rows w_hi and w_lo carry w to 2^-17)."""
-    a_hi, a_lo = _split_bf16(a)
+def _dot_bf16(a, b, acc):
+    """acc + a b for bf16 a and b, fp32 accumulation."""
     if _INTERPRETED:  # the interpreter multiplies bf16 tiles wrongly: the same values in fp32
-        bf = b.to(tl.float32)
-        out = tl.dot(a_hi.to(tl.float32), bf, tl.dot(a_lo.to(tl.float32), bf, input_precision="ieee"),
-                     input_precision="ieee")
+        out = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
     else:
-        out = tl.dot(a_hi, b, tl.dot(a_lo, b))
+        out = tl.dot(a, b, acc)
     return out
+
+
+@triton.jit
+def _dot_exact_rows(a, b, acc):
+    """acc + a b for fp32 a and bf16 b (exact rows): a split in two bf16 parts, two
+    products, within about 2^-17 of the fp32 product (b's rows w_hi and w_lo carry w to
+    2^-17)."""
+    a_hi, a_lo = _split_bf16(a)
+    return _dot_bf16(a_hi, b, _dot_bf16(a_lo, b, acc))
 
 
 @triton.jit
@@ -577,7 +582,8 @@ def _dot_fp32(a, b, PREC: tl.constexpr):
 def _bwd_gather_kernel(table, ref, gtable, W, WB, G, gref, CA, CB, CC, n_src, n_acc, n_q, d: tl.constexpr,
                        dh: tl.constexpr, H: tl.constexpr, WIDTH: tl.constexpr, SPAN: tl.constexpr,
                        KS: tl.constexpr, SP: tl.constexpr, ALIGN: tl.constexpr, ACCUM: tl.constexpr,
-                       PREC: tl.constexpr, EXACT: tl.constexpr = False, CH: tl.constexpr = 1):
+                       PREC: tl.constexpr, EXACT: tl.constexpr = False, CH: tl.constexpr = 1,
+                       XDOT: tl.constexpr = False):
     """The gradients of an S-query read's sources from ``_bwd_kernel``'s COEF coefficients:
     grad_x = sum over queries q of (a_q g_q + r dz_q w_q) per head - (sum_q c_q) x (G: a
     table of the S queries' upstream-gradient pointers, typed like ``gref``). A 1-D
@@ -626,26 +632,39 @@ def _bwd_gather_kernel(table, ref, gtable, W, WB, G, gref, CA, CB, CC, n_src, n_
     acc_on = k < n_acc
     # the right operand's row pointers at this program's token, made once
     rows, r_on = _gather_rows(G, gref, W, WB, t, n_q, d, SP, ALIGN, EXACT)
+    tl.static_assert(EXACT or not XDOT)  # bf16 rows
+    if XDOT:  # -(sum of c) x and the running sum as products too: diag(-c) x + I prev
+        kk = tl.arange(0, KS)
+        on_diag = kk[:, None] == kk[None, :]
+        neg_c = tl.where(on_diag, -cs[:, None], 0.0)                                    # (KS, KS)
+        eye = tl.where(on_diag, 1.0, 0.0).to(tl.bfloat16)
     for it in range(tl.cdiv(d, WIDTH)):
         c0 = it * WIDTH
         h0 = c0 // dh
         cmat = _gather_coefs(CA, CB, r_on, k, kmask, t, h0, n_src, n_q, H, SP, EXACT)
         rmat, x, prev, cols, offs, mask = _gather_loads(src, dst, rows, r_on, k, kmask, acc_on, t, c0, d, WIDTH,
                                                         d % WIDTH == 0, ACCUM)
+        if XDOT:
+            base = _dot_exact_rows(neg_c, x, tl.zeros((KS, WIDTH), tl.float32))
+            if ACCUM:
+                base = _dot_bf16(eye, prev, base)
+        else:
+            base = tl.zeros((KS, WIDTH), tl.float32)
         for s in tl.static_range(SPAN):  # the chunk's heads in turn; each column keeps its own
             if s > 0:
                 cmat = _gather_coefs(CA, CB, r_on, k, kmask, t, tl.minimum(h0 + s, H - 1), n_src, n_q, H, SP, EXACT)
             if EXACT:
-                prod = _dot_exact_rows(cmat, rmat)                                      # (KS, WIDTH) fp32
+                prod = _dot_exact_rows(cmat, rmat, base)                                # (KS, WIDTH) fp32
             else:
                 prod = _dot_fp32(cmat, rmat, PREC)
             if s == 0:
                 acc = prod
             else:
                 acc = tl.where((cols // dh == h0 + s)[None, :], prod, acc)
-        acc -= cs[:, None] * x.to(tl.float32)
-        if ACCUM:
-            acc += prev.to(tl.float32)
+        if not XDOT:
+            acc -= cs[:, None] * x.to(tl.float32)
+            if ACCUM:
+                acc += prev.to(tl.float32)
         tl.store(dst[:, None] + offs[None, :], acc.to(dst.dtype.element_ty), mask=mask)
 
 
