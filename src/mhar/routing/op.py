@@ -258,11 +258,12 @@ CONFIG_TABLE: dict[tuple[int, bool], dict] = {
     # sub-partition): 2.629 against 2.655 ms per fwd+bwd call replayed (session 15, run 1;
     # 2.631 against 2.656 in session 13); one that adds into sums stays uncapped (the whole
     # step at 1280/73 took 94.1 against 93.3 ms with the cap, session 13). The gather with
-    # its sources and sums as products (gather_xdot) runs uncapped with several heads: 15.9
-    # against 17.1 ms per step at 1280/73 with 8 heads capped (146 registers, three
-    # programs per SM; 80 bytes of spills capped; bench/results/session19/, call 2).
-    # (With one head its cap of 96 is from the kernel before; unmeasured since.)
-    (1280, True): {"bwd_warps": 1, "gather_maxnreg": None, "bwd_maxnreg": 224, "bwd_sum_maxnreg": None},
+    # its sources and sums as products (gather_xdot) takes 146 registers uncapped at 1280
+    # with 8 heads (three programs per SM), spills 80 bytes at 96, none at 128 (four per
+    # SM): 14.7 ms per step at 1280/73 with the cap of 128, 15.7 uncapped, 17.1 at 96
+    # (bench/results/session19/, calls 2 and 4). With one head the cap of 96 stays: 11.1
+    # against 11.5 ms uncapped (call 4).
+    (1280, True): {"bwd_warps": 1, "gather_maxnreg": 128, "bwd_maxnreg": 224, "bwd_sum_maxnreg": None},
 }
 TUNE: dict | None = None
 
