@@ -30,7 +30,8 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from mhar.routing import triton_kernels as tk
-from mhar.routing.op import _PHASE1_BACKWARD, _chunk_lanes, _chunks_first, _gather_walk, _head_parts, _pow2, _split_width
+from mhar.routing.op import (_PHASE1_BACKWARD, _chunk_lanes, _chunks_first, _gather_walk, _head_parts, _pow2,
+                             _split_width)
 
 SHAPES = [(512, 8), (1024, 1), (1024, 8), (1280, 1), (1280, 8)]
 # G: the phase-1 kernels' table of the queries' gradient pointers, typed like gref (bf16
@@ -228,9 +229,10 @@ def main() -> None:
                 ks = args.gather_sources
                 geo = _gather_walk(d, t["dh"], args.gather_cols)
                 # bf16 gradient rows (a phase-1 read's sites in final form): EXACT, as the library;
-                # c in a part per head when the COEF pass runs a head per program (CH)
+                # c in a part per head when the COEF pass runs a head per program (CH); the
+                # sources and sums as products as the library's default (XDOT)
                 c = dict(d=d, dh=t["dh"], H=heads, **geo, KS=ks, SP=8, ALIGN=16, ACCUM=True,
-                         PREC=args.gather_precision, EXACT=True, CH=heads)
+                         PREC=args.gather_precision, EXACT=True, CH=heads, XDOT=_PHASE1_BACKWARD["gather_xdot"])
                 row(f"_bwd_gather_kernel ({ks} sources, chunks of {args.gather_cols}, {args.gather_precision})", d,
                     heads, args.gather_warps,
                     resources(tk._bwd_gather_kernel, c, args.gather_warps))

@@ -178,6 +178,19 @@ def test_tiles_of_the_two_backward_kinds_and_padded_heads(monkeypatch):
     assert chunks == {(1280, 8): (4, 32), (1280, 1): (1, 1024), (1024, 8): (1, 128), (40, 8): (4, 1)}
 
 
+def test_gather_walks_rows_in_chunks_meeting_few_heads():
+    # chunks of gather_cols (or a head's width rounded up to a power of two, at least 16),
+    # whatever the heads; SPAN: the most heads one chunk meets (one product each)
+    walk = {(d, h): rop._gather_walk(d, d // h, 128) for d, h in ((1280, 8), (1024, 8), (1280, 1), (40, 8),
+                                                                  (123, 1), (48, 3), (768, 8))}
+    assert walk == {(1280, 8): dict(WIDTH=128, SPAN=2), (1024, 8): dict(WIDTH=128, SPAN=1),
+                    (1280, 1): dict(WIDTH=128, SPAN=1), (40, 8): dict(WIDTH=16, SPAN=4),
+                    (123, 1): dict(WIDTH=128, SPAN=1), (48, 3): dict(WIDTH=16, SPAN=1),
+                    (768, 8): dict(WIDTH=128, SPAN=2)}
+    # the product kernels' head parts: at least 16 lanes
+    assert [rop._head_parts(dh) for dh in (160, 128, 5, 20)] == [(128, 32), (128, 0), (16, 0), (16, 16)]
+
+
 @pytest.mark.parametrize("extra,chunk", [(False, 0), (True, 0), (False, 2)])
 def test_gradient_sink_reference_backend(extra, chunk):
     # off the kernels, a GradientSink adds the reference's per-site gradients in Python;

@@ -137,8 +137,8 @@ def _pow2(n: int) -> int:
 # owns their output: ``_bwd_kernel`` with COEF, one program per query (its d(q*g) and per
 # source the few coefficients of the source's gradient), then ``_bwd_gather_kernel``,
 # one program per token and block of "gather_sources" sources (their gradients from the
-# S queries' upstream gradients and the coefficients, per head a matrix product walked in
-# chunks of "gather_cols" columns; "gather_precision" is its input precision for bf16
+# S queries' upstream gradients and the coefficients: matrix products per head, the row
+# walked in chunks of "gather_cols" columns; "gather_precision" is its input precision for bf16
 # sources: tl.dot's "tf32x3" or "tf32", or "bf16x3", three bf16 products of the operands'
 # two bf16 parts (triton_kernels._dot_fp32); fp32 sources always use "ieee"). With
 # "bwd_twopass" False, ``_bwd_kernel`` loops over the S queries per source instead: it
@@ -148,8 +148,9 @@ def _pow2(n: int) -> int:
 # Kernels that held every query in registers (queries-tile, and a token-major gather)
 # were slower still and are gone (their code is at 9ca617b).
 # The gather's defaults are session 9's whole-step picks (bench/results/routing_h200.md):
-# 16 sources, chunks of 128 columns, 4 warps (62-112 registers in triton 3.6's offline sm_90
-# compile, no spills; capped at 96 at 1280, see CONFIG_TABLE). Its products: single tf32
+# 16 sources, chunks of 128 columns, 4 warps (since session 19 with gather_xdot 70-146
+# registers in triton 3.6's offline sm_90 compile, no spills; capped at 1280, see
+# CONFIG_TABLE). Its products: single tf32
 # ones measured 1.5-1.8 ms faster per whole step at 1280/73 than tf32x3 (about fp32's
 # accuracy) for 4x the rounding (session 9). "bf16x3" (errors of a few 2^-16, well under
 # the bf16 gradients' own rounding of 2^-8) since session 14: the whole step's kernels at 1280/73
@@ -157,6 +158,11 @@ def _pow2(n: int) -> int:
 # against 39.6 with 8 (bench/results/session14/, run 6); in the interpreter the sources'
 # bf16 gradients were within 3.37-3.38e-3 of fp64 against tf32x3's 3.35-3.37e-3
 # (session14/interpreter/).
+# gather_xdot: with bf16 rows the gather takes -(sum c) x and the running sum as matrix
+# products too (diag(-c) x + I prev), so that triton's pipeliner copies their tiles ahead
+# like the products' other operands ("gather_stages" stages; two were slower): at 1280/73
+# with 8 heads the gather took 17.1 against 18.1 ms per step at the same cap, at 1024/49
+# 4.4 against 5.6 (bench/results/session19/, call 2).
 # Blocks of queries per program for phase 1's forward and COEF pass (each source tile
 # read once per block instead of once per query through L2; session 9) measured slower
 # in every whole-step row of session 10, up to 2.5x (bench/results/routing_h200.md);
