@@ -533,11 +533,11 @@ PHASE1 = [("", None)] + [(", " + name, cfg) for name, cfg in (
     # picked them; with 8 heads they carry most of the gap to one head)
     ("fwd 1 warp", {"fwd_warps": 1}), ("fwd 2 warps", {"fwd_warps": 2}),
     ("bwd 1 warp", {"bwd_warps": 1}), ("bwd 2 warps", {"bwd_warps": 2}),
-    # phase 1's forward with one program per query, and as products without the prefetch,
+    # phase 1's forward with one program per query, and as products without the pipeline,
     # and the COEF pass likewise (session 11, op's "fwd_dot" and "coef_dot", the defaults
     # for several heads of 128 lanes or fewer)
     ("fwd one program per query", {"fwd_dot": False}), ("COEF one program per query", {"coef_dot": False}),
-    ("as products, no prefetch", {"dot_pf": False}))]
+    ("as products, one stage", {"dot_stages": 1}))]
 # (the S-query loop, {"bwd_twopass": False}, measured 1.6-2x slower at cf14cbd)
 
 

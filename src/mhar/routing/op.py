@@ -223,7 +223,8 @@ _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 12
 # direct_rows: route_partial_rows's sites write their rows' gradients into phase 1's
 # buffer (PhaseOneRows); False takes the rows as autograd views, which stacks them (for
 # side-by-side timing).
-_PHASE1_DOT = {"fwd_dot": False, "fwd_dot_progs_per_sm": 2, "dot_sources": 16, "dot_warps": 8, "dot_pf": True,
+_PHASE1_DOT = {"fwd_dot": False, "fwd_dot_progs_per_sm": 2, "dot_sources": 16, "dot_warps": 8, "dot_stages": 3,
+               "dot_tload": True,
                "dot_sumsq_products": True,
                "coef_dot": False, "coef_dot_progs_per_sm": 1,
                "coef_split": True, "coef_split_progs_per_sm": 8, "coef_split_warps": 1,
@@ -418,8 +419,8 @@ def _dot_tile(cfg: dict, key: str, dh: int, heads: int, S: int, align: int, src:
         return None
     _check_pow2_16(cfg, "dot_sources")
     return dict(H=heads, HP=_pow2(heads), DA=pa, DB=pb, KS=cfg["dot_sources"], SP=max(8, _pow2(S)),
-                ALIGN=align, PREC="bf16x2" if src.dtype == torch.bfloat16 else "ieee", PF=cfg["dot_pf"],
-                SS_DOT=cfg["dot_sumsq_products"])
+                ALIGN=align, PREC="bf16x2" if src.dtype == torch.bfloat16 else "ieee", STAGES=cfg["dot_stages"],
+                TLOAD=cfg["dot_tload"], SS_DOT=cfg["dot_sumsq_products"])
 
 
 def _check_pow2_16(cfg: dict, key: str) -> None:

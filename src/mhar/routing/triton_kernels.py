@@ -786,6 +786,23 @@ def _dot_tiles(table, k0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem: tl.constex
 
 
 @triton.jit
+def _dot_tiles_t(table, k0, rk, n_src, row, cwa, cmwa, cwb, cmwb, elem: tl.constexpr, ALIGN: tl.constexpr,
+                 DB: tl.constexpr):
+    """``_dot_tiles``'s tiles transposed, (HP, DA, KS) and (HP, DB, KS), loaded as such
+    (the products' other operand)."""
+    k = k0 + rk
+    kmask = k < n_src
+    src = tl.multiple_of(tl.load(table + k, mask=kmask, other=0).to(tl.pointer_type(elem)), ALIGN)
+    sp = src[None, None, :] + row                                   # (1, 1, KS)
+    km = kmask[None, None, :]
+    xa = tl.load(sp + cwa, mask=km & cmwa, other=0.0)
+    xb = xa
+    if DB > 0:
+        xb = tl.load(sp + cwb, mask=km & cmwb, other=0.0)
+    return xa, xb
+
+
+@triton.jit
 def _sumsq(x, SS_DOT: tl.constexpr):
     """Each source's sum of squares over a (heads, sources, lanes) tile: (sources,), fp32.
     SS_DOT: as products, the diagonal of x x^T per head summed over heads, in the
@@ -812,7 +829,7 @@ def _sumsq(x, SS_DOT: tl.constexpr):
 def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, RSTD, n_src, n_tok, n_q, n_prog, d: tl.constexpr,
                     dh: tl.constexpr, eps, H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr,
                     KS: tl.constexpr, SP: tl.constexpr, ALIGN: tl.constexpr, PREC: tl.constexpr,
-                    PF: tl.constexpr = False, SS_DOT: tl.constexpr = True, RS: tl.constexpr = False,
+                    STAGES: tl.constexpr = 1, TLOAD: tl.constexpr = False, SS_DOT: tl.constexpr = True, RS: tl.constexpr = False,
                     SPLIT: tl.constexpr = False):
     """Phase 1's forward (the S queries' unnormalised reads (m, l, o)) with every query in
     one program, programs persistent over tokens (the queries' weights loaded once per
@@ -849,59 +866,62 @@ def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, RSTD, n_src, n_tok, n_q,
     cwa, cmwa = _dot_cols(rh, tl.arange(0, DA), dh, H, 0, 1)
     wa_hi, wa_lo = _rows_operand(W, d, rq, cwa, cmwa, qon, PREC)
     cxa, cmxa = _dot_cols(rh, tl.arange(0, DA), dh, H, 0, 2)   # (HP, 1, DA)
-    cxb, cmxb = cxa, cmxa  # (unused without part B)
+    cxb, cmxb, cwb, cmwb = cxa, cmxa, cwa, cmwa  # (unused without part B)
     if DB > 0:
         cwb, cmwb = _dot_cols(rh, tl.arange(0, DB), dh, H, DA, 1)
         wb_hi, wb_lo = _rows_operand(W, d, rq, cwb, cmwb, qon, PREC)
         cxb, cmxb = _dot_cols(rh, tl.arange(0, DB), dh, H, DA, 2)
-    if PF:  # the first block of this program's first token
-        xa_n, xb_n, km_n = _dot_tiles(table, 0, rk, tl.where(pid < n_tok, n_src, 0), tl.cast(pid, tl.int64) * d,
-                                      cxa, cmxa, cxb, cmxb, elem, ALIGN, DB)
-    for t in range(pid, n_tok, n_prog):
+    acc_a = tl.zeros([HP, DA, SP], tl.float32)
+    acc_b = acc_a  # (unused without part B)
+    if DB > 0:
+        acc_b = tl.zeros([HP, DB, SP], tl.float32)
+    m_i = tl.full([HP, SP], float("-inf"), tl.float32)
+    l_i = tl.zeros([HP, SP], tl.float32)
+    nb = tl.cdiv(n_src, KS)
+    # one loop over this program's (token, block) pairs, so that triton's pipeliner copies
+    # blocks ahead on across tokens (a token has only 1 to 5 blocks at the paper's shapes)
+    for it in tl.range(0, tl.cdiv(n_tok - pid, n_prog) * nb, num_stages=STAGES):
+        kb = it % nb
+        t = pid + (it // nb) * n_prog
+        k0 = kb * KS
         row = tl.cast(t, tl.int64) * d
-        acc_a = tl.zeros([HP, DA, SP], tl.float32)
+        xa, xb, km = _dot_tiles(table, k0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem, ALIGN, DB)
+        if TLOAD:
+            xat, xbt = _dot_tiles_t(table, k0, rk, n_src, row, cwa, cmwa, cwb, cmwb, elem, ALIGN, DB)
+        else:
+            xat, xbt = tl.permute(xa, (0, 2, 1)), tl.permute(xb, (0, 2, 1))
+        if SPLIT:
+            rstd = tl.load(RSTD + (k0 + rk).to(tl.int64) * n_tok + t, mask=k0 + rk < n_src, other=1.0)
+        else:
+            ss = _sumsq(xa, SS_DOT)                                      # (KS,)
+        zr = _dot_split(xa, wa_hi, wa_lo, tl.zeros([HP, KS, SP], tl.float32), PREC)
         if DB > 0:
-            acc_b = tl.zeros([HP, DB, SP], tl.float32)
-        m_i = tl.full([HP, SP], float("-inf"), tl.float32)
-        l_i = tl.zeros([HP, SP], tl.float32)
-        for k0 in range(0, n_src, KS):
-            if PF:  # this block's tiles came in during the last block; issue the next block's
-                xa, xb, km = xa_n, xb_n, km_n
-                nk0, nrow, nsrc = _next_block(t, k0, KS, n_src, n_prog, n_tok, d)
-                xa_n, xb_n, km_n = _dot_tiles(table, nk0, rk, nsrc, nrow, cxa, cmxa, cxb, cmxb, elem, ALIGN, DB)
-            else:
-                xa, xb, km = _dot_tiles(table, k0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem, ALIGN, DB)
-            if SPLIT:
-                rstd = tl.load(RSTD + (k0 + rk).to(tl.int64) * n_tok + t, mask=k0 + rk < n_src, other=1.0)
-            else:
-                ss = _sumsq(xa, SS_DOT)                                  # (KS,)
-            zr = _dot_split(xa, wa_hi, wa_lo, tl.zeros([HP, KS, SP], tl.float32), PREC)
-            if DB > 0:
-                if not SPLIT:
-                    ss += _sumsq(xb, SS_DOT)
-                zr = _dot_split(xb, wb_hi, wb_lo, zr, PREC)
             if not SPLIT:
-                rstd = 1.0 / tl.sqrt(ss / d + eps)
-            if RS:
-                tl.store(RSTD + (k0 + rk).to(tl.int64) * n_tok + t, rstd, mask=k0 + rk < n_src)
-            z = tl.where(km, zr * rstd[None, :, None], float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(z, axis=1))
-            alpha = tl.exp(m_i - m_new)
-            p = tl.exp(z - m_new[:, None, :])                           # (HP, KS, SP)
-            l_i = l_i * alpha + tl.sum(p, axis=1)
-            p_hi, p_lo = _operand(p, PREC)
-            acc_a = _dot_split(tl.permute(xa, (0, 2, 1)), p_hi, p_lo, acc_a * alpha[:, None, :], PREC)
-            if DB > 0:
-                acc_b = _dot_split(tl.permute(xb, (0, 2, 1)), p_hi, p_lo, acc_b * alpha[:, None, :], PREC)
-            m_i = m_new
-        # m, l: (S, n_tok, H); o: (S, n_tok, d), each at this token
-        hq = rq[None, :].to(tl.int64) * n_tok * H + t * H + rh[:, None]  # (HP, SP)
-        tl.store(OUT_M + hq, m_i, mask=hqmask)
-        tl.store(OUT_L + hq, l_i, mask=hqmask)
-        qrow = rq[None, None, :].to(tl.int64) * n_tok * d + row            # (1, 1, SP)
-        tl.store(OUT_O + qrow + cwa, acc_a, mask=cmwa & qon)
+                ss += _sumsq(xb, SS_DOT)
+            zr = _dot_split(xb, wb_hi, wb_lo, zr, PREC)
+        if not SPLIT:
+            rstd = 1.0 / tl.sqrt(ss / d + eps)
+        if RS:
+            tl.store(RSTD + (k0 + rk).to(tl.int64) * n_tok + t, rstd, mask=k0 + rk < n_src)
+        z = tl.where(km, zr * rstd[None, :, None], float("-inf"))
+        m_i = tl.where(kb == 0, float("-inf"), m_i)  # a token's first block: its softmax starts afresh
+        m_new = tl.maximum(m_i, tl.max(z, axis=1))
+        alpha = tl.exp(m_i - m_new)  # 0 at a token's first block, which clears l and the output
+        p = tl.exp(z - m_new[:, None, :])                               # (HP, KS, SP)
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        p_hi, p_lo = _operand(p, PREC)
+        acc_a = _dot_split(xat, p_hi, p_lo, acc_a * alpha[:, None, :], PREC)
         if DB > 0:
-            tl.store(OUT_O + qrow + cwb, acc_b, mask=cmwb & qon)
+            acc_b = _dot_split(xbt, p_hi, p_lo, acc_b * alpha[:, None, :], PREC)
+        m_i = m_new
+        if kb == nb - 1:  # the token's last block: m, l (S, n_tok, H); o (S, n_tok, d)
+            hq = rq[None, :].to(tl.int64) * n_tok * H + t * H + rh[:, None]  # (HP, SP)
+            tl.store(OUT_M + hq, m_i, mask=hqmask)
+            tl.store(OUT_L + hq, l_i, mask=hqmask)
+            qrow = rq[None, None, :].to(tl.int64) * n_tok * d + row        # (1, 1, SP)
+            tl.store(OUT_O + qrow + cwa, acc_a, mask=cmwa & qon)
+            if DB > 0:
+                tl.store(OUT_O + qrow + cwb, acc_b, mask=cmwb & qon)
 
 
 @triton.jit
@@ -927,7 +947,7 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_
                      d: tl.constexpr,
                      dh: tl.constexpr, eps, H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr,
                      KS: tl.constexpr, SP: tl.constexpr, ALIGN: tl.constexpr, PREC: tl.constexpr,
-                     PF: tl.constexpr = False, SS_DOT: tl.constexpr = True, G_EXACT: tl.constexpr = False,
+                     STAGES: tl.constexpr = 1, TLOAD: tl.constexpr = False, SS_DOT: tl.constexpr = True, G_EXACT: tl.constexpr = False,
                      SPLIT: tl.constexpr = False):
     """The COEF pass of phase 1's backward (``_bwd_kernel`` with COEF, see there) with every
     query in one program, as matrix products like ``_fwd_dot_kernel``: programs persistent
@@ -959,66 +979,76 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_
     wa_hi, wa_lo = _rows_operand(W, d, rq, cwa, cmwa, qon, PREC)
     cxa, cmxa = _dot_cols(rh, tl.arange(0, DA), dh, H, 0, 2)            # (HP, 1, DA)
     dw_a = tl.zeros([HP, DA, SP], tl.float32)
-    cxb, cmxb = cxa, cmxa  # (unused without part B)
+    cxb, cmxb, cwb, cmwb = cxa, cmxa, cwa, cmwa  # (unused without part B)
     if DB > 0:
         cwb, cmwb = _dot_cols(rh, tl.arange(0, DB), dh, H, DA, 1)
         wb_hi, wb_lo = _rows_operand(W, d, rq, cwb, cmwb, qon, PREC)
         cxb, cmxb = _dot_cols(rh, tl.arange(0, DB), dh, H, DA, 2)
         dw_b = tl.zeros([HP, DB, SP], tl.float32)
-    if PF:  # the first block of this program's first token
-        xa_n, xb_n, km_n = _dot_tiles(table, 0, rk, tl.where(pid < n_tok, n_src, 0), tl.cast(pid, tl.int64) * d,
-                                      cxa, cmxa, cxb, cmxb, elem, ALIGN, DB)
-    for t in range(pid, n_tok, n_prog):
+    # the first token's upstream gradients (transposed like w), statistics and offsets;
+    # each later token's are loaded at its first block
+    ga_hi, ga_lo = _grad_rows(G, gref, tl.cast(pid, tl.int64) * d, rq, n_q, cwa, cmwa, qon, ALIGN, PREC, G_EXACT)
+    gb_hi, gb_lo = ga_hi, ga_lo  # (unused without part B)
+    if DB > 0:
+        gb_hi, gb_lo = _grad_rows(G, gref, tl.cast(pid, tl.int64) * d, rq, n_q, cwb, cmwb, qon, ALIGN, PREC,
+                                  G_EXACT)
+    hq = rq[None, :].to(tl.int64) * n_tok * H + pid * H + rh[:, None]    # (HP, SP)
+    st = tl.load(STAT + hq, mask=hq_on, other=0.0)
+    of = tl.load(OFF + hq, mask=hq_on, other=0.0)
+    nb = tl.cdiv(n_src, KS)
+    # one loop over this program's (token, block) pairs, as in _fwd_dot_kernel
+    for it in tl.range(0, tl.cdiv(n_tok - pid, n_prog) * nb, num_stages=STAGES):
+        kb = it % nb
+        t = pid + (it // nb) * n_prog
+        k0 = kb * KS
         row = tl.cast(t, tl.int64) * d
-        # this token's upstream gradients (transposed like w), statistics and offsets
-        ga_hi, ga_lo = _grad_rows(G, gref, row, rq, n_q, cwa, cmwa, qon, ALIGN, PREC, G_EXACT)
+        xa, xb, km = _dot_tiles(table, k0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem, ALIGN, DB)
+        if TLOAD:
+            xat, xbt = _dot_tiles_t(table, k0, rk, n_src, row, cwa, cmwa, cwb, cmwb, elem, ALIGN, DB)
+        else:
+            xat, xbt = tl.permute(xa, (0, 2, 1)), tl.permute(xb, (0, 2, 1))
+        if kb == 0 and it > 0:  # a new token's
+            ga_hi, ga_lo = _grad_rows(G, gref, row, rq, n_q, cwa, cmwa, qon, ALIGN, PREC, G_EXACT)
+            if DB > 0:
+                gb_hi, gb_lo = _grad_rows(G, gref, row, rq, n_q, cwb, cmwb, qon, ALIGN, PREC, G_EXACT)
+            hq = rq[None, :].to(tl.int64) * n_tok * H + t * H + rh[:, None]
+            st = tl.load(STAT + hq, mask=hq_on, other=0.0)
+            of = tl.load(OFF + hq, mask=hq_on, other=0.0)
+        if SPLIT:  # the forward's
+            rstd = tl.load(RSTD + (k0 + rk).to(tl.int64) * n_tok + t, mask=k0 + rk < n_src, other=1.0)
+        else:
+            ss = _sumsq(xa, SS_DOT)                                      # (KS,)
+        zero = tl.zeros([HP, KS, SP], tl.float32)
+        zr = _dot_split(xa, wa_hi, wa_lo, zero, PREC)                    # (HP, KS, SP)
+        gx = _dot_g(xa, ga_hi, ga_lo, zero, PREC, G_EXACT)
         if DB > 0:
-            gb_hi, gb_lo = _grad_rows(G, gref, row, rq, n_q, cwb, cmwb, qon, ALIGN, PREC, G_EXACT)
-        hq = rq[None, :].to(tl.int64) * n_tok * H + t * H + rh[:, None]  # (HP, SP)
-        st = tl.load(STAT + hq, mask=hq_on, other=0.0)
-        of = tl.load(OFF + hq, mask=hq_on, other=0.0)
-        for k0 in range(0, n_src, KS):
-            if PF:
-                xa, xb, km = xa_n, xb_n, km_n
-                nk0, nrow, nsrc = _next_block(t, k0, KS, n_src, n_prog, n_tok, d)
-                xa_n, xb_n, km_n = _dot_tiles(table, nk0, rk, nsrc, nrow, cxa, cmxa, cxb, cmxb, elem, ALIGN, DB)
-            else:
-                xa, xb, km = _dot_tiles(table, k0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem, ALIGN, DB)
-            if SPLIT:  # the forward's
-                rstd = tl.load(RSTD + (k0 + rk).to(tl.int64) * n_tok + t, mask=k0 + rk < n_src, other=1.0)
-            else:
-                ss = _sumsq(xa, SS_DOT)                                  # (KS,)
-            zero = tl.zeros([HP, KS, SP], tl.float32)
-            zr = _dot_split(xa, wa_hi, wa_lo, zero, PREC)                # (HP, KS, SP)
-            gx = _dot_g(xa, ga_hi, ga_lo, zero, PREC, G_EXACT)
-            if DB > 0:
-                if not SPLIT:
-                    ss += _sumsq(xb, SS_DOT)
-                zr = _dot_split(xb, wb_hi, wb_lo, zr, PREC)
-                gx = _dot_g(xb, gb_hi, gb_lo, gx, PREC, G_EXACT)
             if not SPLIT:
-                rstd = 1.0 / tl.sqrt(ss / d + eps)
-            r3 = rstd[None, :, None]
-            on = km & hq_on[:, None, :]
-            a = tl.where(on, tl.exp(zr * r3 - st[:, None, :]), 0.0)
-            dz = a * (gx + of[:, None, :])
-            rdz = dz * r3
-            c = tl.sum(dz * zr, axis=0) * (rstd * rstd * rstd / d)[:, None]  # (KS, SP)
-            # coefficients of source k, query q, head h at token t: CA, CB at
-            # ((t * H + h) * n_src + k) * n_q + q, CC at (t * n_src + k) * n_q + q
-            k = k0 + rk
-            kq = k.to(tl.int64)[:, None] * n_q + rq[None, :]                   # (KS, SP)
-            t_h = (tl.cast(t, tl.int64) * H + rh[:, None, None]) * n_src * n_q  # (HP, 1, 1)
-            tl.store(CA + t_h + kq[None, :, :], a, mask=on)
-            tl.store(CB + t_h + kq[None, :, :], rdz, mask=on)
-            cc = CC
-            if SPLIT:  # this head's share
-                cc += tl.program_id(1).to(tl.int64) * n_tok * n_src * n_q
-            tl.store(cc + tl.cast(t, tl.int64) * n_src * n_q + kq, c, mask=(k < n_src)[:, None] & (rq[None, :] < n_q))
-            r_hi, r_lo = _operand(rdz, PREC)
-            dw_a = _dot_split(tl.permute(xa, (0, 2, 1)), r_hi, r_lo, dw_a, PREC)
-            if DB > 0:
-                dw_b = _dot_split(tl.permute(xb, (0, 2, 1)), r_hi, r_lo, dw_b, PREC)
+                ss += _sumsq(xb, SS_DOT)
+            zr = _dot_split(xb, wb_hi, wb_lo, zr, PREC)
+            gx = _dot_g(xb, gb_hi, gb_lo, gx, PREC, G_EXACT)
+        if not SPLIT:
+            rstd = 1.0 / tl.sqrt(ss / d + eps)
+        r3 = rstd[None, :, None]
+        on = km & hq_on[:, None, :]
+        a = tl.where(on, tl.exp(zr * r3 - st[:, None, :]), 0.0)
+        dz = a * (gx + of[:, None, :])
+        rdz = dz * r3
+        c = tl.sum(dz * zr, axis=0) * (rstd * rstd * rstd / d)[:, None]  # (KS, SP)
+        # coefficients of source k, query q, head h at token t: CA, CB at
+        # ((t * H + h) * n_src + k) * n_q + q, CC at (t * n_src + k) * n_q + q
+        k = k0 + rk
+        kq = k.to(tl.int64)[:, None] * n_q + rq[None, :]                       # (KS, SP)
+        t_h = (tl.cast(t, tl.int64) * H + rh[:, None, None]) * n_src * n_q      # (HP, 1, 1)
+        tl.store(CA + t_h + kq[None, :, :], a, mask=on)
+        tl.store(CB + t_h + kq[None, :, :], rdz, mask=on)
+        cc = CC
+        if SPLIT:  # this head's share
+            cc += tl.program_id(1).to(tl.int64) * n_tok * n_src * n_q
+        tl.store(cc + tl.cast(t, tl.int64) * n_src * n_q + kq, c, mask=(k < n_src)[:, None] & (rq[None, :] < n_q))
+        r_hi, r_lo = _operand(rdz, PREC)
+        dw_a = _dot_split(xat, r_hi, r_lo, dw_a, PREC)
+        if DB > 0:
+            dw_b = _dot_split(xbt, r_hi, r_lo, dw_b, PREC)
     # this program's d(q*g) rows: DW[pid, q, h * dh + c]
     dwrow = (pid.to(tl.int64) * n_q + rq[None, None, :]) * d
     tl.store(DW + dwrow + cwa, dw_a, mask=cmwa & qon)
