@@ -727,12 +727,12 @@ def _rows_operand(base, stride, rq, cols, cmask, qon, PREC: tl.constexpr):
 
 @triton.jit
 def _grad_rows(G, gref, row, rq, n_q, cols, cmask, qon, ALIGN: tl.constexpr, PREC: tl.constexpr,
-               EXACT: tl.constexpr):
+               EXACT: tl.constexpr, TASM: tl.constexpr = False):
     """The S queries' upstream gradients at token ``row`` (G: a table of their pointers,
     typed like ``gref``), transposed per head to (HP, lanes, SP), as ``_dot_g``'s operand:
     with EXACT (bf16 rows and PREC "bf16x2") the rows as they are, twice; else
     ``_operand``'s parts of their fp32 values."""
-    ptrs = tl.load(G + rq, mask=rq < n_q, other=0)
+    ptrs = _table_entries(G, rq, n_q, TASM)
     ptrs = tl.multiple_of(ptrs.to(tl.pointer_type(gref.dtype.element_ty)), ALIGN)
     g = tl.load(ptrs[None, None, :] + row + cols, mask=cmask & qon, other=0.0)
     if EXACT:
@@ -769,13 +769,28 @@ def _next_block(t, k0, KS: tl.constexpr, n_src, n_prog, n_tok, d: tl.constexpr):
 
 
 @triton.jit
+def _table_entries(table, k, n, ASM: tl.constexpr):
+    """table[k] for k < n (the last entry past it), loaded where triton's pipeliner does
+    not see a load (inline PTX on a GPU): the tiles at these addresses are then the
+    loop's first loads, which the pipeliner copies two iterations ahead in three stages
+    (a load behind another load gets one)."""
+    kc = tl.minimum(k, n - 1)
+    if _INTERPRETED or not ASM:
+        out = tl.load(table + kc)
+    else:
+        out = tl.inline_asm_elementwise("ld.global.b64 $0, [$1];", "=l,l", [table + kc], dtype=tl.int64,
+                                        is_pure=True, pack=1)
+    return out
+
+
+@triton.jit
 def _dot_tiles(table, k0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem: tl.constexpr, ALIGN: tl.constexpr,
-               DB: tl.constexpr):
+               DB: tl.constexpr, TASM: tl.constexpr = False):
     """Token ``row``'s tiles of sources k0 .. k0 + KS - 1 (zeros past n_src): part A
     (HP, KS, DA), part B (HP, KS, DB; part A again without one), and the sources' mask."""
     k = k0 + rk
     kmask = k < n_src
-    src = tl.multiple_of(tl.load(table + k, mask=kmask, other=0).to(tl.pointer_type(elem)), ALIGN)
+    src = tl.multiple_of(_table_entries(table, k, n_src, TASM).to(tl.pointer_type(elem)), ALIGN)
     sp = src[None, :, None] + row                                   # (1, KS, 1)
     km = kmask[None, :, None]
     xa = tl.load(sp + cxa, mask=km & cmxa, other=0.0)
@@ -787,12 +802,12 @@ def _dot_tiles(table, k0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem: tl.constex
 
 @triton.jit
 def _dot_tiles_t(table, k0, rk, n_src, row, cwa, cmwa, cwb, cmwb, elem: tl.constexpr, ALIGN: tl.constexpr,
-                 DB: tl.constexpr):
+                 DB: tl.constexpr, TASM: tl.constexpr = False):
     """``_dot_tiles``'s tiles transposed, (HP, DA, KS) and (HP, DB, KS), loaded as such
     (the products' other operand)."""
     k = k0 + rk
     kmask = k < n_src
-    src = tl.multiple_of(tl.load(table + k, mask=kmask, other=0).to(tl.pointer_type(elem)), ALIGN)
+    src = tl.multiple_of(_table_entries(table, k, n_src, TASM).to(tl.pointer_type(elem)), ALIGN)
     sp = src[None, None, :] + row                                   # (1, 1, KS)
     km = kmask[None, None, :]
     xa = tl.load(sp + cwa, mask=km & cmwa, other=0.0)
@@ -829,7 +844,7 @@ def _sumsq(x, SS_DOT: tl.constexpr):
 def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, RSTD, n_src, n_tok, n_q, n_prog, d: tl.constexpr,
                     dh: tl.constexpr, eps, H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr,
                     KS: tl.constexpr, SP: tl.constexpr, ALIGN: tl.constexpr, PREC: tl.constexpr,
-                    STAGES: tl.constexpr = 1, TLOAD: tl.constexpr = False, SS_DOT: tl.constexpr = True, RS: tl.constexpr = False,
+                    STAGES: tl.constexpr = 1, TLOAD: tl.constexpr = False, TASM: tl.constexpr = False, SS_DOT: tl.constexpr = True, RS: tl.constexpr = False,
                     SPLIT: tl.constexpr = False):
     """Phase 1's forward (the S queries' unnormalised reads (m, l, o)) with every query in
     one program, programs persistent over tokens (the queries' weights loaded once per
@@ -885,9 +900,9 @@ def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, RSTD, n_src, n_tok, n_q,
         t = pid + (it // nb) * n_prog
         k0 = kb * KS
         row = tl.cast(t, tl.int64) * d
-        xa, xb, km = _dot_tiles(table, k0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem, ALIGN, DB)
+        xa, xb, km = _dot_tiles(table, k0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem, ALIGN, DB, TASM)
         if TLOAD:
-            xat, xbt = _dot_tiles_t(table, k0, rk, n_src, row, cwa, cmwa, cwb, cmwb, elem, ALIGN, DB)
+            xat, xbt = _dot_tiles_t(table, k0, rk, n_src, row, cwa, cmwa, cwb, cmwb, elem, ALIGN, DB, TASM)
         else:
             xat, xbt = tl.permute(xa, (0, 2, 1)), tl.permute(xb, (0, 2, 1))
         if SPLIT:
@@ -947,7 +962,8 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_
                      d: tl.constexpr,
                      dh: tl.constexpr, eps, H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr,
                      KS: tl.constexpr, SP: tl.constexpr, ALIGN: tl.constexpr, PREC: tl.constexpr,
-                     STAGES: tl.constexpr = 1, TLOAD: tl.constexpr = False, SS_DOT: tl.constexpr = True, G_EXACT: tl.constexpr = False,
+                     STAGES: tl.constexpr = 1, TLOAD: tl.constexpr = False, TASM: tl.constexpr = False, SS_DOT: tl.constexpr = True, G_EXACT: tl.constexpr = False,
+                     GPF: tl.constexpr = False,
                      SPLIT: tl.constexpr = False):
     """The COEF pass of phase 1's backward (``_bwd_kernel`` with COEF, see there) with every
     query in one program, as matrix products like ``_fwd_dot_kernel``: programs persistent
@@ -1002,12 +1018,19 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_
         t = pid + (it // nb) * n_prog
         k0 = kb * KS
         row = tl.cast(t, tl.int64) * d
-        xa, xb, km = _dot_tiles(table, k0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem, ALIGN, DB)
+        xa, xb, km = _dot_tiles(table, k0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem, ALIGN, DB, TASM)
         if TLOAD:
-            xat, xbt = _dot_tiles_t(table, k0, rk, n_src, row, cwa, cmwa, cwb, cmwb, elem, ALIGN, DB)
+            xat, xbt = _dot_tiles_t(table, k0, rk, n_src, row, cwa, cmwa, cwb, cmwb, elem, ALIGN, DB, TASM)
         else:
             xat, xbt = tl.permute(xa, (0, 2, 1)), tl.permute(xb, (0, 2, 1))
-        if kb == 0 and it > 0:  # a new token's
+        if GPF:  # every block's, so that the pipeliner copies them ahead (L2 hits after the first)
+            ga_hi, ga_lo = _grad_rows(G, gref, row, rq, n_q, cwa, cmwa, qon, ALIGN, PREC, G_EXACT, TASM)
+            if DB > 0:
+                gb_hi, gb_lo = _grad_rows(G, gref, row, rq, n_q, cwb, cmwb, qon, ALIGN, PREC, G_EXACT, TASM)
+            hq = rq[None, :].to(tl.int64) * n_tok * H + t * H + rh[:, None]
+            st = tl.load(STAT + hq, mask=hq_on, other=0.0)
+            of = tl.load(OFF + hq, mask=hq_on, other=0.0)
+        elif kb == 0 and it > 0:  # a new token's
             ga_hi, ga_lo = _grad_rows(G, gref, row, rq, n_q, cwa, cmwa, qon, ALIGN, PREC, G_EXACT)
             if DB > 0:
                 gb_hi, gb_lo = _grad_rows(G, gref, row, rq, n_q, cwb, cmwb, qon, ALIGN, PREC, G_EXACT)
