@@ -214,16 +214,16 @@ def main() -> None:
                 for w in [int(v) for v in args.dot_warps.split(",")]:
                     for prec in args.dot_precision.split(","):
                         for fn in (tk._fwd_dot_kernel, tk._coef_dot_kernel):
-                            for pf in (False, True):
+                            for stages in (1, 3):
                                 exact = {"G_EXACT": prec == "bf16x2"} if fn is tk._coef_dot_kernel else {}
-                                row(f"{fn.fn.__name__} ({args.dot_sources} sources, {prec}"
-                                    f"{', prefetch' if pf else ''})", d, heads, w,
-                                    resources(fn, dict(c, PREC=prec, PF=pf, **exact), w))
+                                row(f"{fn.fn.__name__} ({args.dot_sources} sources, {prec}, {stages} stages)", d,
+                                    heads, w, resources(fn, dict(c, PREC=prec, STAGES=stages, **exact), w))
                             if heads > 1:  # a head per program (fwd_split, coef_split)
-                                for sw, pf in ((1, False), (1, True), (2, True)):
-                                    row(f"{fn.fn.__name__} ({args.dot_sources} sources, {prec}"
-                                        f"{', prefetch' if pf else ''}, a head per program)", d, heads, sw,
-                                        resources(fn, dict(c, HP=1, PREC=prec, PF=pf, SPLIT=True, **exact), sw))
+                                for sw, stages in ((1, 1), (1, 3), (2, 3)):
+                                    row(f"{fn.fn.__name__} ({args.dot_sources} sources, {prec}, {stages} stages,"
+                                        f" a head per program)", d, heads, sw,
+                                        resources(fn, dict(c, HP=1, PREC=prec, STAGES=stages, SPLIT=True, **exact),
+                                                  sw))
             if kind == "twopass":
                 t = tile(d, heads)
                 ks = args.gather_sources

@@ -518,8 +518,9 @@ def test_phase_one_forward_as_products(n, lead, d, heads, S, gen):
     # programs persistent over tokens (3 to 5 tokens over 3 programs): heads of 80, 20, 5,
     # 123, 16, 1 and 32 lanes, S from 1 to 9 (SP 16), more sources than one block (17, 18,
     # 19, 20), and the merged two-phase read
-    # odd S: with the next block's tiles prefetched; odd n: the sum of squares elementwise
-    rop.TUNE = dict(fwd_dot=True, dot_tload=S % 2 == 1, dot_sumsq_products=n % 2 == 0)
+    # odd S: one pipeline stage (the interpreter runs both alike); odd n: the sum of squares
+    # elementwise
+    rop.TUNE = dict(fwd_dot=True, dot_stages=1 if S % 2 else 3, dot_sumsq_products=n % 2 == 0)
     try:
         check_partial(n, lead, d, heads, S, gen=gen)
         check_two_phase(n, 2, lead, d, heads, S, gen=gen, fused=True)
@@ -527,11 +528,11 @@ def test_phase_one_forward_as_products(n, lead, d, heads, S, gen):
         rop.TUNE = None
 
 
-@pytest.mark.parametrize("pf", [False, True])
-def test_phase_one_forward_as_products_bf16(pf, gen):
+@pytest.mark.parametrize("stages", [1, 3])
+def test_phase_one_forward_as_products_bf16(stages, gen):
     # bf16 sources: the forward's fp32 outputs within 1e-4 of an fp64 read of the same
     # bf16 values (bf16x2 splits the fp32 operand in two bf16 parts), gradients at bf16's 1e-2
-    rop.TUNE = dict(fwd_dot=True, dot_tload=pf)
+    rop.TUNE = dict(fwd_dot=True, dot_stages=stages)
     try:
         srcs, q, g = make_inputs(19, (5,), 160, torch.bfloat16, "cpu", S=8, gen=gen)
         p = routing.route_partial(srcs, q, g, 8)
@@ -548,10 +549,10 @@ def test_phase_one_forward_as_products_bf16(pf, gen):
                                               (17, (7,), 64, 2, 8)])
 def test_phase_one_coef_pass_as_products(n, lead, d, heads, S, gen):
     # coef_dot: the backward's COEF pass with every query in a program (matrix products per
-    # head, programs persistent over tokens: 7 tokens over 3 programs), with and without the
-    # prefetch, the sum of squares as products and elementwise (odd n), then the gather;
+    # head, programs persistent over tokens: 7 tokens over 3 programs), in one pipeline stage
+    # and three, the sum of squares as products and elementwise (odd n), then the gather;
     # also through the two-phase read and a gradient sink
-    rop.TUNE = dict(coef_dot=True, dot_tload=S % 2 == 1, dot_sumsq_products=n % 2 == 0)
+    rop.TUNE = dict(coef_dot=True, dot_stages=1 if S % 2 else 3, dot_sumsq_products=n % 2 == 0)
     try:
         check_partial(n, lead, d, heads, S, gen=gen)
         check_two_phase(n, 2, lead, d, heads, S, gen=gen, fused=True)
@@ -573,8 +574,8 @@ def test_phase_one_coef_pass_as_products_bf16(gen):
 def test_phase_one_coef_pass_one_head_per_program(n, lead, d, heads, S, gen):
     # coef_split: the COEF pass with a head per program, taking the key-norm scales the
     # forward (fwd_dot) wrote and leaving c per head for the gather to sum; programs
-    # persistent over tokens, with and without the prefetch; through the two-phase read
-    rop.TUNE = dict(fwd_dot=True, coef_dot=True, coef_split=True, dot_tload=S % 2 == 1)
+    # persistent over tokens, in one pipeline stage and three; through the two-phase read
+    rop.TUNE = dict(fwd_dot=True, coef_dot=True, coef_split=True, dot_stages=1 if S % 2 else 3)
     try:
         check_partial(n, lead, d, heads, S, gen=gen)
         check_two_phase(n, 2, lead, d, heads, S, gen=gen, fused=True)
@@ -631,7 +632,7 @@ def test_coef_pass_one_head_per_program_runs(gen, dot_launches):
 def test_phase_one_forward_one_head_per_program(n, lead, d, heads, S, gen):
     # fwd_split: phase 1's forward with a head per program, the key-norm scales from a
     # KeyScales shared by calls over a growing source list (and the COEF pass split too)
-    rop.TUNE = dict(fwd_dot=True, coef_dot=True, coef_split=True, fwd_split=True, dot_tload=S % 2 == 1)
+    rop.TUNE = dict(fwd_dot=True, coef_dot=True, coef_split=True, fwd_split=True, dot_stages=1 if S % 2 else 3)
     try:
         check_key_scales_chain(n, lead, d, heads, S, gen=gen)
     finally:

@@ -218,9 +218,9 @@ def _check_bf16_accuracy(d, heads, gen, tol=1e-4):
 def test_phase_one_forward_as_products(d, heads, gen):
     # fwd_dot: phase 1's forward with one program per token and every query (matrix
     # products per head; one head of 1024 or more lanes keeps _fwd_kernel), bf16 sources
-    # (fp32 ones keep the per-query kernels on a GPU)
-    for pf in (False, True):
-        rop.TUNE = dict(fwd_dot=True, dot_tload=pf)
+    # (fp32 ones keep the per-query kernels on a GPU); pipelined in one stage and three
+    for stages in (1, 3):
+        rop.TUNE = dict(fwd_dot=True, dot_stages=stages)
         try:
             check_partial(37, (300,), d, heads, 8, dtype=torch.bfloat16, tol=1e-2, device=DEV, gen=gen)
             check_two_phase(21, 3, (200,), d, heads, 8, dtype=torch.bfloat16, tol=1e-2, device=DEV, gen=gen,
@@ -236,8 +236,8 @@ def test_phase_one_coef_pass_as_products(d, heads, gen):
     # products per head, programs persistent over tokens), then the gather, bf16 sources;
     # also through a gradient sink (at d = 123 a bf16 chain of 20 sites is 2-4% from fp64
     # with either COEF pass, measured in the interpreter)
-    for pf, per_sm in ((False, 1), (True, 2)):
-        rop.TUNE = dict(coef_dot=True, dot_tload=pf, coef_dot_progs_per_sm=per_sm)
+    for stages, per_sm in ((1, 1), (3, 2)):
+        rop.TUNE = dict(coef_dot=True, dot_stages=stages, coef_dot_progs_per_sm=per_sm)
         try:
             check_partial(37, (300,), d, heads, 8, dtype=torch.bfloat16, tol=1e-2, device=DEV, gen=gen)
             check_two_phase(21, 3, (200,), d, heads, 8, dtype=torch.bfloat16, tol=1e-2, device=DEV, gen=gen,

@@ -224,7 +224,6 @@ _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 12
 # buffer (PhaseOneRows); False takes the rows as autograd views, which stacks them (for
 # side-by-side timing).
 _PHASE1_DOT = {"fwd_dot": False, "fwd_dot_progs_per_sm": 2, "dot_sources": 16, "dot_warps": 8, "dot_stages": 3,
-               "dot_tload": True, "dot_table_asm": False, "coef_grads_ahead": False,
                "dot_sumsq_products": True,
                "coef_dot": False, "coef_dot_progs_per_sm": 1,
                "coef_split": True, "coef_split_progs_per_sm": 8, "coef_split_warps": 1,
@@ -420,8 +419,7 @@ def _dot_tile(cfg: dict, key: str, dh: int, heads: int, S: int, align: int, src:
     _check_pow2_16(cfg, "dot_sources")
     return dict(H=heads, HP=_pow2(heads), DA=pa, DB=pb, KS=cfg["dot_sources"], SP=max(8, _pow2(S)),
                 ALIGN=align, PREC="bf16x2" if src.dtype == torch.bfloat16 else "ieee", STAGES=cfg["dot_stages"],
-                TLOAD=cfg["dot_tload"],
-                TASM=cfg["dot_table_asm"], SS_DOT=cfg["dot_sumsq_products"])
+                SS_DOT=cfg["dot_sumsq_products"])
 
 
 def _check_pow2_16(cfg: dict, key: str) -> None:
@@ -651,7 +649,7 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
                     coef_c, coef_c if rstd is None else rstd, len(srcs), n_tok, S, n_prog, d, dh, eps)
             # bf16 gradients enter g.x as they are (one product; exact)
             exact = dot["PREC"] == "bf16x2" and rows[0].dtype == torch.bfloat16
-            consts = {**dot, "G_EXACT": exact, "SPLIT": split, "GPF": cfg["coef_grads_ahead"]}
+            consts = {**dot, "G_EXACT": exact, "SPLIT": split}
             if split:
                 consts["HP"] = 1
             done = _launch_dot(_coef_dot_kernel, (n_prog, grid_h), args, consts, warps_dot, dev)

@@ -727,12 +727,12 @@ def _rows_operand(base, stride, rq, cols, cmask, qon, PREC: tl.constexpr):
 
 @triton.jit
 def _grad_rows(G, gref, row, rq, n_q, cols, cmask, qon, ALIGN: tl.constexpr, PREC: tl.constexpr,
-               EXACT: tl.constexpr, TASM: tl.constexpr = False):
+               EXACT: tl.constexpr):
     """The S queries' upstream gradients at token ``row`` (G: a table of their pointers,
     typed like ``gref``), transposed per head to (HP, lanes, SP), as ``_dot_g``'s operand:
     with EXACT (bf16 rows and PREC "bf16x2") the rows as they are, twice; else
     ``_operand``'s parts of their fp32 values."""
-    ptrs = _table_entries(G, rq, n_q, TASM)
+    ptrs = tl.load(G + rq, mask=rq < n_q, other=0)
     ptrs = tl.multiple_of(ptrs.to(tl.pointer_type(gref.dtype.element_ty)), ALIGN)
     g = tl.load(ptrs[None, None, :] + row + cols, mask=cmask & qon, other=0.0)
     if EXACT:
@@ -757,40 +757,13 @@ def _dot_g(a, hi, lo, acc, PREC: tl.constexpr, EXACT: tl.constexpr):
 
 
 @triton.jit
-def _next_block(t, k0, KS: tl.constexpr, n_src, n_prog, n_tok, d: tl.constexpr):
-    """The block of sources after token t's block at k0 in a persistent program: the
-    token's next block, or the program's next token's first, so that a prefetch runs on
-    across tokens (a token has only 1 to 5 blocks at the paper's shapes, and a pipeline
-    that restarts at each token waits for every token's first block). Returns the block's
-    k0, row offset and source count, 0 past the last token (``_dot_tiles`` loads nothing)."""
-    wrap = k0 + KS >= n_src
-    nt = tl.where(wrap, t + n_prog, t)
-    return tl.where(wrap, 0, k0 + KS), tl.cast(nt, tl.int64) * d, tl.where(nt < n_tok, n_src, 0)
-
-
-@triton.jit
-def _table_entries(table, k, n, ASM: tl.constexpr):
-    """table[k] for k < n (the last entry past it), loaded where triton's pipeliner does
-    not see a load (inline PTX on a GPU): the tiles at these addresses are then the
-    loop's first loads, which the pipeliner copies two iterations ahead in three stages
-    (a load behind another load gets one)."""
-    kc = tl.minimum(k, n - 1)
-    if _INTERPRETED or not ASM:
-        out = tl.load(table + kc)
-    else:
-        out = tl.inline_asm_elementwise("ld.global.b64 $0, [$1];", "=l,l", [table + kc], dtype=tl.int64,
-                                        is_pure=True, pack=1)
-    return out
-
-
-@triton.jit
 def _dot_tiles(table, k0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem: tl.constexpr, ALIGN: tl.constexpr,
-               DB: tl.constexpr, TASM: tl.constexpr = False):
+               DB: tl.constexpr):
     """Token ``row``'s tiles of sources k0 .. k0 + KS - 1 (zeros past n_src): part A
     (HP, KS, DA), part B (HP, KS, DB; part A again without one), and the sources' mask."""
     k = k0 + rk
     kmask = k < n_src
-    src = tl.multiple_of(_table_entries(table, k, n_src, TASM).to(tl.pointer_type(elem)), ALIGN)
+    src = tl.multiple_of(tl.load(table + k, mask=kmask, other=0).to(tl.pointer_type(elem)), ALIGN)
     sp = src[None, :, None] + row                                   # (1, KS, 1)
     km = kmask[None, :, None]
     xa = tl.load(sp + cxa, mask=km & cmxa, other=0.0)
@@ -802,12 +775,12 @@ def _dot_tiles(table, k0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem: tl.constex
 
 @triton.jit
 def _dot_tiles_t(table, k0, rk, n_src, row, cwa, cmwa, cwb, cmwb, elem: tl.constexpr, ALIGN: tl.constexpr,
-                 DB: tl.constexpr, TASM: tl.constexpr = False):
+                 DB: tl.constexpr):
     """``_dot_tiles``'s tiles transposed, (HP, DA, KS) and (HP, DB, KS), loaded as such
     (the products' other operand)."""
     k = k0 + rk
     kmask = k < n_src
-    src = tl.multiple_of(_table_entries(table, k, n_src, TASM).to(tl.pointer_type(elem)), ALIGN)
+    src = tl.multiple_of(tl.load(table + k, mask=kmask, other=0).to(tl.pointer_type(elem)), ALIGN)
     sp = src[None, None, :] + row                                   # (1, 1, KS)
     km = kmask[None, None, :]
     xa = tl.load(sp + cwa, mask=km & cmwa, other=0.0)
@@ -818,15 +791,14 @@ def _dot_tiles_t(table, k0, rk, n_src, row, cwa, cmwa, cwb, cmwb, elem: tl.const
 
 
 @triton.jit
-def _sumsq(x, SS_DOT: tl.constexpr):
-    """Each source's sum of squares over a (heads, sources, lanes) tile: (sources,), fp32.
+def _sumsq(x, xt, SS_DOT: tl.constexpr):
+    """Each source's sum of squares over a (heads, sources, lanes) tile x: (sources,), fp32.
     SS_DOT: as products, the diagonal of x x^T per head summed over heads, in the
-    products' layout. x^T is the tile the output's product reads anyway, where the
-    elementwise sum moves the whole tile into another register layout through shared
-    memory first (triton 3.6 at 1024 and 1280 with 8 heads). bf16 products are exact in
-    fp32; fp32 tiles (the interpreter's) multiply at full precision."""
+    products' layout (xt: x^T, ``_dot_tiles_t``'s tile, which the output's product reads
+    anyway), where the elementwise sum moves the whole tile into another register layout
+    through shared memory first (triton 3.6 at 1024 and 1280 with 8 heads). bf16 products
+    are exact in fp32; fp32 tiles (the interpreter's) multiply at full precision."""
     if SS_DOT:
-        xt = tl.permute(x, (0, 2, 1))
         if x.dtype == tl.bfloat16 and not _INTERPRETED:
             xx = tl.dot(x, xt)                                          # (HP, KS, KS)
         else:
@@ -844,7 +816,7 @@ def _sumsq(x, SS_DOT: tl.constexpr):
 def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, RSTD, n_src, n_tok, n_q, n_prog, d: tl.constexpr,
                     dh: tl.constexpr, eps, H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr,
                     KS: tl.constexpr, SP: tl.constexpr, ALIGN: tl.constexpr, PREC: tl.constexpr,
-                    STAGES: tl.constexpr = 1, TLOAD: tl.constexpr = False, TASM: tl.constexpr = False, SS_DOT: tl.constexpr = True, RS: tl.constexpr = False,
+                    STAGES: tl.constexpr = 1, SS_DOT: tl.constexpr = True, RS: tl.constexpr = False,
                     SPLIT: tl.constexpr = False):
     """Phase 1's forward (the S queries' unnormalised reads (m, l, o)) with every query in
     one program, programs persistent over tokens (the queries' weights loaded once per
@@ -862,8 +834,13 @@ def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, RSTD, n_src, n_tok, n_q,
     of fp32); "ieee" for fp32 ones, which only the interpreter runs (op's ``_dot_tile``).
     A head part is at least 16 lanes (a product's inner size), its lanes past the head
     masked (op's ``_head_parts``).
-    ``PF``: the next block's tiles are loaded while this block is reduced, on across
-    tokens (``_next_block``). ``RS``: each source's key-norm scale 1 / rms at each token
+    A program walks its (token, block) pairs in one loop, which triton's pipeliner runs in
+    ``STAGES`` stages: each block's tiles are copied into shared memory (cp.async) while
+    the block before is reduced, on across tokens (a token has only 1 to 5 blocks at the
+    paper's shapes). The tiles are loaded twice, as (KS, lanes) for the logits' product and
+    as (lanes, KS) for the output's (``_dot_tiles_t``, a second read from L2): the
+    pipeliner copies ahead only loads whose every use is a product's operand, and the
+    transpose of one tile in registers is not (session 20). ``RS``: each source's key-norm scale 1 / rms at each token
     is written to RSTD (n_src, n_tok), for the COEF pass one head per program.
     ``SPLIT``: one head per program (grid (n_prog, H), HP 1), the scales read from RSTD
     (``_key_scales_kernel``), as the COEF pass's SPLIT."""
@@ -900,19 +877,16 @@ def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, RSTD, n_src, n_tok, n_q,
         t = pid + (it // nb) * n_prog
         k0 = kb * KS
         row = tl.cast(t, tl.int64) * d
-        xa, xb, km = _dot_tiles(table, k0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem, ALIGN, DB, TASM)
-        if TLOAD:
-            xat, xbt = _dot_tiles_t(table, k0, rk, n_src, row, cwa, cmwa, cwb, cmwb, elem, ALIGN, DB, TASM)
-        else:
-            xat, xbt = tl.permute(xa, (0, 2, 1)), tl.permute(xb, (0, 2, 1))
+        xa, xb, km = _dot_tiles(table, k0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem, ALIGN, DB)
+        xat, xbt = _dot_tiles_t(table, k0, rk, n_src, row, cwa, cmwa, cwb, cmwb, elem, ALIGN, DB)
         if SPLIT:
             rstd = tl.load(RSTD + (k0 + rk).to(tl.int64) * n_tok + t, mask=k0 + rk < n_src, other=1.0)
         else:
-            ss = _sumsq(xa, SS_DOT)                                      # (KS,)
+            ss = _sumsq(xa, xat, SS_DOT)                                      # (KS,)
         zr = _dot_split(xa, wa_hi, wa_lo, tl.zeros([HP, KS, SP], tl.float32), PREC)
         if DB > 0:
             if not SPLIT:
-                ss += _sumsq(xb, SS_DOT)
+                ss += _sumsq(xb, xbt, SS_DOT)
             zr = _dot_split(xb, wb_hi, wb_lo, zr, PREC)
         if not SPLIT:
             rstd = 1.0 / tl.sqrt(ss / d + eps)
@@ -962,8 +936,7 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_
                      d: tl.constexpr,
                      dh: tl.constexpr, eps, H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr,
                      KS: tl.constexpr, SP: tl.constexpr, ALIGN: tl.constexpr, PREC: tl.constexpr,
-                     STAGES: tl.constexpr = 1, TLOAD: tl.constexpr = False, TASM: tl.constexpr = False, SS_DOT: tl.constexpr = True, G_EXACT: tl.constexpr = False,
-                     GPF: tl.constexpr = False,
+                     STAGES: tl.constexpr = 1, SS_DOT: tl.constexpr = True, G_EXACT: tl.constexpr = False,
                      SPLIT: tl.constexpr = False):
     """The COEF pass of phase 1's backward (``_bwd_kernel`` with COEF, see there) with every
     query in one program, as matrix products like ``_fwd_dot_kernel``: programs persistent
@@ -1001,16 +974,6 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_
         wb_hi, wb_lo = _rows_operand(W, d, rq, cwb, cmwb, qon, PREC)
         cxb, cmxb = _dot_cols(rh, tl.arange(0, DB), dh, H, DA, 2)
         dw_b = tl.zeros([HP, DB, SP], tl.float32)
-    # the first token's upstream gradients (transposed like w), statistics and offsets;
-    # each later token's are loaded at its first block
-    ga_hi, ga_lo = _grad_rows(G, gref, tl.cast(pid, tl.int64) * d, rq, n_q, cwa, cmwa, qon, ALIGN, PREC, G_EXACT)
-    gb_hi, gb_lo = ga_hi, ga_lo  # (unused without part B)
-    if DB > 0:
-        gb_hi, gb_lo = _grad_rows(G, gref, tl.cast(pid, tl.int64) * d, rq, n_q, cwb, cmwb, qon, ALIGN, PREC,
-                                  G_EXACT)
-    hq = rq[None, :].to(tl.int64) * n_tok * H + pid * H + rh[:, None]    # (HP, SP)
-    st = tl.load(STAT + hq, mask=hq_on, other=0.0)
-    of = tl.load(OFF + hq, mask=hq_on, other=0.0)
     nb = tl.cdiv(n_src, KS)
     # one loop over this program's (token, block) pairs, as in _fwd_dot_kernel
     for it in tl.range(0, tl.cdiv(n_tok - pid, n_prog) * nb, num_stages=STAGES):
@@ -1018,35 +981,26 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_
         t = pid + (it // nb) * n_prog
         k0 = kb * KS
         row = tl.cast(t, tl.int64) * d
-        xa, xb, km = _dot_tiles(table, k0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem, ALIGN, DB, TASM)
-        if TLOAD:
-            xat, xbt = _dot_tiles_t(table, k0, rk, n_src, row, cwa, cmwa, cwb, cmwb, elem, ALIGN, DB, TASM)
-        else:
-            xat, xbt = tl.permute(xa, (0, 2, 1)), tl.permute(xb, (0, 2, 1))
-        if GPF:  # every block's, so that the pipeliner copies them ahead (L2 hits after the first)
-            ga_hi, ga_lo = _grad_rows(G, gref, row, rq, n_q, cwa, cmwa, qon, ALIGN, PREC, G_EXACT, TASM)
-            if DB > 0:
-                gb_hi, gb_lo = _grad_rows(G, gref, row, rq, n_q, cwb, cmwb, qon, ALIGN, PREC, G_EXACT, TASM)
-            hq = rq[None, :].to(tl.int64) * n_tok * H + t * H + rh[:, None]
-            st = tl.load(STAT + hq, mask=hq_on, other=0.0)
-            of = tl.load(OFF + hq, mask=hq_on, other=0.0)
-        elif kb == 0 and it > 0:  # a new token's
-            ga_hi, ga_lo = _grad_rows(G, gref, row, rq, n_q, cwa, cmwa, qon, ALIGN, PREC, G_EXACT)
-            if DB > 0:
-                gb_hi, gb_lo = _grad_rows(G, gref, row, rq, n_q, cwb, cmwb, qon, ALIGN, PREC, G_EXACT)
-            hq = rq[None, :].to(tl.int64) * n_tok * H + t * H + rh[:, None]
-            st = tl.load(STAT + hq, mask=hq_on, other=0.0)
-            of = tl.load(OFF + hq, mask=hq_on, other=0.0)
+        xa, xb, km = _dot_tiles(table, k0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem, ALIGN, DB)
+        xat, xbt = _dot_tiles_t(table, k0, rk, n_src, row, cwa, cmwa, cwb, cmwb, elem, ALIGN, DB)
+        # this token's upstream gradients (transposed like w), statistics and offsets, loaded
+        # at every block (L2 hits after the first) so that the pipeliner copies them ahead
+        ga_hi, ga_lo = _grad_rows(G, gref, row, rq, n_q, cwa, cmwa, qon, ALIGN, PREC, G_EXACT)
+        if DB > 0:
+            gb_hi, gb_lo = _grad_rows(G, gref, row, rq, n_q, cwb, cmwb, qon, ALIGN, PREC, G_EXACT)
+        hq = rq[None, :].to(tl.int64) * n_tok * H + t * H + rh[:, None]    # (HP, SP)
+        st = tl.load(STAT + hq, mask=hq_on, other=0.0)
+        of = tl.load(OFF + hq, mask=hq_on, other=0.0)
         if SPLIT:  # the forward's
             rstd = tl.load(RSTD + (k0 + rk).to(tl.int64) * n_tok + t, mask=k0 + rk < n_src, other=1.0)
         else:
-            ss = _sumsq(xa, SS_DOT)                                      # (KS,)
+            ss = _sumsq(xa, xat, SS_DOT)                                      # (KS,)
         zero = tl.zeros([HP, KS, SP], tl.float32)
         zr = _dot_split(xa, wa_hi, wa_lo, zero, PREC)                    # (HP, KS, SP)
         gx = _dot_g(xa, ga_hi, ga_lo, zero, PREC, G_EXACT)
         if DB > 0:
             if not SPLIT:
-                ss += _sumsq(xb, SS_DOT)
+                ss += _sumsq(xb, xbt, SS_DOT)
             zr = _dot_split(xb, wb_hi, wb_lo, zr, PREC)
             gx = _dot_g(xb, gb_hi, gb_lo, gx, PREC, G_EXACT)
         if not SPLIT:
