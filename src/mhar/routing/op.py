@@ -180,8 +180,13 @@ _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 12
 # persistent over tokens, "fwd_dot_progs_per_sm" per SM (registers allow one at 1024 and
 # 1280: the whole step at 1024/49 with 8 heads took 39.7 against 40.3 ms with one
 # token per program, at 1280/73 90.5 against 91.3; bench/results/session14/), with
-# blocks of "dot_sources" sources and "dot_warps" warps; "dot_pf" loads the next block's
-# tiles while this one is reduced. "dot_sumsq_products": the key norm's sum of squares
+# blocks of "dot_sources" sources and "dot_warps" warps. "dot_stages": each program walks
+# its (token, block) pairs in one loop that triton's pipeliner runs in this many stages,
+# copying each block's tiles into shared memory while the block before is reduced: at
+# 1280/73 with 8 heads the forward took 8.2 against 10.7 ms per step with the hand
+# prefetch a block ahead that it replaced, the COEF pass 7.9 against 8.8, the whole step's
+# routing kernels 64.2 against 67.6 (1024/49: 30.7 against 31.5; bench/results/session20/,
+# call 4). "dot_sumsq_products": the key norm's sum of squares
 # taken as products too (triton_kernels._sumsq), in the forward and the COEF pass: at 1024
 # with 8 heads one phase-1 read's forward and COEF pass took 16-17% less time with it
 # and the persistent forward (session 14, run 2); at 1280 the same as elementwise. For
