@@ -628,7 +628,7 @@ def _bwd_gather_kernel(table, ref, gtable, W, WB, G, gref, CA, CB, CC, n_src, n_
     cmask = kmask[:, None] & (rq[None, :] < n_q)
     c_all = tl.load(CC + cq, mask=cmask, other=0.0)
     n_tok = tl.num_programs(0) // n_blk
-    for part in tl.static_range(1, CH):  # unrolled: the parts' loads in flight together
+    for part in range(1, CH):
         c_all += tl.load(CC + part * n_tok.to(tl.int64) * n_src * n_q + cq, mask=cmask, other=0.0)
     cs = tl.sum(c_all, axis=1)
     src = tl.multiple_of(tl.load(table + k, mask=kmask, other=0).to(tl.pointer_type(elem)), ALIGN)
