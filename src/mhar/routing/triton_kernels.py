@@ -840,8 +840,9 @@ def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, RSTD, n_src, n_tok, n_q,
     paper's shapes). The tiles are loaded twice, as (KS, lanes) for the logits' product and
     as (lanes, KS) for the output's (``_dot_tiles_t``, a second read from L2): the
     pipeliner copies ahead only loads whose every use is a product's operand, and the
-    transpose of one tile in registers is not (session 20). ``RS``: each source's key-norm scale 1 / rms at each token
-    is written to RSTD (n_src, n_tok), for the COEF pass one head per program.
+    transpose of one tile in registers is not (session 20). ``RS``: each source's key-norm
+    scale 1 / rms at each token is written to RSTD (n_src, n_tok), for the COEF pass one
+    head per program.
     ``SPLIT``: one head per program (grid (n_prog, H), HP 1), the scales read from RSTD
     (``_key_scales_kernel``), as the COEF pass's SPLIT."""
     pid = tl.program_id(0)
@@ -882,7 +883,7 @@ def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, RSTD, n_src, n_tok, n_q,
         if SPLIT:
             rstd = tl.load(RSTD + (k0 + rk).to(tl.int64) * n_tok + t, mask=k0 + rk < n_src, other=1.0)
         else:
-            ss = _sumsq(xa, xat, SS_DOT)                                      # (KS,)
+            ss = _sumsq(xa, xat, SS_DOT)                                 # (KS,)
         zr = _dot_split(xa, wa_hi, wa_lo, tl.zeros([HP, KS, SP], tl.float32), PREC)
         if DB > 0:
             if not SPLIT:
@@ -994,7 +995,7 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_
         if SPLIT:  # the forward's
             rstd = tl.load(RSTD + (k0 + rk).to(tl.int64) * n_tok + t, mask=k0 + rk < n_src, other=1.0)
         else:
-            ss = _sumsq(xa, xat, SS_DOT)                                      # (KS,)
+            ss = _sumsq(xa, xat, SS_DOT)                                 # (KS,)
         zero = tl.zeros([HP, KS, SP], tl.float32)
         zr = _dot_split(xa, wa_hi, wa_lo, zero, PREC)                    # (HP, KS, SP)
         gx = _dot_g(xa, ga_hi, ga_lo, zero, PREC, G_EXACT)
