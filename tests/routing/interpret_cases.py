@@ -720,9 +720,46 @@ def test_products_that_do_not_fit_fall_back(gen, monkeypatch):
     monkeypatch.setattr(rop, "_DOT_UNFIT", set())
     with pytest.warns(UserWarning, match="does not fit"):
         check_partial(18, (3,), 160, 8, 8, gen=gen)
-    assert sorted(tries) == ["_coef_dot_kernel", "_fwd_dot_kernel"]
+    # each kernel tried in its pipeline stages, then in one
+    assert sorted(tries) == ["_coef_dot_kernel"] * 2 + ["_fwd_dot_kernel"] * 2
     check_two_phase(18, 2, (3,), 160, 8, 8, gen=gen, fused=True)
-    assert len(tries) == 2
+    assert len(tries) == 4
+
+
+def test_pipelined_products_that_do_not_fit_run_in_one_stage(gen, monkeypatch):
+    # a product kernel whose pipeline stages need more shared memory than the GPU has runs
+    # in one stage, warns once, and is not tried in its stages again
+    from triton.runtime.errors import OutOfResources
+
+    from mhar.routing import triton_kernels as tk
+
+    launches = []
+
+    class OneStageOnly:
+        def __init__(self, kernel):
+            self.kernel, self.fn = kernel, kernel.fn
+
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                launches.append((self.fn.__name__, kwargs["STAGES"]))
+                if kwargs["STAGES"] > 1:
+                    raise OutOfResources(233728, 232448, "shared memory")
+                return self.kernel[grid](*args, **kwargs)
+            return launch
+
+    monkeypatch.setattr(tk, "_fwd_dot_kernel", OneStageOnly(tk._fwd_dot_kernel))
+    monkeypatch.setattr(tk, "_coef_dot_kernel", OneStageOnly(tk._coef_dot_kernel))
+    monkeypatch.setattr(rop, "_DOT_UNFIT", set())
+    rop.TUNE = dict(dot_stages=3)
+    try:
+        with pytest.warns(UserWarning, match="it runs in one stage"):
+            check_partial(18, (3,), 160, 8, 8, gen=gen)
+        assert sorted(launches) == [("_coef_dot_kernel", 1), ("_coef_dot_kernel", 3), ("_fwd_dot_kernel", 1),
+                                    ("_fwd_dot_kernel", 3)]
+        check_partial(18, (3,), 160, 8, 8, gen=gen)  # (the values checked against the reference each time)
+        assert len(launches) > 4 and all(stages == 1 for _, stages in launches[4:])
+    finally:
+        rop.TUNE = None
 
 
 

@@ -451,23 +451,28 @@ _DOT_UNFIT: set = set()
 
 def _launch_dot(kernel, grid: tuple, args: tuple, consts: dict, warps: int, device: torch.device) -> bool:
     """Launch a phase-1 kernel as matrix products; False (nothing launched) when it needs
-    more shared memory than the GPU has. Up to 131,072 bytes at the paper widths
-    (``bench/compile_sm90.py --kernels dot``): an H100/H200 or A100 has room, GPUs with about
-    100 KB per block do not, and triton raises before the kernel runs."""
+    more shared memory than the GPU has, in its pipeline stages (``STAGES``) and then in
+    one. With three stages, up to 148,544 bytes at the paper widths with every head in a
+    program and 18,432 with a head per program (the default for several heads); in one
+    stage up to 102,400 (``bench/compile_sm90.py --kernels dot``). An H100/H200 or A100
+    has room for three; triton raises before the kernel runs."""
     from triton.runtime.errors import OutOfResources
 
-    key = (kernel.fn.__name__ if hasattr(kernel, "fn") else str(kernel), tuple(sorted(consts.items())), warps,
-           str(device))
-    if key in _DOT_UNFIT:
-        return False
-    try:
-        kernel[grid](*args, **consts, num_warps=warps)
-    except OutOfResources as e:
-        _DOT_UNFIT.add(key)
-        warnings.warn(f"mhar routing: {key[0]} does not fit this GPU ({e}); phase 1 uses the per-query kernels",
-                      stacklevel=2)
-        return False
-    return True
+    name = kernel.fn.__name__ if hasattr(kernel, "fn") else str(kernel)
+    key = (name, tuple(sorted(consts.items())), warps, str(device))
+    stages = consts.get("STAGES", 1)
+    if key not in _DOT_UNFIT:
+        try:
+            kernel[grid](*args, **consts, num_warps=warps)
+            return True
+        except OutOfResources as e:
+            _DOT_UNFIT.add(key)
+            then = "it runs in one stage" if stages > 1 else "phase 1 uses the per-query kernels"
+            warnings.warn(f"mhar routing: {name} in {stages} pipeline stage(s) does not fit this GPU ({e}); {then}",
+                          stacklevel=2)
+    if stages > 1:  # one stage holds a single block's tiles in shared memory
+        return _launch_dot(kernel, grid, args, {**consts, "STAGES": 1}, warps, device)
+    return False
 
 
 def _contig(srcs: Sequence[Tensor]) -> list[Tensor]:
