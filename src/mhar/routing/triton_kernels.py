@@ -757,44 +757,33 @@ def _dot_g(a, hi, lo, acc, PREC: tl.constexpr, EXACT: tl.constexpr):
 
 
 @triton.jit
-def _dot_tiles(table, k0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem: tl.constexpr, ALIGN: tl.constexpr,
-               DB: tl.constexpr):
+def _dot_tiles(table, k0, rk, n_src, row, ca, cma, cb, cmb, elem: tl.constexpr, ALIGN: tl.constexpr,
+               DB: tl.constexpr, T: tl.constexpr = False):
     """Token ``row``'s tiles of sources k0 .. k0 + KS - 1 (zeros past n_src): part A
-    (HP, KS, DA), part B (HP, KS, DB; part A again without one), and the sources' mask."""
+    (HP, KS, DA), part B (HP, KS, DB; part A again without one), and the sources' mask,
+    for columns ``ca``, ``cb`` (``_dot_cols`` AXIS 2). T: the tiles transposed, (HP, DA, KS)
+    and (HP, DB, KS), loaded as such (columns from ``_dot_cols`` AXIS 1)."""
     k = k0 + rk
     kmask = k < n_src
     src = tl.multiple_of(tl.load(table + k, mask=kmask, other=0).to(tl.pointer_type(elem)), ALIGN)
-    sp = src[None, :, None] + row                                   # (1, KS, 1)
-    km = kmask[None, :, None]
-    xa = tl.load(sp + cxa, mask=km & cmxa, other=0.0)
+    if T:
+        sp = src[None, None, :] + row                               # (1, 1, KS)
+        km = kmask[None, None, :]
+    else:
+        sp = src[None, :, None] + row                               # (1, KS, 1)
+        km = kmask[None, :, None]
+    xa = tl.load(sp + ca, mask=km & cma, other=0.0)
     xb = xa
     if DB > 0:
-        xb = tl.load(sp + cxb, mask=km & cmxb, other=0.0)
+        xb = tl.load(sp + cb, mask=km & cmb, other=0.0)
     return xa, xb, km
-
-
-@triton.jit
-def _dot_tiles_t(table, k0, rk, n_src, row, cwa, cmwa, cwb, cmwb, elem: tl.constexpr, ALIGN: tl.constexpr,
-                 DB: tl.constexpr):
-    """``_dot_tiles``'s tiles transposed, (HP, DA, KS) and (HP, DB, KS), loaded as such
-    (the products' other operand)."""
-    k = k0 + rk
-    kmask = k < n_src
-    src = tl.multiple_of(tl.load(table + k, mask=kmask, other=0).to(tl.pointer_type(elem)), ALIGN)
-    sp = src[None, None, :] + row                                   # (1, 1, KS)
-    km = kmask[None, None, :]
-    xa = tl.load(sp + cwa, mask=km & cmwa, other=0.0)
-    xb = xa
-    if DB > 0:
-        xb = tl.load(sp + cwb, mask=km & cmwb, other=0.0)
-    return xa, xb
 
 
 @triton.jit
 def _sumsq(x, xt, SS_DOT: tl.constexpr):
     """Each source's sum of squares over a (heads, sources, lanes) tile x: (sources,), fp32.
     SS_DOT: as products, the diagonal of x x^T per head summed over heads, in the
-    products' layout (xt: x^T, ``_dot_tiles_t``'s tile, which the output's product reads
+    products' layout (xt: x^T, ``_dot_tiles``'s transposed tile, which the output's product reads
     anyway), where the elementwise sum moves the whole tile into another register layout
     through shared memory first (triton 3.6 at 1024 and 1280 with 8 heads). bf16 products
     are exact in fp32; fp32 tiles (the interpreter's) multiply at full precision."""
@@ -838,7 +827,7 @@ def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, RSTD, n_src, n_tok, n_q,
     ``STAGES`` stages: each block's tiles are copied into shared memory (cp.async) while
     the block before is reduced, on across tokens (a token has only 1 to 5 blocks at the
     paper's shapes). The tiles are loaded twice, as (KS, lanes) for the logits' product and
-    as (lanes, KS) for the output's (``_dot_tiles_t``, a second read from L2): the
+    as (lanes, KS) for the output's (``_dot_tiles`` with T, a second read from L2): the
     pipeliner copies ahead only loads whose every use is a product's operand, and the
     transpose of one tile in registers is not (session 20). ``RS``: each source's key-norm
     scale 1 / rms at each token is written to RSTD (n_src, n_tok), for the COEF pass one
@@ -879,7 +868,7 @@ def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, RSTD, n_src, n_tok, n_q,
         k0 = kb * KS
         row = tl.cast(t, tl.int64) * d
         xa, xb, km = _dot_tiles(table, k0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem, ALIGN, DB)
-        xat, xbt = _dot_tiles_t(table, k0, rk, n_src, row, cwa, cmwa, cwb, cmwb, elem, ALIGN, DB)
+        xat, xbt, _ = _dot_tiles(table, k0, rk, n_src, row, cwa, cmwa, cwb, cmwb, elem, ALIGN, DB, True)
         if SPLIT:
             rstd = tl.load(RSTD + (k0 + rk).to(tl.int64) * n_tok + t, mask=k0 + rk < n_src, other=1.0)
         else:
@@ -983,7 +972,7 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_
         k0 = kb * KS
         row = tl.cast(t, tl.int64) * d
         xa, xb, km = _dot_tiles(table, k0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem, ALIGN, DB)
-        xat, xbt = _dot_tiles_t(table, k0, rk, n_src, row, cwa, cmwa, cwb, cmwb, elem, ALIGN, DB)
+        xat, xbt, _ = _dot_tiles(table, k0, rk, n_src, row, cwa, cmwa, cwb, cmwb, elem, ALIGN, DB, True)
         # this token's upstream gradients (transposed like w), statistics and offsets, loaded
         # at every block (L2 hits after the first) so that the pipeliner copies them ahead
         ga_hi, ga_lo = _grad_rows(G, gref, row, rq, n_q, cwa, cmwa, qon, ALIGN, PREC, G_EXACT)
