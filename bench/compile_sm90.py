@@ -5,7 +5,8 @@ would specialise it at the paper widths (bf16 sources, 16-byte aligned tables, e
 valid), and reads the cubin's resource usage with the cuobjdump that ships with triton.
 It also counts the layout conversions in the compiled TTGIR, and those inside loop bodies
 (once per iteration: per source in the source loops), with the largest tensor they move,
-and each SASS loop's instructions and barriers per warp and iteration.
+the asynchronous copies (cp.async: loads triton's pipeliner fetches ahead, once per
+stage), and each SASS loop's instructions and barriers per warp and iteration.
 The numbers quoted in docs/kernels.md and bench/results/ for register pressure come from
 this script (run with triton 3.6, the GPU machine's version).
 
@@ -69,6 +70,7 @@ def resources(fn, constexprs: dict, warps: int, pointers: dict | None = None) ->
     return {"regs": int(re.search(r"REG:(\d+)", out).group(1)), "stack": int(re.search(r"STACK:(\d+)", out).group(1)),
             "shared": kernel.metadata.shared,
             "layout_conversions": kernel.asm["ttgir"].count("convert_layout"), "sass_loops": sass_loops(sass),
+            "async_copies": kernel.asm["ttgir"].count("async_copy_global_to_local"),
             "in_loops": loop_conversions(kernel.asm["ttgir"]), "ttgir": kernel.asm["ttgir"],
             # memory instructions by width: 16-byte vectors, and 2-byte scalar ones (bf16 without vectorisation)
             "v4": len(re.findall(r"(?:ld|st)\.global[\w.]*\.v4", ptx)),
@@ -177,13 +179,14 @@ def main() -> None:
     if args.maxnreg:
         OPTIONS["maxnreg"] = args.maxnreg
     print("| kernel | d | H | warps | registers | stack bytes | shared bytes | layout conversions "
-          "| of them in loops (largest) | 16-byte / 2-byte memory ops | SASS loops: instructions / barriers |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "| of them in loops (largest) | asynchronous copies | 16-byte / 2-byte memory ops "
+          "| SASS loops: instructions / barriers |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 
     def row(name, d, heads, w, r):
         print(f"| {name} | {d} | {heads} | {w} | {r['regs']} | {r['stack']} | {r['shared']} | "
               f"{r['layout_conversions']} | "
-              f"{r['in_loops']} | {r['v4']} / {r['b16']} | {r['sass_loops']} |", flush=True)
+              f"{r['in_loops']} | {r['async_copies']} | {r['v4']} / {r['b16']} | {r['sass_loops']} |", flush=True)
 
     for kind in args.kernels.split(","):
         if kind == "hyper":
