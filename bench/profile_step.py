@@ -34,11 +34,14 @@ KINDS = [
 ]
 
 
-def kernel_kinds(prof, steps: int) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+def kernel_kinds(prof, steps: int, counts: dict[str, int] | None = None
+                 ) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
     """Kernel time in ms per step by kind, from the profiler's device events, and per
-    kind the time of each kernel name."""
+    kind the time of each kernel name; ``counts`` (if given) gets each kind's and each
+    name's launches over the ``steps``."""
     out = {k: 0.0 for k, _ in KINDS} | {"other": 0.0}
     names: dict[str, dict[str, float]] = {k: {} for k in out}
+    counts = {} if counts is None else counts
     for e in prof.events():
         # device-side ranges of user annotations (e.g. "Optimizer.step#AdamW.step") span
         # kernels that are counted on their own: skip them
@@ -50,6 +53,8 @@ def kernel_kinds(prof, steps: int) -> tuple[dict[str, float], dict[str, dict[str
         ms = e.time_range.elapsed_us() / 1e3 / steps
         out[kind] += ms
         names[kind][e.name] = names[kind].get(e.name, 0.0) + ms
+        for key in (kind, e.name):
+            counts[key] = counts.get(key, 0) + 1
     out["total"] = sum(out.values())
     return out, names
 
@@ -83,7 +88,7 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     batch, seq = PAPER_MICROBATCH[args.preset]
-    summary, kinds = [], {}
+    summary, kinds, launches = [], {}, {}
     for method in args.methods.split(","):
         release_memory()  # the previous model (compiled modules sit in reference cycles)
         model = build(args.preset, method, seq, [], args.chunk, "cuda")
@@ -95,7 +100,10 @@ def main() -> None:
                               accum=args.accum, adamw=args.adamw)
         prof = timed.pop("profiler")
         table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=args.rows, max_name_column_width=70)
-        kinds[method], names = kernel_kinds(prof, steps=2)
+        counts: dict[str, int] = {}
+        kinds[method], names = kernel_kinds(prof, steps=2, counts=counts)
+        launches[method] = {k: counts.get(k, 0) / 2 for k in kinds[method] if k != "total"}
+        launches[method]["total"] = sum(launches[method].values())
         by_kind = "\n".join(f"  {k:12s} {ms:8.2f} ms" for k, ms in kinds[method].items())
         by_kind += "\n\nthe longest kernels of each kind (ms per step):\n" + top_names(names, 10)
         tags = ("_eager" if args.eager else "") + ("_ckpt" if args.activation_checkpointing else "") \
@@ -105,6 +113,14 @@ def main() -> None:
         path.write_text(f"{method} {args.preset} compile={args.compile}: {timed['step_ms']:.1f} ms/step{how}, "
                         f"MFU {100 * timed['mfu']:.1f}%, peak {timed['peak_mem_gb']:.1f} GB\n\n{table}\n\n"
                         f"kernel time per profiled step by kind:\n{by_kind}\n")
+        # every kernel, for diffs between methods: kind, launches and ms per step, name
+        seq = [(e.name, e.time_range.elapsed_us()) for e in sorted(prof.events(), key=lambda e: e.time_range.start)
+               if e.device_type == DeviceType.CUDA and any(f in e.name.lower() for f in KINDS[0][1])]
+        path.with_name(path.stem + "_routing_launches.tsv").write_text(  # both profiled steps, in order
+            "name\tus\n" + "".join(f"{n}\t{us:.1f}\n" for n, us in seq))
+        rows = sorted(((k, n, ms) for k, by in names.items() for n, ms in by.items()), key=lambda r: -r[2])
+        path.with_suffix(".tsv").write_text("kind\tlaunches_per_step\tms_per_step\tname\n" + "".join(
+            f"{k}\t{counts[n] / 2:g}\t{ms:.4f}\t{n}\n" for k, n, ms in rows))
         summary.append(f"{args.preset} {method} compile={args.compile}: {timed['step_ms']:.1f} ms, "
                        f"MFU {100 * timed['mfu']:.1f}%, peak {timed['peak_mem_gb']:.1f} GB")
         print(summary[-1] + "\n" + top_names(names, 3), flush=True)
@@ -115,6 +131,9 @@ def main() -> None:
     print(f"{'kind':12s} " + " ".join(f"{m:>20s}" for m in kinds))
     for k in kinds[first]:
         print(f"{k:12s} " + " ".join(f"{v[k]:8.2f} ({v[k] - kinds[first][k]:+7.2f})" for v in kinds.values()))
+    print(f"\nkernel launches per step by kind (difference from {first}):")
+    for k in launches[first]:
+        print(f"{k:12s} " + " ".join(f"{v[k]:8g} ({v[k] - launches[first][k]:+7g})" for v in launches.values()))
 
 
 if __name__ == "__main__":

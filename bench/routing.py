@@ -341,6 +341,7 @@ def write_phase1_config(results, path):
 def kernel_breakdown(fn, iters=2):
     """Device time per call of fn, in all and per kernel (the top 8 by time), from the
     profiler: excludes host overhead."""
+    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile as prof
     fn()
     torch.cuda.synchronize()
@@ -354,8 +355,12 @@ def kernel_breakdown(fn, iters=2):
         if us:
             per[e.key] = (us / iters / 1000.0, e.count // iters)
     top = sorted(per.items(), key=lambda kv: -kv[1][0])[:8]
+    # the routing kernels' launches of the first profiled call, in order (us each)
+    events = sorted((e for e in p.events() if e.device_type == DeviceType.CUDA and e.name.startswith("_")),
+                    key=lambda e: e.time_range.start)
     return {"kernel_ms": sum(v[0] for v in per.values()),
-            "top": [{"name": k[:60], "ms": round(v[0], 3), "calls": v[1]} for k, v in top]}
+            "top": [{"name": k[:60], "ms": round(v[0], 3), "calls": v[1]} for k, v in top],
+            "launches": [[e.name, round(e.time_range.elapsed_us(), 1)] for e in events[:len(events) // iters]]}
 
 
 def main():
