@@ -520,7 +520,7 @@ def test_phase_one_forward_as_products(n, lead, d, heads, S, gen):
     # 19, 20), and the merged two-phase read
     # odd S: one pipeline stage (the interpreter runs both alike); odd n: the sum of squares
     # elementwise
-    rop.TUNE = dict(fwd_dot=True, dot_stages=1 if S % 2 else 3, dot_sumsq_products=n % 2 == 0)
+    rop.TUNE = dict(fwd_dot=True, fwd_dot_min_queries=1, dot_stages=1 if S % 2 else 3, dot_sumsq_products=n % 2 == 0)
     try:
         check_partial(n, lead, d, heads, S, gen=gen)
         check_two_phase(n, 2, lead, d, heads, S, gen=gen, fused=True)
@@ -691,6 +691,24 @@ def test_forward_one_head_per_program_runs(gen, dot_launches):
                              None if split else True)], seen
     finally:
         rop.TUNE = None
+
+
+def test_one_query_forward_per_query(gen, dot_launches):
+    # a chunk of one site has no read to share: its forward takes the per-query kernel
+    # (fwd_dot_min_queries 2), the same values as the products
+    seen = dot_launches
+    srcs, q, g = make_inputs(5, (4,), 40, torch.float32, "cpu", S=1, gen=gen)
+    outs = {}
+    for least in (2, 1):
+        seen.clear()
+        rop.TUNE = dict(fwd_dot=True, fwd_split=True, fwd_dot_min_queries=least)
+        try:
+            outs[least] = routing.route_partial(srcs, q, g, 4, scales=routing.KeyScales())
+        finally:
+            rop.TUNE = None
+        assert [x[0] for x in seen] == ([] if least == 2 else [tk._fwd_dot_kernel.fn.__name__]), seen
+    for a, b in zip(outs[2], outs[1]):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
 def test_products_that_do_not_fit_fall_back(gen, monkeypatch):

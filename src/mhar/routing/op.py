@@ -225,6 +225,12 @@ _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 12
 # (bench/results/session18/, calls 1, 2 and 4). (The next token's gradient rows loaded a
 # token ahead measured slower without the split, 18.3 against 15.6 ms, and the same with
 # it; its code is at 5c597d3.)
+# fwd_dot_min_queries: the fewest queries phase 1's forward takes as products. A chunk of
+# one site (a stream's last, where 2L+1 sites leave one over: the final read of every
+# source) has nothing to share a source's read with, and ran the product kernel with every
+# head in one 8-warp program (the split needs S > 1): 1.88 ms at 1280/73 with 8 heads
+# against 0.72 of bytes (bench/results/session21/, call 1). The per-query kernel reads
+# each source once per site anyway.
 # direct_rows: route_partial_rows's sites write their rows' gradients into phase 1's
 # buffer (PhaseOneRows); False takes the rows as autograd views, which stacks them (for
 # side-by-side timing).
@@ -232,7 +238,8 @@ _PHASE1_DOT = {"fwd_dot": False, "fwd_dot_progs_per_sm": 2, "dot_sources": 16, "
                "dot_sumsq_products": True,
                "coef_dot": False, "coef_dot_progs_per_sm": 1,
                "coef_split": True, "coef_split_progs_per_sm": 8, "coef_split_warps": 1,
-               "fwd_split": True, "fwd_split_progs_per_sm": 8, "fwd_split_warps": 1, "direct_rows": True}
+               "fwd_split": True, "fwd_split_progs_per_sm": 8, "fwd_split_warps": 1, "fwd_dot_min_queries": 2,
+               "direct_rows": True}
 # fwd_maxnreg / bwd_maxnreg / gather_maxnreg: a register cap per thread for the per-query
 # kernels and the gather (triton's maxnreg; None: the compiler's choice), so that more
 # programs fit on an SM. At 1280/73 no cap on the per-query kernels measured faster in
@@ -510,7 +517,7 @@ def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, h
     m = _new((S, n_tok, heads), torch.float32, dev)
     l = _new((S, n_tok, heads), torch.float32, dev)
     o = _new((S, n_tok, d), torch.float32, dev)
-    dot = _dot_tile(cfg, "fwd_dot", dh, heads, S, align, srcs[0])
+    dot = _dot_tile(cfg, "fwd_dot", dh, heads, S, align, srcs[0]) if S >= cfg["fwd_dot_min_queries"] else None
     done = False  # by the kernel as matrix products
     rstd = None
     if n_tok and dot:
