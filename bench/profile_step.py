@@ -114,10 +114,10 @@ def main() -> None:
                         f"MFU {100 * timed['mfu']:.1f}%, peak {timed['peak_mem_gb']:.1f} GB\n\n{table}\n\n"
                         f"kernel time per profiled step by kind:\n{by_kind}\n")
         # every kernel, for diffs between methods: kind, launches and ms per step, name
-        seq = [(e.name, e.time_range.elapsed_us()) for e in sorted(prof.events(), key=lambda e: e.time_range.start)
+        launched = [(e.name, e.time_range.elapsed_us()) for e in sorted(prof.events(), key=lambda e: e.time_range.start)
                if e.device_type == DeviceType.CUDA and any(f in e.name.lower() for f in KINDS[0][1])]
         path.with_name(path.stem + "_routing_launches.tsv").write_text(  # both profiled steps, in order
-            "name\tus\n" + "".join(f"{n}\t{us:.1f}\n" for n, us in seq))
+            "name\tus\n" + "".join(f"{n}\t{us:.1f}\n" for n, us in launched))
         rows = sorted(((k, n, ms) for k, by in names.items() for n, ms in by.items()), key=lambda r: -r[2])
         path.with_suffix(".tsv").write_text("kind\tlaunches_per_step\tms_per_step\tname\n" + "".join(
             f"{k}\t{counts[n] / 2:g}\t{ms:.4f}\t{n}\n" for k, n, ms in rows))

@@ -75,7 +75,10 @@ _PTR_CACHE: OrderedDict = OrderedDict()
 # replay, and bakes in the device table's address, so both must outlive the graph and
 # never be reused: such tables bypass the cache (whose entries are evicted and freed)
 # and wait here until the graph's owner takes them (:func:`take_captured_tables`).
+# Within the captures until then a table is made once per pointer list (a backward's
+# sources are its forward's: at 1B, 73 copy nodes fewer per step).
 _CAPTURED_TABLES: list[tuple[Tensor, Tensor]] = []
+_CAPTURED_BY_PTRS: dict = {}
 
 
 def _ptr_table(tensors: Sequence[Tensor]) -> tuple[Tensor, int]:
@@ -85,12 +88,15 @@ def _ptr_table(tensors: Sequence[Tensor]) -> tuple[Tensor, int]:
     reuse is always valid), except under a CUDA graph capture (see ``_CAPTURED_TABLES``)."""
     dev = tensors[0].device
     ptrs = tuple(t.data_ptr() for t in tensors)
-    if dev.type == "cuda" and torch.cuda.is_current_stream_capturing():
-        host = torch.tensor(ptrs, dtype=torch.int64).pin_memory()
-        tab = host.to(dev, non_blocking=True)
-        _CAPTURED_TABLES.append((host, tab))
-        return tab, _alignment(ptrs)
     key = (dev, ptrs)
+    if dev.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        hit = _CAPTURED_BY_PTRS.get(key)
+        if hit is None:
+            host = torch.tensor(ptrs, dtype=torch.int64).pin_memory()
+            tab = host.to(dev, non_blocking=True)
+            _CAPTURED_TABLES.append((host, tab))
+            hit = _CAPTURED_BY_PTRS[key] = (tab, _alignment(ptrs))
+        return hit
     hit = _PTR_CACHE.get(key)
     if hit is None:
         tab = torch.tensor(ptrs, dtype=torch.int64)
@@ -113,6 +119,7 @@ def take_captured_tables() -> list[tuple[Tensor, Tensor]]:
     since the last call. Whoever owns the graph keeps them for as long as it may replay."""
     taken = list(_CAPTURED_TABLES)
     _CAPTURED_TABLES.clear()
+    _CAPTURED_BY_PTRS.clear()
     return taken
 
 
@@ -486,22 +493,29 @@ def _contig(srcs: Sequence[Tensor]) -> list[Tensor]:
     return [s if s.is_contiguous() else s.contiguous() for s in srcs]
 
 
+def _route_weights(queries: Tensor, norm_weights: Tensor) -> Tensor:
+    """w = q * g in fp32 (S, d), what the kernels take: formed once per read in its
+    forward and kept for its backward (a launch fewer per site and step)."""
+    return (queries.float() * norm_weights.float()).contiguous()
+
+
 def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, heads: int, eps: float,
                     final: bool, init: Partial | None = None, want_rstd: bool = False,
-                    scales: KeyScales | None = None):
+                    scales: KeyScales | None = None, w: Tensor | None = None):
     """final: (y, lse) of one query; else (m, l, o) of S queries. init (final only): a
     one-row partial read of other sources that the read starts from (fused phase 2).
     want_rstd (partial reads): also return the sources' key-norm scales (n_src, n_tok) for
     the backward's COEF pass with a head per program, or None where it does not run.
     scales: the stream's :class:`KeyScales`; with it the forward may run a head per
-    program too (config "fwd_split")."""
+    program too (config "fwd_split"). w: ``_route_weights(queries, norm_weights)``, where
+    the caller keeps it for the backward."""
     from mhar.routing.triton_kernels import _fwd_kernel
 
     srcs = _contig(srcs)
     S, d = queries.shape
     n_tok = srcs[0].numel() // d
     dev = srcs[0].device
-    w = (queries.float() * norm_weights.float()).contiguous()
+    w = _route_weights(queries, norm_weights) if w is None else w
     table, align = _ptr_table(srcs)
     dh, cfg, tile = _geometry(d, heads, n_tok, "fwd", align)
     n_tiles = -(-n_tok // tile["BM"])
@@ -598,24 +612,24 @@ def _stacked(grad: Tensor | Sequence[Tensor]) -> Tensor:
 def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, grad: Tensor | Sequence[Tensor],
                      stat: Tensor, off: Tensor | None, y: Tensor | None, heads: int, eps: float,
                      sink: SinkSpan | None = None, partial: tuple | None = None,
-                     rstd: Tensor | None = None) -> list[Tensor | None]:
+                     rstd: Tensor | None = None, w: Tensor | None = None) -> list[Tensor | None]:
     """grad: (S, M, d), or the S queries' (M, d) gradients as separate tensors in any one
     dtype (a phase-1 read's rows in final form, ``_RowGrads``; the phase-1 kernels read
     them through a pointer table, the others take them stacked).
     partial (a final read that started from a phase-1 row, one query): (m0, grad_o,
     grad_l), the row's max (n_tok, H) and two fp32 outputs (n_tok, d) and (n_tok, H) that
-    the kernel fills with the row's gradients; or (None, None, off), an (n_tok, H) fp32
-    output that it fills with -(g . y) per head (the row in final form).
+    the kernel fills with the row's gradients; or (None, stat, off), two (n_tok, H) fp32
+    outputs that it fills with lse and -(g . y) per head (the row in final form).
     rstd (n_src, n_tok): the sources' key-norm scales from the forward; with them the COEF
-    pass may run a head per program (``_coef_split``)."""
+    pass may run a head per program (``_coef_split``). w: the forward's
+    ``_route_weights``, or None to form it again."""
     from mhar.routing.triton_kernels import _bwd_kernel
 
     srcs = _contig(srcs)
     S, d = queries.shape
     n_tok = srcs[0].numel() // d
     dev = srcs[0].device
-    q32, g32 = queries.float(), norm_weights.float()
-    w = (q32 * g32).contiguous()
+    w = _route_weights(queries, norm_weights) if w is None else w
     # The sink's sources get their gradient summed in-kernel into the sink's running
     # sums (n_acc of them; none on the first read of a backward, which creates the sums).
     # Every other source gets a separate fresh gradient, not a slice of one buffer:
@@ -710,7 +724,7 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
             pm, pgo, pgl = partial if partial is not None else (dw_parts, dw_parts, dw_parts)
             mode = 0 if partial is None else 1 if pm is not None else 2  # PARTIAL: the row's gradients, or -(g . y)
             if mode == 2:
-                pm = pgo = dw_parts
+                pm = dw_parts
             _bwd_kernel[(n_prog,)](src_table, srcs[0], dest_table, w, grad, grad, stat,
                                    stat if final else off.contiguous(),
                                    y.contiguous() if final else grad, dw_parts, dw_parts, dw_parts, dw_parts,
@@ -721,8 +735,39 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
         dw_parts.zero_()
         for g in dests[n_acc:]:
             g.zero_()
-    dw = dw_parts.sum(0)
-    return [(dw * g32).to(queries.dtype), (dw * q32).to(norm_weights.dtype), *[None] * len(sums), *grads]
+    return [*_finish_dw(dw_parts, queries, norm_weights), *[None] * len(sums), *grads]
+
+
+# _dw_finish_kernel's counts per (device, stream), zeros between its launches (each
+# launch leaves them so): made once, or under a CUDA graph's capture as a memset node
+_DW_COUNTS: dict = {}
+
+
+def _finish_dw(parts: Tensor, queries: Tensor, norm_weights: Tensor) -> tuple[Tensor, Tensor]:
+    """(grad_queries, grad_norm_weights) from a backward's per-program rows of
+    d(loss)/dw, w = q * g, (n_prog, S, d) fp32: one launch of ``_dw_finish_kernel`` where
+    the sum over rows and the two products took three (at 1B, 73 sites and 9 chunks per
+    step: 164 launches fewer, session 21)."""
+    from mhar.routing.triton_kernels import _dw_finish_kernel
+
+    dev = parts.device
+    n_rows, n_cols = parts.shape[0], parts[0].numel()
+    bc, br = 128, 32
+    n_cb = -(-n_cols // bc)
+    # about two programs per SM: a split of the rows per program (deterministic; see the kernel)
+    splits = max(1, min(-(-n_rows // br), -(-_n_programs(dev, 1 << 30, 2) // n_cb)))
+    rows_per = -(-n_rows // splits)
+    splits = -(-n_rows // rows_per)  # none empty
+    key = (dev, torch.cuda.current_stream(dev).stream_id if dev.type == "cuda" else 0)
+    count = _DW_COUNTS.get(key)
+    if count is None or count.numel() < n_cb:
+        count = _DW_COUNTS[key] = torch.zeros(max(n_cb, 256), dtype=torch.int32, device=dev)
+    part = torch.empty((splits, n_cols), dtype=torch.float32, device=dev)
+    dq = torch.empty(queries.shape, dtype=queries.dtype, device=dev)
+    dg = torch.empty(norm_weights.shape, dtype=norm_weights.dtype, device=dev)
+    _dw_finish_kernel[(n_cb, splits)](parts, n_rows, rows_per, queries.contiguous(), norm_weights.contiguous(), dq, dg,
+                                      part, count, n_cols, splits, BR=br, BC=bc, num_warps=4)
+    return dq, dg
 
 
 # finalize's kernels: elements per program tile (a chunk of the head's columns) and
@@ -793,11 +838,13 @@ def _ref_backward(srcs, queries, norm_weights, grad, stat, off, heads, eps) -> l
 
 
 def _forward_impl(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, heads: int, eps: float,
-                  final: bool, want_rstd: bool = False, scales: KeyScales | None = None) -> tuple[Tensor, ...]:
+                  final: bool, want_rstd: bool = False, scales: KeyScales | None = None,
+                  w: Tensor | None = None) -> tuple[Tensor, ...]:
     """final: (y, lse) of one query; else (m, l, o) of S queries, and with want_rstd the
-    sources' key-norm scales or None (``_triton_forward``)."""
+    sources' key-norm scales or None (``_triton_forward``; w as there)."""
     if _use_triton(srcs[0]):
-        return _triton_forward(srcs, queries, norm_weights, heads, eps, final, want_rstd=want_rstd, scales=scales)
+        return _triton_forward(srcs, queries, norm_weights, heads, eps, final, want_rstd=want_rstd, scales=scales,
+                               w=w)
     m, l, o = _ref_partial(srcs, queries, norm_weights, heads, eps)
     if not final:
         return (m.contiguous(), l.contiguous(), o.contiguous()) + ((None,) if want_rstd else ())
@@ -809,14 +856,16 @@ def _forward_impl(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, hea
 
 def _backward_impl(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, grad: Tensor, stat: Tensor,
                    off: Tensor | None, y: Tensor | None, heads: int, eps: float,
-                   sink: SinkSpan | None = None, rstd: Tensor | None = None) -> list[Tensor | None]:
+                   sink: SinkSpan | None = None, rstd: Tensor | None = None,
+                   w: Tensor | None = None) -> list[Tensor | None]:
     """grad (S, M, d) or S (M, d) tensors, stat (S, M, H): m (partial) or lse (final, with
     y given and off None); off (S, M, H): grad_l of a partial read, or -(g . y) with lse.
-    rstd: the forward's key-norm scales (``_triton_forward``), or None.
+    rstd: the forward's key-norm scales (``_triton_forward``), or None; w: the forward's
+    ``_route_weights`` or None.
     Returns [grad_queries, grad_norm_weights, *grad_sources], with None for the sources
     whose gradient went into ``sink``."""
     if _use_triton(srcs[0]):
-        return _triton_backward(srcs, queries, norm_weights, grad, stat, off, y, heads, eps, sink, rstd=rstd)
+        return _triton_backward(srcs, queries, norm_weights, grad, stat, off, y, heads, eps, sink, rstd=rstd, w=w)
     grad = _stacked(grad)
     if off is None:
         S, n_tok, _ = stat.shape
@@ -1007,7 +1056,8 @@ class _RouteFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, query, norm_weight, heads, eps, sink, *sources):
         d = query.shape[-1]
-        y, lse = _forward_impl(list(sources), query.view(1, d), norm_weight.view(1, d), heads, eps, True)
+        ctx.w = _route_weights(query.view(1, d), norm_weight.view(1, d)) if _use_triton(sources[0]) else None
+        y, lse = _forward_impl(list(sources), query.view(1, d), norm_weight.view(1, d), heads, eps, True, w=ctx.w)
         ctx.save_for_backward(query, norm_weight, y, lse, *sources)
         ctx.heads, ctx.eps, ctx.sink = heads, eps, sink
         return y
@@ -1017,7 +1067,7 @@ class _RouteFn(torch.autograd.Function):
         query, norm_weight, y, lse, *sources = ctx.saved_tensors
         d, n_tok = query.shape[-1], lse.shape[0]
         res = _backward_impl(sources, query.view(1, d), norm_weight.view(1, d), grad_y.reshape(1, n_tok, d),
-                             lse.view(1, n_tok, ctx.heads), None, y, ctx.heads, ctx.eps, ctx.sink)
+                             lse.view(1, n_tok, ctx.heads), None, y, ctx.heads, ctx.eps, ctx.sink, w=ctx.w)
         return (res[0].view(query.shape), res[1].view(norm_weight.shape), None, None, None, *res[2:])
 
 
@@ -1027,8 +1077,9 @@ class _PartialFn(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, queries, norm_weights, heads, eps, sink, grads, scales, *sources):
+        ctx.w = _route_weights(queries, norm_weights) if _use_triton(sources[0]) else None
         m, l, o, rstd = _forward_impl(list(sources), queries, norm_weights, heads, eps, False, want_rstd=True,
-                                      scales=scales)
+                                      scales=scales, w=ctx.w)
         ctx.save_for_backward(queries, norm_weights, m, rstd, *sources)
         ctx.heads, ctx.eps, ctx.sink, ctx.grads = heads, eps, sink, grads
         ctx.mark_non_differentiable(m)
@@ -1042,7 +1093,8 @@ class _PartialFn(torch.autograd.Function):
         rows = ctx.grads.take() if ctx.grads is not None else None
         if rows is not None and grad_l is None and grad_o is None:
             # the sites' reads in final form: g, lse and -(g . y) per query
-            res = _backward_impl(sources, queries, norm_weights, *rows, None, ctx.heads, ctx.eps, ctx.sink, rstd)
+            res = _backward_impl(sources, queries, norm_weights, *rows, None, ctx.heads, ctx.eps, ctx.sink, rstd,
+                                 w=ctx.w)
             return (res[0], res[1], None, None, None, None, None, *res[2:])
         if rows is not None:  # l or o reached by autograd too: the rows as gradients of l and o, added
             row_l, row_o = _RowGrads.as_partial(m, *rows)
@@ -1055,7 +1107,7 @@ class _PartialFn(torch.autograd.Function):
         if grad_o is None:
             grad_o = m.new_zeros((S, m.shape[1], d))
         res = _backward_impl(sources, queries, norm_weights, grad_o, m, grad_l, None, ctx.heads, ctx.eps, ctx.sink,
-                             rstd)
+                             rstd, w=ctx.w)
         return (res[0], res[1], None, None, None, None, None, *res[2:])
 
 
@@ -1177,7 +1229,9 @@ class _MergeFn(torch.autograd.Function):
         d = query.shape[-1]
         n_tok = o0.shape[-2]
         init = Partial(m0.reshape(n_tok, heads), l0.reshape(n_tok, heads), o0.reshape(n_tok, d))
-        y, lse = _triton_forward(list(sources), query.view(1, d), norm_weight.view(1, d), heads, eps, True, init)
+        ctx.w = _route_weights(query.view(1, d), norm_weight.view(1, d))
+        y, lse = _triton_forward(list(sources), query.view(1, d), norm_weight.view(1, d), heads, eps, True, init,
+                                 w=ctx.w)
         ctx.save_for_backward(query, norm_weight, y, lse, m0, *sources)
         ctx.heads, ctx.eps, ctx.sink, ctx.row = heads, eps, sink, row
         return y
@@ -1191,14 +1245,13 @@ class _MergeFn(torch.autograd.Function):
             # a direct row: handed to phase 1 in final form (g, lse, and -(g . y), which the
             # same kernel writes); None to autograd
             stat, off = ctx.row[0].row(ctx.row[1], grad_y)
-            stat.copy_(lse.view(n_tok, heads))
-            partial = (None, None, off)
+            partial = (None, stat, off)  # the kernel copies lse into stat
         else:  # the partial row's gradients, written by the same kernel (PARTIAL)
             grad_o = _new((1, n_tok, d), torch.float32, lse.device)
             grad_l = _new((1, n_tok, heads), torch.float32, lse.device)
             partial = (m0.reshape(n_tok, heads).contiguous(), grad_o, grad_l)
         res = _triton_backward(sources, query.view(1, d), norm_weight.view(1, d), grad_y.view(1, n_tok, d),
-                               lse.view(1, n_tok, heads), None, y, heads, ctx.eps, ctx.sink, partial=partial)
+                               lse.view(1, n_tok, heads), None, y, heads, ctx.eps, ctx.sink, partial=partial, w=ctx.w)
         if ctx.row is not None:
             grad_l = grad_o = None
         return (None, grad_l, grad_o, res[0].view(query.shape), res[1].view(norm_weight.shape), None, None, None,

@@ -302,7 +302,8 @@ def _bwd_kernel(table, ref, gtable, W, G, gref, STAT, OFF, Y, DW, CA, CB, CC, PM
     row with max PM (n_tok, H)): 1 also writes that row's gradients, per head
     PGO = e^(PM - lse) g (n_tok, d) and PGL = -e^(PM - lse) (g . y) (n_tok, H), fp32, from
     the g and g . y the kernel has loaded anyway (no separate elementwise passes); 2 writes
-    only PGL = -(g . y): the phase-1 backward then takes the read in its final form (g,
+    PGL = -(g . y) and PGO = lse (n_tok, H), the STAT it read (a copy launch fewer per
+    site): the phase-1 backward then takes the read in its final form (g,
     lse and -(g . y); op's ``_RowGrads``)."""
     pid = tl.program_id(0)
     dw_row = DW + pid.to(tl.int64) * d
@@ -369,8 +370,9 @@ def _bwd_kernel(table, ref, gtable, W, G, gref, STAT, OFF, Y, DW, CA, CB, CC, PM
                 if HAS_B:
                     _st(PGO + offs_b, _heads_tile(sc, CF) * gob, mask_b, EVEN)
                 _st(PGL + hoffs, sc * of0, hmask, EVEN)
-            if PARTIAL == 2:  # the row's -(g . y) per head; phase 1 reads g and lse itself
+            if PARTIAL == 2:  # the row's -(g . y) and lse per head; phase 1 reads g itself
                 _st(PGL + hoffs, of0, hmask, EVEN)
+                _st(PGO + hoffs, st0, hmask, EVEN)
         for i in range(n_src):
             xa, xa_n, xa_n2 = _next_tile(xa_n, xa_n2, p_next, offs_a, mask_a, EVEN, PF)
             x2 = _head_sums(xa * xa, CF)
@@ -1072,3 +1074,41 @@ def _finalize_bwd_kernel(G, X, L, GO, GL, n_tok, d: tl.constexpr, dh: tl.constex
         tl.store(GL + rm64 * H + h, -tl.sum(gx, axis=1), mask=rmask)
     else:
         tl.store(GL + rm64 * H + h, -tl.sum(gx, axis=1) * inv, mask=rmask)
+
+
+@triton.jit
+def _dw_finish_kernel(P, n_rows, rows_per, Q, NW, DQ, DNW, PART, COUNT, n_cols, n_splits,
+                      BR: tl.constexpr, BC: tl.constexpr):
+    """The query and key-norm weight gradients from a backward's per-program rows of
+    dw = d(loss)/d(q * g): P (n_rows, n_cols) fp32, summed over rows, then DQ = dw * NW
+    and DNW = dw * Q, each in its own dtype (Q, NW, DQ, DNW: n_cols values). One launch
+    where torch took three (a sum over rows, two products).
+
+    Grid (column blocks of BC, n_splits): program (cb, sp) sums rows sp * rows_per .. of
+    its columns into PART (n_splits, n_cols), then counts itself done in COUNT[cb]; the
+    column block's last program to finish sums the n_splits parts in order, writes the
+    gradients and sets the count back to zero (COUNT is zeros between launches). Which
+    program finishes last varies, the sums' order does not: the result is deterministic."""
+    cb = tl.program_id(0)
+    sp = tl.program_id(1)
+    cols = cb * BC + tl.arange(0, BC)
+    cmask = cols < n_cols
+    r0 = sp * rows_per
+    r1 = tl.minimum(r0 + rows_per, n_rows)
+    acc = tl.zeros([BR, BC], tl.float32)
+    for r in range(r0, r1, BR):
+        rr = r + tl.arange(0, BR)
+        acc += tl.load(P + rr.to(tl.int64)[:, None] * n_cols + cols[None, :], mask=(rr < r1)[:, None] & cmask[None, :],
+                       other=0.0)
+    tl.store(PART + sp * n_cols + cols, tl.sum(acc, axis=0), mask=cmask)
+    # release: this program's part is visible to whichever program sees the last count
+    done = tl.atomic_add(COUNT + cb, 1, sem="acq_rel")
+    if done == n_splits - 1:
+        total = tl.zeros([BC], tl.float32)
+        for s in range(n_splits):
+            total += tl.load(PART + s * n_cols + cols, mask=cmask, other=0.0, cache_modifier=".cg")
+        tl.store(COUNT + cb, 0)
+        q = tl.load(Q + cols, mask=cmask, other=0.0).to(tl.float32)
+        nw = tl.load(NW + cols, mask=cmask, other=0.0).to(tl.float32)
+        tl.store(DQ + cols, (total * nw).to(DQ.dtype.element_ty), mask=cmask)
+        tl.store(DNW + cols, (total * q).to(DNW.dtype.element_ty), mask=cmask)
