@@ -815,21 +815,3 @@ def test_phase_one_gather_precisions(precision, gen):
     finally:
         rop.TUNE = None
 
-
-@pytest.mark.parametrize("n_rows,S,d,qdtype", [(1, 1, 40, torch.float32), (70, 1, 160, torch.float32),
-                                               (37, 3, 300, torch.float32), (9, 2, 64, torch.bfloat16)])
-def test_dw_finish(n_rows, S, d, qdtype, gen):
-    # the query and key-norm weight gradients from a backward's per-program rows of dw: the
-    # sum over rows (split over programs, the last one per column block adding the parts in
-    # order) times g and q, in their dtypes; the same bits twice; the counts left at zero
-    parts = torch.randn(n_rows, S, d, generator=gen)
-    q = torch.randn(S, d, generator=gen).to(qdtype)
-    g = (1 + 0.1 * torch.randn(S, d, generator=gen)).to(qdtype)
-    dq, dg = rop._finish_dw(parts, q, g)
-    dw = parts.double().sum(0)
-    assert dq.dtype == dg.dtype == qdtype and dq.shape == dg.shape == (S, d)
-    tol = 1e-2 if qdtype == torch.bfloat16 else 1e-5
-    assert rel(dq.double(), dw * g.double()) <= tol and rel(dg.double(), dw * q.double()) <= tol
-    again = rop._finish_dw(parts, q, g)
-    assert torch.equal(dq, again[0]) and torch.equal(dg, again[1])
-    assert all(not c.any() for c in rop._DW_COUNTS.values())

@@ -735,39 +735,9 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
         dw_parts.zero_()
         for g in dests[n_acc:]:
             g.zero_()
-    return [*_finish_dw(dw_parts, queries, norm_weights), *[None] * len(sums), *grads]
-
-
-# _dw_finish_kernel's counts per (device, stream), zeros between its launches (each
-# launch leaves them so): made once, or under a CUDA graph's capture as a memset node
-_DW_COUNTS: dict = {}
-
-
-def _finish_dw(parts: Tensor, queries: Tensor, norm_weights: Tensor) -> tuple[Tensor, Tensor]:
-    """(grad_queries, grad_norm_weights) from a backward's per-program rows of
-    d(loss)/dw, w = q * g, (n_prog, S, d) fp32: one launch of ``_dw_finish_kernel`` where
-    the sum over rows and the two products took three (at 1B, 73 sites and 9 chunks per
-    step: 164 launches fewer, session 21)."""
-    from mhar.routing.triton_kernels import _dw_finish_kernel
-
-    dev = parts.device
-    n_rows, n_cols = parts.shape[0], parts[0].numel()
-    bc, br = 128, 32
-    n_cb = -(-n_cols // bc)
-    # about two programs per SM: a split of the rows per program (deterministic; see the kernel)
-    splits = max(1, min(-(-n_rows // br), -(-_n_programs(dev, 1 << 30, 2) // n_cb)))
-    rows_per = -(-n_rows // splits)
-    splits = -(-n_rows // rows_per)  # none empty
-    key = (dev, torch.cuda.current_stream(dev).stream_id if dev.type == "cuda" else 0)
-    count = _DW_COUNTS.get(key)
-    if count is None or count.numel() < n_cb:
-        count = _DW_COUNTS[key] = torch.zeros(max(n_cb, 256), dtype=torch.int32, device=dev)
-    part = torch.empty((splits, n_cols), dtype=torch.float32, device=dev)
-    dq = torch.empty(queries.shape, dtype=queries.dtype, device=dev)
-    dg = torch.empty(norm_weights.shape, dtype=norm_weights.dtype, device=dev)
-    _dw_finish_kernel[(n_cb, splits)](parts, n_rows, rows_per, queries.contiguous(), norm_weights.contiguous(), dq, dg,
-                                      part, count, n_cols, splits, BR=br, BC=bc, num_warps=4)
-    return dq, dg
+    dw = dw_parts.sum(0)
+    return [(dw * norm_weights.float()).to(queries.dtype), (dw * queries.float()).to(norm_weights.dtype),
+            *[None] * len(sums), *grads]
 
 
 # finalize's kernels: elements per program tile (a chunk of the head's columns) and
