@@ -17,6 +17,12 @@ embedding lookup excluded) + 6 x L x T x n_heads x head_dim for causal attention
 (12 x L x T x n_heads x head_dim halved by the mask). Routing is not counted: it is
 the overhead being measured. Peak: 989 TFLOP/s (H100/H200 SXM dense bf16).
 
+On a GPU each row also gives the SM clock (median and tenth percentile) and the power
+draw over its timed steps, sampled every 100 ms by ``nvidia-smi`` (``mhar.gpu_clock``;
+"-" without it): an H200 trains at these sizes at its 700 W cap, at about 1,750 MHz
+rather than 1,980 (bench/results/step_h200.md, session 21), and a step time or MFU is
+comparable only with the clock it ran at.
+
 ``--accum N`` makes a step N microbatches (gradients accumulated, as the trainer's
 ``grad_accum``) and one update; ``--accum recipe`` takes the paper's global batch (64 /
 32 / 32 sequences at 100M / 350M / 1B) in the paper's microbatches, 8, 2 and 2 of them.
@@ -42,6 +48,7 @@ from pathlib import Path
 import torch
 import torch._dynamo
 
+from mhar.gpu_clock import ClockSampler
 from mhar.model import Decoder, apply_overrides, get_preset, method_stream
 from mhar.model.config import SCHEDULES
 from mhar.model.loss import linear_cross_entropy
@@ -160,11 +167,14 @@ def time_step(model: Decoder, batch: int, seq_len: int, steps: int, warmup: int,
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     times = []
-    for i in range(steps):
-        start = time.perf_counter()
-        loss = step(i)
-        sync(device)
-        times.append(time.perf_counter() - start)
+    # the clock the timed steps ran at: under the power cap it is not the GPU's maximum
+    clocks = ClockSampler(torch.cuda.current_device()) if device == "cuda" else contextlib.nullcontext()
+    with clocks:
+        for i in range(steps):
+            start = time.perf_counter()
+            loss = step(i)
+            sync(device)
+            times.append(time.perf_counter() - start)
     profiler = None
     if trace_steps:
         from torch.profiler import ProfilerActivity, profile
@@ -191,8 +201,16 @@ def time_step(model: Decoder, batch: int, seq_len: int, steps: int, warmup: int,
         "loss": float(loss.detach()),
         "cuda_graphs": cuda_graphs,
         "accum": accum,
+        **(clocks.summary() if device == "cuda" else {}),
         **({"profiler": profiler} if trace_steps else {}),
     }
+
+
+def _clock_cells(r: dict) -> str:
+    """The SM MHz and W cells of a result row ("-" where nothing was sampled)."""
+    if "sm_mhz" not in r:
+        return "- | -"
+    return f"{r['sm_mhz']:.0f} ({r['sm_mhz_p10']:.0f}) | {r['power_w']:.0f}"
 
 
 def recipe_accum(preset: str, batch: int) -> int:
@@ -284,8 +302,8 @@ def run_bench_step(args: argparse.Namespace) -> int:
     lines = [f"# Training-step benchmark ({meta['device']})", "",
              "| " + " | ".join(f"{k}: {v}" for k, v in meta.items()) + " |", "",
              "| preset | method | batch x seq x accum | step ms | tokens/s | MFU | peak GB | x baseline tput "
-             "| x baseline mem |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| x baseline mem | SM MHz, median (p10) | W |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         label = r["method"] + (" (graph)" if r["cuda_graphs"] else "")
         if "error" in r:
@@ -293,7 +311,8 @@ def run_bench_step(args: argparse.Namespace) -> int:
             continue
         lines.append(f"| {r['preset']} | {label} | {r['batch']}x{r['seq_len']}x{r['accum']} | {r['step_ms']:.1f} | "
                      f"{r['tokens_per_s']:,.0f} | {100 * r['mfu']:.1f}% | {r['peak_mem_gb']:.2f} | "
-                     f"{r.get('throughput_vs_baseline', float('nan')):.3f} | {r.get('memory_vs_baseline', float('nan')):.3f} |")
+                     f"{r.get('throughput_vs_baseline', float('nan')):.3f} | "
+                     f"{r.get('memory_vs_baseline', float('nan')):.3f} | {_clock_cells(r)} |")
     stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
     plot_ratios(results, stem.with_suffix(".png"), meta)
     print("\n".join(lines))
