@@ -5,9 +5,11 @@
 
 Writes ``<out>/profile_<preset>_<method>_<compile>[_eager][_ckpt].txt`` (the key-averages table, then
 the kernel time per step by kind: matrix products, attention, routing, compiled regions,
-loss, optimiser, the rest) as each method finishes, and prints a summary last: the
-graphed step time and the kernels by kind per method, and each kind's difference from
-the first method's (put the baseline first).
+loss, optimiser, the rest) as each method finishes, beside it ``.tsv`` (every kernel's
+kind, launches and ms per step) and ``_routing_launches.tsv`` (the routing kernels'
+launches in order, as ``bench/routing.py`` records its own), and prints a summary last:
+the graphed step time and the kernels by kind per method, and each kind's difference
+from the first method's, in time and in launches (put the baseline first).
 """
 
 from __future__ import annotations
@@ -113,11 +115,13 @@ def main() -> None:
         path.write_text(f"{method} {args.preset} compile={args.compile}: {timed['step_ms']:.1f} ms/step{how}, "
                         f"MFU {100 * timed['mfu']:.1f}%, peak {timed['peak_mem_gb']:.1f} GB\n\n{table}\n\n"
                         f"kernel time per profiled step by kind:\n{by_kind}\n")
-        # every kernel, for diffs between methods: kind, launches and ms per step, name
-        launched = [(e.name, e.time_range.elapsed_us()) for e in sorted(prof.events(), key=lambda e: e.time_range.start)
-               if e.device_type == DeviceType.CUDA and any(f in e.name.lower() for f in KINDS[0][1])]
+        # the routing kernels' launches in order, for a comparison with bench/routing.py's
+        launched = [(e.name, e.time_range.elapsed_us())
+                    for e in sorted(prof.events(), key=lambda e: e.time_range.start)
+                    if e.device_type == DeviceType.CUDA and any(f in e.name.lower() for f in KINDS[0][1])]
         path.with_name(path.stem + "_routing_launches.tsv").write_text(  # both profiled steps, in order
             "name\tus\n" + "".join(f"{n}\t{us:.1f}\n" for n, us in launched))
+        # every kernel, for diffs between methods: kind, launches and ms per step, name
         rows = sorted(((k, n, ms) for k, by in names.items() for n, ms in by.items()), key=lambda r: -r[2])
         path.with_suffix(".tsv").write_text("kind\tlaunches_per_step\tms_per_step\tname\n" + "".join(
             f"{k}\t{counts[n] / 2:g}\t{ms:.4f}\t{n}\n" for k, n, ms in rows))

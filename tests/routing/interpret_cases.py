@@ -814,4 +814,3 @@ def test_phase_one_gather_precisions(precision, gen):
         check_partial(19, (5,), 160, 8, 8, dtype=torch.bfloat16, tol=1e-2, gen=gen)
     finally:
         rop.TUNE = None
-

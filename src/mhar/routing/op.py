@@ -233,11 +233,12 @@ _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 12
 # token ahead measured slower without the split, 18.3 against 15.6 ms, and the same with
 # it; its code is at 5c597d3.)
 # fwd_dot_min_queries: the fewest queries phase 1's forward takes as products. A chunk of
-# one site (a stream's last, where 2L+1 sites leave one over: the final read of every
-# source) has nothing to share a source's read with, and ran the product kernel with every
-# head in one 8-warp program (the split needs S > 1): 1.88 ms at 1280/73 with 8 heads
-# against 0.72 of bytes (bench/results/session21/, call 1). The per-query kernel reads
-# each source once per site anyway.
+# one site has nothing to share a source's read with, and ran the product kernel with
+# every head in one 8-warp program (the split needs S > 1): in bench/routing.py's whole
+# step, whose 2L+1 sites in chunks of 8 leave the final read of every source alone in
+# the last chunk, 1.88 ms at 1280/73 with 8 heads against 0.72 of bytes
+# (bench/results/session21/, call 1). The per-query kernel reads each source once per
+# site anyway. (The routed stream makes that read with ``route``.)
 # direct_rows: route_partial_rows's sites write their rows' gradients into phase 1's
 # buffer (PhaseOneRows); False takes the rows as autograd views, which stacks them (for
 # side-by-side timing).

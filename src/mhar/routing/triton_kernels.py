@@ -1074,4 +1074,3 @@ def _finalize_bwd_kernel(G, X, L, GO, GL, n_tok, d: tl.constexpr, dh: tl.constex
         tl.store(GL + rm64 * H + h, -tl.sum(gx, axis=1), mask=rmask)
     else:
         tl.store(GL + rm64 * H + h, -tl.sum(gx, axis=1) * inv, mask=rmask)
-
