@@ -6,13 +6,15 @@ valid), and reads the cubin's resource usage with the cuobjdump that ships with 
 It also counts the layout conversions in the compiled TTGIR, and those inside loop bodies
 (once per iteration: per source in the source loops), with the largest tensor they move,
 the asynchronous copies (cp.async: loads triton's pipeliner fetches ahead, once per
-stage), and each SASS loop's instructions and barriers per warp and iteration.
+stage), and each SASS loop's instructions and barriers per warp and iteration (with
+``--opcodes``, also its most frequent opcodes: where the instructions go).
 The numbers quoted in docs/kernels.md and bench/results/ for register pressure come from
 this script (run with triton 3.6, the GPU machine's version).
 
     PYTHONPATH=src python bench/compile_sm90.py                    # every kernel below
     PYTHONPATH=src python bench/compile_sm90.py --kernels twopass --gather-sources 4 --gather-warps 2
     PYTHONPATH=src python bench/compile_sm90.py --kernels dot     # phase 1 as matrix products
+    PYTHONPATH=src python bench/compile_sm90.py --kernels twopass --shapes 1280/8 --maxnreg 128 --opcodes
     PYTHONPATH=src python bench/compile_sm90.py --kernels hyper   # the hyper-connection glue
     PYTHONPATH=src python bench/compile_sm90.py --kernels adamw   # the fused AdamW
 """
@@ -20,6 +22,7 @@ this script (run with triton 3.6, the GPU machine's version).
 from __future__ import annotations
 
 import argparse
+import collections
 import math
 import os
 import re
@@ -72,24 +75,42 @@ def resources(fn, constexprs: dict, warps: int, pointers: dict | None = None) ->
             "layout_conversions": kernel.asm["ttgir"].count("convert_layout"), "sass_loops": sass_loops(sass),
             "async_copies": kernel.asm["ttgir"].count("async_copy_global_to_local"),
             "in_loops": loop_conversions(kernel.asm["ttgir"]), "ttgir": kernel.asm["ttgir"],
+            "opcodes": loop_opcodes(sass),
             # memory instructions by width: 16-byte vectors, and 2-byte scalar ones (bf16 without vectorisation)
             "v4": len(re.findall(r"(?:ld|st)\.global[\w.]*\.v4", ptx)),
             "b16": len(re.findall(r"(?:ld|st)\.global[\w.]*\.(?:b16|u16)\b", ptx))}
 
 
-def sass_loops(sass: str) -> str:
-    """Each loop of the SASS (a backward branch and its target) as "instructions / barriers",
-    per warp and iteration; an outer loop's count includes its inner loops'."""
+def _loop_bodies(sass: str) -> list[list[str]]:
+    """The instructions of each loop of the SASS (a backward branch and its target), in
+    order; an outer loop's body includes its inner loops'."""
     code = [(int(m.group(1), 16), m.group(2)) for line in sass.splitlines()
             for m in [re.match(r"\s+/\*([0-9a-f]{4,})\*/\s+(.*?);", line)] if m]
-    loops = []
+    bodies = []
     for addr, ins in code:
         m = re.search(r"\bBRA\s+(?:`\()?(0x[0-9a-f]+)", ins)
         if m and int(m.group(1), 16) < addr:
-            body = [i for a, i in code if int(m.group(1), 16) <= a <= addr]
-            barriers = sum(bool(re.match(r"(@!?U?P\w+\s+)?BAR\b", i)) for i in body)
-            loops.append(f"{len(body)} / {barriers}")
+            bodies.append([i for a, i in code if int(m.group(1), 16) <= a <= addr])
+    return bodies
+
+
+def sass_loops(sass: str) -> str:
+    """Each loop of the SASS as "instructions / barriers", per warp and iteration; an outer
+    loop's count includes its inner loops'."""
+    barrier = re.compile(r"(@!?U?P\w+\s+)?BAR\b")
+    loops = [f"{len(body)} / {sum(bool(barrier.match(i)) for i in body)}" for body in _loop_bodies(sass)]
     return ", ".join(loops) or "-"
+
+
+def loop_opcodes(sass: str, top: int = 12) -> str:
+    """Each loop's most frequent opcodes per iteration (predicates and modifiers dropped),
+    e.g. "IMAD 137, ISETP 103, ...": where a loop's instructions go (address arithmetic,
+    conversions, matrix products, memory)."""
+    out = []
+    for body in _loop_bodies(sass):
+        ops = collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", i).split()[0].split(".")[0] for i in body)
+        out.append(", ".join(f"{op} {n}" for op, n in ops.most_common(top)))
+    return "; ".join(out) or "-"
 
 
 def loop_conversions(ttgir: str, nesting: int = 1) -> str:
@@ -170,6 +191,8 @@ def main() -> None:
     ap.add_argument("--stages", type=int, default=0, help="num_stages (default: triton's)")
     ap.add_argument("--maxnreg", type=int, default=0, help="a register cap per thread for every kernel (triton's "
                     "maxnreg; the library caps the gather at 96 at d = 1280: op.CONFIG_TABLE)")
+    ap.add_argument("--opcodes", action="store_true", help="after the table, each kernel's loops' most frequent "
+                    "SASS opcodes per iteration")
     ap.add_argument("--divisible", default="", help="comma list of integer arguments to compile as multiples of 16, "
                     "as triton's launcher specialises them when they are (e.g. n_tok,n_q for 16 queries)")
     args = ap.parse_args()
@@ -182,11 +205,14 @@ def main() -> None:
           "| of them in loops (largest) | asynchronous copies | 16-byte / 2-byte memory ops "
           "| SASS loops: instructions / barriers |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    opcodes: list[str] = []
 
     def row(name, d, heads, w, r):
         print(f"| {name} | {d} | {heads} | {w} | {r['regs']} | {r['stack']} | {r['shared']} | "
               f"{r['layout_conversions']} | "
               f"{r['in_loops']} | {r['async_copies']} | {r['v4']} / {r['b16']} | {r['sass_loops']} |", flush=True)
+        if args.opcodes:
+            opcodes.append(f"- {name} ({d}/{heads}, {w} warps): {r['opcodes']}")
 
     for kind in args.kernels.split(","):
         if kind == "hyper":
@@ -239,6 +265,9 @@ def main() -> None:
                 row(f"_bwd_gather_kernel ({ks} sources, chunks of {args.gather_cols}, {args.gather_precision})", d,
                     heads, args.gather_warps,
                     resources(tk._bwd_gather_kernel, c, args.gather_warps))
+    if opcodes:
+        print("\nThe loops' most frequent SASS opcodes per iteration (per warp; loops as in the last column):")
+        print("\n".join(opcodes))
 
 
 if __name__ == "__main__":
