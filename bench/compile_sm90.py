@@ -45,6 +45,10 @@ POINTERS = {"table": "*i64", "gtable": "*i64", "ref": "*bf16", "W": "*fp32", "WB
             "OFF": "*fp32", "Y": "*bf16", "DW": "*fp32", "OUT_M": "*fp32", "OUT_L": "*fp32", "OUT_O": "*fp32",
             "M0": "*fp32", "L0": "*fp32", "O0": "*fp32", "CA": "*fp32", "CB": "*fp32", "CC": "*fp32",
             "PM": "*fp32", "PGO": "*fp32", "PGL": "*fp32", "RSTD": "*fp32"}
+# the COEF pass's coefficients as two bf16 parts (op's coef_parts; --coef-parts): CA and
+# CB bf16
+PARTS = {"on": _PHASE1_BACKWARD["coef_parts"]}
+PARTS_POINTERS = {"CA": "*bf16", "CB": "*bf16"}
 SCALARS = {"eps": "fp32"}  # every other runtime argument is an i32
 OPTIONS: dict = {}  # compile options from the command line: --stages (num_stages), --maxnreg
 DIVISIBLE: set = set()  # integer arguments specialised as multiples of 16 (--divisible)
@@ -191,12 +195,15 @@ def main() -> None:
     ap.add_argument("--stages", type=int, default=0, help="num_stages (default: triton's)")
     ap.add_argument("--maxnreg", type=int, default=0, help="a register cap per thread for every kernel (triton's "
                     "maxnreg; the library caps the gather at 96 at d = 1280: op.CONFIG_TABLE)")
+    ap.add_argument("--coef-parts", action="store_true", help="the COEF passes and the gather with the "
+                    "coefficients as two bf16 parts (op's coef_parts; default: the library's setting)")
     ap.add_argument("--opcodes", action="store_true", help="after the table, each kernel's loops' most frequent "
                     "SASS opcodes per iteration")
     ap.add_argument("--divisible", default="", help="comma list of integer arguments to compile as multiples of 16, "
                     "as triton's launcher specialises them when they are (e.g. n_tok,n_q for 16 queries)")
     args = ap.parse_args()
     DIVISIBLE.update(v for v in args.divisible.split(",") if v)
+    PARTS["on"] = PARTS["on"] or args.coef_parts
     if args.stages:
         OPTIONS["num_stages"] = args.stages
     if args.maxnreg:
@@ -233,8 +240,9 @@ def main() -> None:
                         row(f"_bwd_kernel{' (sums)' if accum else ''}", d, heads, w, r)
                 elif kind == "twopass":
                     c = dict(tile(d, heads), BM=1, PF=1, SINGLE=True, FINAL=False, ACCUM=False, COEF=True,
-                             PARTIAL=False)
-                    row("_bwd_kernel (COEF)", d, heads, w, resources(tk._bwd_kernel, c, w))
+                             PARTIAL=False, PARTS=PARTS["on"])
+                    row("_bwd_kernel (COEF)", d, heads, w,
+                        resources(tk._bwd_kernel, c, w, PARTS_POINTERS if PARTS["on"] else None))
             if kind == "dot":  # phase 1's forward and COEF pass as matrix products (op's fwd_dot, coef_dot)
                 t = tile(d, heads)
                 pa, pb = _head_parts(t["dh"])
@@ -244,15 +252,17 @@ def main() -> None:
                     for prec in args.dot_precision.split(","):
                         for fn in (tk._fwd_dot_kernel, tk._coef_dot_kernel):
                             for stages in (1, 3):
-                                exact = {"G_EXACT": prec == "bf16x2"} if fn is tk._coef_dot_kernel else {}
+                                exact = {"G_EXACT": prec == "bf16x2", "PARTS": PARTS["on"] and prec == "bf16x2"} \
+                                    if fn is tk._coef_dot_kernel else {}
                                 row(f"{fn.fn.__name__} ({args.dot_sources} sources, {prec}, {stages} stages)", d,
-                                    heads, w, resources(fn, dict(c, PREC=prec, STAGES=stages, **exact), w))
+                                    heads, w, resources(fn, dict(c, PREC=prec, STAGES=stages, **exact), w,
+                                                        PARTS_POINTERS if exact.get("PARTS") else None))
                             if heads > 1:  # a head per program (fwd_split, coef_split)
                                 for sw, stages in ((1, 1), (1, 3), (2, 3)):
                                     row(f"{fn.fn.__name__} ({args.dot_sources} sources, {prec}, {stages} stages,"
                                         f" a head per program)", d, heads, sw,
                                         resources(fn, dict(c, HP=1, PREC=prec, STAGES=stages, SPLIT=True, **exact),
-                                                  sw))
+                                                  sw, PARTS_POINTERS if exact.get("PARTS") else None))
             if kind == "twopass":
                 t = tile(d, heads)
                 ks = args.gather_sources
@@ -261,10 +271,11 @@ def main() -> None:
                 # c in a part per head when the COEF pass runs a head per program (CH); the
                 # sources and sums as products as the library's default (XDOT)
                 c = dict(d=d, dh=t["dh"], H=heads, **geo, KS=ks, SP=8, ALIGN=16, ACCUM=True,
-                         PREC=args.gather_precision, EXACT=True, CH=heads, XDOT=_PHASE1_BACKWARD["gather_xdot"])
+                         PREC=args.gather_precision, EXACT=True, CH=heads, XDOT=_PHASE1_BACKWARD["gather_xdot"],
+                         PARTS=PARTS["on"])
                 row(f"_bwd_gather_kernel ({ks} sources, chunks of {args.gather_cols}, {args.gather_precision})", d,
                     heads, args.gather_warps,
-                    resources(tk._bwd_gather_kernel, c, args.gather_warps))
+                    resources(tk._bwd_gather_kernel, c, args.gather_warps, PARTS_POINTERS if PARTS["on"] else None))
     if opcodes:
         print("\nThe loops' most frequent SASS opcodes per iteration (per warp; loops as in the last column):")
         print("\n".join(opcodes))

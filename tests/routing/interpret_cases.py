@@ -814,3 +814,34 @@ def test_phase_one_gather_precisions(precision, gen):
         check_partial(19, (5,), 160, 8, 8, dtype=torch.bfloat16, tol=1e-2, gen=gen)
     finally:
         rop.TUNE = None
+
+
+@pytest.mark.parametrize("coef_dot,heads,d", [(True, 8, 160), (False, 8, 160), (False, 1, 48)])
+def test_coefficients_as_parts(coef_dot, heads, d, gen):
+    # bf16 gradient rows: the COEF pass stores each coefficient as its two bf16 parts and
+    # the gather takes them as they are (coef_parts), or stores fp32 and the gather splits
+    # them: the same products, the same gradients to the bit; both COEF passes (products,
+    # per query); heads of 20 lanes (two per chunk of the gather's walk) and one of 48
+    srcs, q, g = make_inputs(19, (5,), d, torch.bfloat16, "cpu", S=6, gen=gen)
+    gys = [torch.randn(srcs[0].shape, generator=gen).bfloat16() for _ in range(6)]
+    grads = {}
+    for parts in (True, False):
+        rop.TUNE = dict(coef_dot=coef_dot, fwd_dot=coef_dot, coef_parts=parts)
+        try:
+            xs = [s.detach().requires_grad_() for s in srcs]
+            rows = routing.route_partial_rows(xs, q, g, heads)
+            outs = [routing.finalize(rows[i], xs[0].shape, torch.bfloat16)[0] for i in range(6)]
+            loss = sum((o.float() * gy.float()).sum() for o, gy in zip(outs, gys))
+            grads[parts] = torch.autograd.grad(loss, [*xs, q, g])
+        finally:
+            rop.TUNE = None
+    for a, b in zip(grads[True], grads[False]):
+        assert torch.equal(a, b)
+    # against fp64, and (products) through running sums as a stream's reads
+    rop.TUNE = dict(coef_dot=coef_dot, fwd_dot=coef_dot, coef_parts=True)
+    try:
+        check_finalized_rows(19, (5,), d, heads, 6, dtype=torch.bfloat16, tol=1e-2, gen=gen)
+        if coef_dot:
+            check_sink_chain(12, (5,), d, heads, dtype=torch.bfloat16, tol=2e-2, gen=gen, chunk=4, extra=False)
+    finally:
+        rop.TUNE = None

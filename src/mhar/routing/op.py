@@ -174,9 +174,16 @@ def _pow2(n: int) -> int:
 # read once per block instead of once per query through L2; session 9) measured slower
 # in every whole-step row of session 10, up to 2.5x (bench/results/routing_h200.md);
 # their code is at 6d5e552.
+# coef_parts: with bf16 gradient rows (the gather's EXACT) the COEF pass stores each
+# coefficient as its two bf16 parts, (n_tok, H, n_src, 2 SP) bf16 (the same bytes at
+# S = 8), and the gather takes them as product operands as they are, where it split them
+# at every chunk: the same products and gradients to the bit; at 1280 with 8 heads the
+# gather's loop takes 221 SASS instructions per chunk and warp against 401 and 114
+# registers against 128 capped (offline, triton 3.6, bench/compile_sm90.py --opcodes).
+# Unmeasured on a GPU (session 21 had no device time left): off until timed.
 _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 128, "gather_warps": 4,
                     "gather_precision": "bf16x3", "gather_maxnreg": None, "gather_xdot": True,
-                    "gather_stages": 3}
+                    "gather_stages": 3, "coef_parts": False}
 # pad_heads: a head width that is not a power of two as one padded part (see _geometry).
 # (Session 10's "fwd_wide_b", a head's second part loaded in the first part's width, was
 # slower in the whole step: 131.5 against 118.5 ms at 1280/73 with 8 heads; its code is
@@ -658,14 +665,25 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
         for key in ("gather_sources", "gather_cols"):  # a matrix product's rows, and its columns
             _check_pow2_16(cfg, key)
         n_tiles = -(-n_tok // tile["BM"])
+        # bf16 gradient rows enter the gather's products as they are, beside w's two bf16
+        # parts (triton_kernels._bwd_gather_kernel, EXACT); the coefficients then as their
+        # two bf16 parts, stored so by the COEF pass (PARTS)
+        exact = rows[0].dtype == torch.bfloat16
+        parts = exact and cfg["coef_parts"]
         dot = _dot_tile(cfg, "coef_dot", dh, heads, S, tile["ALIGN"], srcs[0]) if n_tiles else None
         split = dot is not None and rstd is not None and _coef_split(cfg, heads, S)
         if n_tiles:
             # token-major, so that each gather program reads its block's coefficients as
             # contiguous runs (source-major, 32-byte pieces cost 5.2 of the gather's 22.7 ms
             # at 1280/73 with 8 heads, bench/results/session13/)
-            coef_a = torch.empty((n_tok, heads, len(srcs), S), dtype=torch.float32, device=dev)
-            coef_b = torch.empty_like(coef_a)
+            if parts:  # (n_tok, H, n_src, 2 SP) bf16: a row's high parts, then its low parts
+                sp = max(8, _pow2(S))
+                alloc = torch.zeros if S < sp else torch.empty  # zeros past S (the gather reads them)
+                coef_a = alloc((n_tok, heads, len(srcs), 2 * sp), dtype=torch.bfloat16, device=dev)
+                coef_b = alloc(coef_a.shape, dtype=torch.bfloat16, device=dev)
+            else:
+                coef_a = torch.empty((n_tok, heads, len(srcs), S), dtype=torch.float32, device=dev)
+                coef_b = torch.empty_like(coef_a)
             # c per head when the COEF pass runs a head per program, summed by the gather
             coef_c = torch.empty((heads if split else 1, n_tok, len(srcs), S), dtype=torch.float32, device=dev)
         done = False  # the COEF pass, by the kernel as matrix products
@@ -680,8 +698,7 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
             args = (src_table, srcs[0], w, grad_table, rows[0], stat, off.contiguous(), dw_parts, coef_a, coef_b,
                     coef_c, coef_c if rstd is None else rstd, len(srcs), n_tok, S, n_prog, d, dh, eps)
             # bf16 gradients enter g.x as they are (one product; exact)
-            exact = dot["PREC"] == "bf16x2" and rows[0].dtype == torch.bfloat16
-            consts = {**dot, "G_EXACT": exact, "SPLIT": split}
+            consts = {**dot, "G_EXACT": exact and dot["PREC"] == "bf16x2", "SPLIT": split, "PARTS": parts}
             if split:
                 consts["HP"] = 1
             done = _launch_dot(_coef_dot_kernel, (n_prog, grid_h), args, consts, warps_dot, dev)
@@ -696,10 +713,8 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
                                          dw_parts, dw_parts, dw_parts,
                                          len(srcs), 0, n_tok, S, d, dh, eps, n_tiles, n_prog,
                                          **tile, SINGLE=True, FINAL=False, PF=cfg["bwd_pf"], COEF=True,
-                                         num_warps=warps, maxnreg=cfg["bwd_maxnreg"])
-            # bf16 gradient rows enter the gather's products as they are, beside w's two bf16
-            # parts (triton_kernels._bwd_gather_kernel, EXACT)
-            exact = rows[0].dtype == torch.bfloat16
+                                         PARTS=parts, SP=max(8, _pow2(S)), num_warps=warps,
+                                         maxnreg=cfg["bwd_maxnreg"])
             w_parts = w
             if exact:
                 w_hi = w.bfloat16()
@@ -710,7 +725,8 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
                 H=heads, **_gather_walk(d, dh, cfg["gather_cols"]), KS=ks,
                 SP=max(8, _pow2(S)), ALIGN=tile["ALIGN"], ACCUM=n_acc > 0,
                 PREC="ieee" if srcs[0].dtype in (torch.float32, torch.float64) else cfg["gather_precision"],
-                CH=heads if split else 1, XDOT=exact and cfg["gather_xdot"], num_warps=cfg["gather_warps"],
+                CH=heads if split else 1, XDOT=exact and cfg["gather_xdot"], PARTS=parts,
+                num_warps=cfg["gather_warps"],
                 num_stages=cfg["gather_stages"], maxnreg=cfg["gather_maxnreg"])
     else:
         n_tiles = -(-n_tok // tile["BM"])

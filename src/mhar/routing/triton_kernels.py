@@ -278,7 +278,8 @@ def _bwd_kernel(table, ref, gtable, W, G, gref, STAT, OFF, Y, DW, CA, CB, CC, PM
                 H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, DC: tl.constexpr,
                 CF: tl.constexpr, BM: tl.constexpr, HAS_B: tl.constexpr, EVEN: tl.constexpr, ALIGN: tl.constexpr,
                 SINGLE: tl.constexpr, FINAL: tl.constexpr, ACCUM: tl.constexpr = False, PF: tl.constexpr = 1,
-                COEF: tl.constexpr = False, PARTIAL: tl.constexpr = 0):
+                COEF: tl.constexpr = False, PARTIAL: tl.constexpr = 0, PARTS: tl.constexpr = False,
+                SP: tl.constexpr = 8):
     """gtable: data pointers of the sources' gradients; with ACCUM the first n_acc are
     running sums added into, the rest are written once (ACCUM is a constexpr so that
     calls without sums keep the registers the sum's tile would take).
@@ -410,9 +411,14 @@ def _bwd_kernel(table, ref, gtable, W, G, gref, STAT, OFF, Y, DW, CA, CB, CC, PM
                 if COEF:
                     # token-major (see CA, CB, CC above): the gather's reads are contiguous
                     tk = rm.to(tl.int64)
-                    ch = ((tk[:, None] * H + rh[None, :]) * n_src + i) * n_q + q
-                    _st(CA + ch, a, hmask, EVEN)
-                    _st(CB + ch, rdz, hmask, EVEN)
+                    if PARTS:  # two bf16 parts each (the gather's EXACT)
+                        crow = (tk[:, None] * H + rh[None, :]) * n_src + i
+                        _store_coef_parts(CA, crow, q, a, hmask, SP)
+                        _store_coef_parts(CB, crow, q, rdz, hmask, SP)
+                    else:
+                        ch = ((tk[:, None] * H + rh[None, :]) * n_src + i) * n_q + q
+                        _st(CA + ch, a, hmask, EVEN)
+                        _st(CB + ch, rdz, hmask, EVEN)
                     tl.store(CC + (tk * n_src + i) * n_q + q, c, mask=mmask)
                 else:
                     dxa = (_heads_tile(rdz, CF) * w0a[None, :, :, :] - _heads_tile(c[:, None], CF) * xa
@@ -540,6 +546,20 @@ def _gather_coefs(CA, CB, r_on, k, kmask, t, h, n_src, n_q, H: tl.constexpr, SP:
 
 
 @triton.jit
+def _gather_coef_parts(CA, CB, k, kmask, t, h, n_src, H: tl.constexpr, SP: tl.constexpr):
+    """``_gather_coefs`` with EXACT from coefficients stored as two bf16 parts (the COEF
+    pass's PARTS, ``_store_coef_parts``; zeros past n_q, so the loads are masked by source and
+    segment only, in 16-byte runs): the (KS, 4 SP) high and low parts
+    [a | b | b | 0], bf16, as the products take them."""
+    j = tl.arange(0, 4 * SP)
+    qj = j % SP
+    row = (t.to(tl.int64) * H + h) * n_src + k[:, None]                               # (t, h, k)
+    cp = tl.where((j < SP)[None, :], CA, CB) + (row * (2 * SP) + qj[None, :])
+    on = kmask[:, None] & (j < 3 * SP)[None, :]
+    return tl.load(cp, mask=on, other=0.0), tl.load(cp + SP, mask=on, other=0.0)
+
+
+@triton.jit
 def _dot_bf16(a, b, acc):
     """acc + a b for bf16 a and b, fp32 accumulation."""
     if _INTERPRETED:  # the interpreter multiplies bf16 tiles wrongly: the same values in fp32
@@ -585,7 +605,7 @@ def _bwd_gather_kernel(table, ref, gtable, W, WB, G, gref, CA, CB, CC, n_src, n_
                        dh: tl.constexpr, H: tl.constexpr, WIDTH: tl.constexpr, SPAN: tl.constexpr,
                        KS: tl.constexpr, SP: tl.constexpr, ALIGN: tl.constexpr, ACCUM: tl.constexpr,
                        PREC: tl.constexpr, EXACT: tl.constexpr = False, CH: tl.constexpr = 1,
-                       XDOT: tl.constexpr = False):
+                       XDOT: tl.constexpr = False, PARTS: tl.constexpr = False):
     """The gradients of an S-query read's sources from ``_bwd_kernel``'s COEF coefficients:
     grad_x = sum over queries q of (a_q g_q + r dz_q w_q) per head - (sum_q c_q) x (G: a
     table of the S queries' upstream-gradient pointers, typed like ``gref``). A 1-D
@@ -618,7 +638,13 @@ def _bwd_gather_kernel(table, ref, gtable, W, WB, G, gref, CA, CB, CC, n_src, n_
     copies of every coefficient as many loads as multiply-adds; the second, a 2-D tile of
     (token, source) rows per head part, at 31%.) Each source's gradient is written once
     (added into a running sum for the first n_acc when ACCUM). CC holds c in CH parts
-    (one per head from a COEF pass with a head per program), summed here."""
+    (one per head from a COEF pass with a head per program), summed here. PARTS (with
+    EXACT): the COEF pass stored the coefficients as their two bf16 parts
+    (``_store_coef_parts``), which enter the products as they are: the same products, without
+    the split at every chunk (at 1280 with 8 heads a head's coefficients meet 2 or 3
+    chunks; the split took about 150 of the loop's 401 SASS instructions per chunk and
+    warp, offline with triton 3.6)."""
+    tl.static_assert(EXACT or not PARTS)
     n_blk = tl.cdiv(n_src, KS)
     blk = tl.program_id(0) % n_blk
     t = tl.program_id(0) // n_blk
@@ -647,7 +673,10 @@ def _bwd_gather_kernel(table, ref, gtable, W, WB, G, gref, CA, CB, CC, n_src, n_
     for it in range(tl.cdiv(d, WIDTH)):
         c0 = it * WIDTH
         h0 = c0 // dh
-        cmat = _gather_coefs(CA, CB, r_on, k, kmask, t, h0, n_src, n_q, H, SP, EXACT)
+        if PARTS:
+            c_hi, c_lo = _gather_coef_parts(CA, CB, k, kmask, t, h0, n_src, H, SP)
+        else:
+            cmat = _gather_coefs(CA, CB, r_on, k, kmask, t, h0, n_src, n_q, H, SP, EXACT)
         rmat, x, prev, cols, offs, mask = _gather_loads(src, dst, rows, r_on, k, kmask, acc_on, t, c0, d, WIDTH,
                                                         d % WIDTH == 0, ACCUM)
         if XDOT:
@@ -658,8 +687,14 @@ def _bwd_gather_kernel(table, ref, gtable, W, WB, G, gref, CA, CB, CC, n_src, n_
             base = tl.zeros((KS, WIDTH), tl.float32)
         for s in tl.static_range(SPAN):  # the chunk's heads in turn; each column keeps its own
             if s > 0:
-                cmat = _gather_coefs(CA, CB, r_on, k, kmask, t, tl.minimum(h0 + s, H - 1), n_src, n_q, H, SP, EXACT)
-            if EXACT:
+                h = tl.minimum(h0 + s, H - 1)
+                if PARTS:
+                    c_hi, c_lo = _gather_coef_parts(CA, CB, k, kmask, t, h, n_src, H, SP)
+                else:
+                    cmat = _gather_coefs(CA, CB, r_on, k, kmask, t, h, n_src, n_q, H, SP, EXACT)
+            if PARTS:  # as _dot_exact_rows, the parts stored
+                prod = _dot_bf16(c_hi, rmat, _dot_bf16(c_lo, rmat, base))
+            elif EXACT:
                 prod = _dot_exact_rows(cmat, rmat, base)                                # (KS, WIDTH) fp32
             else:
                 prod = _dot_fp32(cmat, rmat, PREC)
@@ -693,6 +728,21 @@ def _split_bf16(x):
     about 2^-17 of the fp32 one."""
     hi = x.to(tl.bfloat16)
     return hi, (x - hi.to(tl.float32)).to(tl.bfloat16)
+
+
+@triton.jit
+def _store_coef_parts(C, row, q, value, mask, SP: tl.constexpr):
+    """A COEF pass's coefficients of query q at ``row`` = (t * H + h) * n_src + k (token,
+    head, source) as their two bf16 parts (``_split_bf16``; op's coef_parts): C is bf16,
+    (n_tok, H, n_src, 2 SP), the high part at C[row * 2 SP + q], the low at
+    C[row * 2 SP + SP + q], so that the gather loads them as product operands as they are
+    (16-byte runs) instead of splitting them at every chunk. A row's queries past n_q
+    are zeros (stored by the caller, or the buffer zeroed): the gather reads them
+    unmasked."""
+    hi, lo = _split_bf16(value)
+    cp = C + (row * (2 * SP) + q)
+    tl.store(cp, hi, mask=mask)
+    tl.store(cp + SP, lo, mask=mask)
 
 
 @triton.jit
@@ -929,7 +979,7 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_
                      dh: tl.constexpr, eps, H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr,
                      KS: tl.constexpr, SP: tl.constexpr, ALIGN: tl.constexpr, PREC: tl.constexpr,
                      STAGES: tl.constexpr = 1, SS_DOT: tl.constexpr = True, G_EXACT: tl.constexpr = False,
-                     SPLIT: tl.constexpr = False):
+                     SPLIT: tl.constexpr = False, PARTS: tl.constexpr = False):
     """The COEF pass of phase 1's backward (``_bwd_kernel`` with COEF, see there) with every
     query in one program, as matrix products like ``_fwd_dot_kernel``: programs persistent
     over tokens, each source row read once per token. Per block of KS sources and head,
@@ -1004,12 +1054,19 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_
         rdz = dz * r3
         c = tl.sum(dz * zr, axis=0) * (rstd * rstd * rstd / d)[:, None]  # (KS, SP)
         # coefficients of source k, query q, head h at token t: CA, CB at
-        # ((t * H + h) * n_src + k) * n_q + q, CC at (t * n_src + k) * n_q + q
+        # ((t * H + h) * n_src + k) * n_q + q (PARTS: ``_store_coef_parts``), CC at
+        # (t * n_src + k) * n_q + q
         k = k0 + rk
         kq = k.to(tl.int64)[:, None] * n_q + rq[None, :]                       # (KS, SP)
-        t_h = (tl.cast(t, tl.int64) * H + rh[:, None, None]) * n_src * n_q      # (HP, 1, 1)
-        tl.store(CA + t_h + kq[None, :, :], a, mask=on)
-        tl.store(CB + t_h + kq[None, :, :], rdz, mask=on)
+        if PARTS:  # every query of the row, zeros past n_q (a and r dz are zero there)
+            crow = (tl.cast(t, tl.int64) * H + rh[:, None, None]) * n_src + k.to(tl.int64)[None, :, None]
+            c_on = km & (rh[:, None, None] < H)
+            _store_coef_parts(CA, crow, rq[None, None, :], a, c_on, SP)
+            _store_coef_parts(CB, crow, rq[None, None, :], rdz, c_on, SP)
+        else:
+            t_h = (tl.cast(t, tl.int64) * H + rh[:, None, None]) * n_src * n_q      # (HP, 1, 1)
+            tl.store(CA + t_h + kq[None, :, :], a, mask=on)
+            tl.store(CB + t_h + kq[None, :, :], rdz, mask=on)
         cc = CC
         if SPLIT:  # this head's share
             cc += tl.program_id(1).to(tl.int64) * n_tok * n_src * n_q
