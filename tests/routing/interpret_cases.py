@@ -842,6 +842,6 @@ def test_coefficients_as_parts(coef_dot, heads, d, gen):
     try:
         check_finalized_rows(19, (5,), d, heads, 6, dtype=torch.bfloat16, tol=1e-2, gen=gen)
         if coef_dot:
-            check_sink_chain(12, (5,), d, heads, dtype=torch.bfloat16, tol=2e-2, gen=gen, chunk=4, extra=False)
+            check_sink_chain(12, (5,), d, heads, dtype=torch.bfloat16, tol=2.5e-2, gen=gen, chunk=4, extra=False)
     finally:
         rop.TUNE = None
