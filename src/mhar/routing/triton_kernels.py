@@ -640,10 +640,10 @@ def _bwd_gather_kernel(table, ref, gtable, W, WB, G, gref, CA, CB, CC, n_src, n_
     (added into a running sum for the first n_acc when ACCUM). CC holds c in CH parts
     (one per head from a COEF pass with a head per program), summed here. PARTS (with
     EXACT): the COEF pass stored the coefficients as their two bf16 parts
-    (``_store_coef_parts``), which enter the products as they are: the same products, without
-    the split at every chunk (at 1280 with 8 heads a head's coefficients meet 2 or 3
-    chunks; the split took about 150 of the loop's 401 SASS instructions per chunk and
-    warp, offline with triton 3.6)."""
+    (``_store_coef_parts``), which enter the products as they are: the same products,
+    without the split at every chunk (at 1280 with 8 heads a head's coefficients meet 2
+    or 3 chunks; offline with triton 3.6 the loop takes 221 SASS instructions per chunk
+    and warp with PARTS, 401 without)."""
     tl.static_assert(EXACT or not PARTS)
     n_blk = tl.cdiv(n_src, KS)
     blk = tl.program_id(0) % n_blk
