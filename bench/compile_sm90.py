@@ -195,15 +195,16 @@ def main() -> None:
     ap.add_argument("--stages", type=int, default=0, help="num_stages (default: triton's)")
     ap.add_argument("--maxnreg", type=int, default=0, help="a register cap per thread for every kernel (triton's "
                     "maxnreg; the library caps the gather at 96 at d = 1280: op.CONFIG_TABLE)")
-    ap.add_argument("--coef-parts", action="store_true", help="the COEF passes and the gather with the "
-                    "coefficients as two bf16 parts (op's coef_parts; default: the library's setting)")
+    ap.add_argument("--coef-parts", choices=("on", "off"), help="the COEF passes and the gather with the "
+                    "coefficients as two bf16 parts or as fp32 (op's coef_parts; default: the library's setting, on)")
     ap.add_argument("--opcodes", action="store_true", help="after the table, each kernel's loops' most frequent "
                     "SASS opcodes per iteration")
     ap.add_argument("--divisible", default="", help="comma list of integer arguments to compile as multiples of 16, "
                     "as triton's launcher specialises them when they are (e.g. n_tok,n_q for 16 queries)")
     args = ap.parse_args()
     DIVISIBLE.update(v for v in args.divisible.split(",") if v)
-    PARTS["on"] = PARTS["on"] or args.coef_parts
+    if args.coef_parts:
+        PARTS["on"] = args.coef_parts == "on"
     if args.stages:
         OPTIONS["num_stages"] = args.stages
     if args.maxnreg:

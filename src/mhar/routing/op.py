@@ -180,10 +180,12 @@ def _pow2(n: int) -> int:
 # at every chunk: the same products and gradients to the bit; at 1280 with 8 heads the
 # gather's loop takes 221 SASS instructions per chunk and warp against 401 and 114
 # registers against 128 capped (offline, triton 3.6, bench/compile_sm90.py --opcodes).
-# Unmeasured on a GPU (session 21 had no device time left): off until timed.
+# In the routing benchmark's whole step at 1280/73 with 8 heads the gather took 13.37
+# against 14.61 ms (the step's kernels 61.93 against 63.18), at 1024/49 4.40 against 4.41;
+# the 1B training step 285.8 against 286.1 ms (bench/results/session22/, call 1).
 _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 128, "gather_warps": 4,
                     "gather_precision": "bf16x3", "gather_maxnreg": None, "gather_xdot": True,
-                    "gather_stages": 3, "coef_parts": False}
+                    "gather_stages": 3, "coef_parts": True}
 # pad_heads: a head width that is not a power of two as one padded part (see _geometry).
 # (Session 10's "fwd_wide_b", a head's second part loaded in the first part's width, was
 # slower in the whole step: 131.5 against 118.5 ms at 1280/73 with 8 heads; its code is
@@ -295,7 +297,9 @@ CONFIG_TABLE: dict[tuple[int, bool], dict] = {
     # with 8 heads (three programs per SM), spills 80 bytes at 96, none at 128 (four per
     # SM): 14.7 ms per step at 1280/73 with the cap of 128, 15.7 uncapped, 17.1 at 96
     # (bench/results/session19/, calls 2 and 4). With one head the cap of 96 stays: 11.1
-    # against 11.5 ms uncapped (call 4).
+    # against 11.5 ms uncapped (call 4). With coef_parts (session 22) the gather compiles to
+    # 96 registers uncapped at 1280 with 8 heads, so the cap does not bind: 13.34 ms per step
+    # at 1280/73 uncapped, 13.37 at 128, 13.34 at 96 (bench/results/session22/, call 1).
     (1280, True): {"bwd_warps": 1, "gather_maxnreg": 128, "bwd_maxnreg": 224, "bwd_sum_maxnreg": None},
 }
 TUNE: dict | None = None
