@@ -771,6 +771,20 @@ def _dot_split(a, hi, lo, acc, PREC: tl.constexpr):
 
 
 @triton.jit
+def _dot_split_left(hi, lo, b, acc, PREC: tl.constexpr):
+    """acc + a b, a from ``_operand``: ``_dot_split`` with the split operand on the left."""
+    if PREC == "bf16x2":
+        if _INTERPRETED:  # (as in _dot_split)
+            b, hi, lo = b.to(tl.float32), hi.to(tl.float32), lo.to(tl.float32)
+            out = tl.dot(lo, b, tl.dot(hi, b, acc, input_precision="ieee"), input_precision="ieee")
+        else:
+            out = tl.dot(lo, b, tl.dot(hi, b, acc))
+    else:
+        out = tl.dot(hi, b.to(tl.float32), acc, input_precision=PREC)
+    return out
+
+
+@triton.jit
 def _rows_operand(base, stride, rq, cols, cmask, qon, PREC: tl.constexpr):
     """The S queries' fp32 rows (w, or g at a token) at a head part's columns, transposed per
     head to (HP, lanes, SP), as ``_operand`` parts: rows ``base + q * stride``."""
@@ -878,14 +892,17 @@ def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, RSTD, n_src, n_tok, n_q,
     A program walks its (token, block) pairs in one loop, which triton's pipeliner runs in
     ``STAGES`` stages: each block's tiles are copied into shared memory (cp.async) while
     the block before is reduced, on across tokens (a token has only 1 to 5 blocks at the
-    paper's shapes). The tiles are loaded twice, as (KS, lanes) for the logits' product and
-    as (lanes, KS) for the output's (``_dot_tiles`` with T, a second read from L2): the
-    pipeliner copies ahead only loads whose every use is a product's operand, and the
-    transpose of one tile in registers is not (session 20). ``RS``: each source's key-norm
+    paper's shapes). With every head in a program the tiles are loaded twice, as (KS, lanes)
+    for the logits' product and as (lanes, KS) for the output's and the sum of squares'
+    (``_dot_tiles`` with T, a second read from L2): the pipeliner copies ahead only loads
+    whose every use is a product's operand, and the transpose of one tile in registers is
+    not (session 20). ``RS``: each source's key-norm
     scale 1 / rms at each token is written to RSTD (n_src, n_tok), for the COEF pass one
     head per program.
     ``SPLIT``: one head per program (grid (n_prog, H), HP 1), the scales read from RSTD
-    (``_key_scales_kernel``), as the COEF pass's SPLIT."""
+    (``_key_scales_kernel``), as the COEF pass's SPLIT. There is no sum of squares, and the
+    output is held as (SP, lanes), a (SP, KS) by (KS, lanes) product of the tile as loaded
+    (the queries as the product's rows, padded to 16): no second read (session 22)."""
     pid = tl.program_id(0)
     elem = ref.dtype.element_ty
     if SPLIT:
@@ -905,10 +922,18 @@ def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, RSTD, n_src, n_tok, n_q,
         cwb, cmwb = _dot_cols(rh, tl.arange(0, DB), dh, H, DA, 1)
         wb_hi, wb_lo = _rows_operand(W, d, rq, cwb, cmwb, qon, PREC)
         cxb, cmxb = _dot_cols(rh, tl.arange(0, DB), dh, H, DA, 2)
-    acc_a = tl.zeros([HP, DA, SP], tl.float32)
+    # the output per head: with SPLIT (SP, lanes), products of the source tiles as loaded;
+    # else (lanes, SP), products of tiles loaded transposed too (see above)
+    if SPLIT:
+        acc_a = tl.zeros([HP, SP, DA], tl.float32)
+    else:
+        acc_a = tl.zeros([HP, DA, SP], tl.float32)
     acc_b = acc_a  # (unused without part B)
     if DB > 0:
-        acc_b = tl.zeros([HP, DB, SP], tl.float32)
+        if SPLIT:
+            acc_b = tl.zeros([HP, SP, DB], tl.float32)
+        else:
+            acc_b = tl.zeros([HP, DB, SP], tl.float32)
     m_i = tl.full([HP, SP], float("-inf"), tl.float32)
     l_i = tl.zeros([HP, SP], tl.float32)
     nb = tl.cdiv(n_src, KS)
@@ -920,7 +945,9 @@ def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, RSTD, n_src, n_tok, n_q,
         k0 = kb * KS
         row = tl.cast(t, tl.int64) * d
         xa, xb, km = _dot_tiles(table, k0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem, ALIGN, DB)
-        xat, xbt, _ = _dot_tiles(table, k0, rk, n_src, row, cwa, cmwa, cwb, cmwb, elem, ALIGN, DB, True)
+        xat, xbt = xa, xb
+        if not SPLIT:
+            xat, xbt, _ = _dot_tiles(table, k0, rk, n_src, row, cwa, cmwa, cwb, cmwb, elem, ALIGN, DB, True)
         if SPLIT:
             rstd = tl.load(RSTD + (k0 + rk).to(tl.int64) * n_tok + t, mask=k0 + rk < n_src, other=1.0)
         else:
@@ -940,19 +967,32 @@ def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, RSTD, n_src, n_tok, n_q,
         alpha = tl.exp(m_i - m_new)  # 0 at a token's first block, which clears l and the output
         p = tl.exp(z - m_new[:, None, :])                               # (HP, KS, SP)
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        p_hi, p_lo = _operand(p, PREC)
-        acc_a = _dot_split(xat, p_hi, p_lo, acc_a * alpha[:, None, :], PREC)
-        if DB > 0:
-            acc_b = _dot_split(xbt, p_hi, p_lo, acc_b * alpha[:, None, :], PREC)
+        if SPLIT:
+            p_hi, p_lo = _operand(tl.permute(p, (0, 2, 1)), PREC)
+            acc_a = _dot_split_left(p_hi, p_lo, xa, acc_a * alpha[:, :, None], PREC)
+            if DB > 0:
+                acc_b = _dot_split_left(p_hi, p_lo, xb, acc_b * alpha[:, :, None], PREC)
+        else:
+            p_hi, p_lo = _operand(p, PREC)
+            acc_a = _dot_split(xat, p_hi, p_lo, acc_a * alpha[:, None, :], PREC)
+            if DB > 0:
+                acc_b = _dot_split(xbt, p_hi, p_lo, acc_b * alpha[:, None, :], PREC)
         m_i = m_new
         if kb == nb - 1:  # the token's last block: m, l (S, n_tok, H); o (S, n_tok, d)
             hq = rq[None, :].to(tl.int64) * n_tok * H + t * H + rh[:, None]  # (HP, SP)
             tl.store(OUT_M + hq, m_i, mask=hqmask)
             tl.store(OUT_L + hq, l_i, mask=hqmask)
-            qrow = rq[None, None, :].to(tl.int64) * n_tok * d + row        # (1, 1, SP)
-            tl.store(OUT_O + qrow + cwa, acc_a, mask=cmwa & qon)
-            if DB > 0:
-                tl.store(OUT_O + qrow + cwb, acc_b, mask=cmwb & qon)
+            if SPLIT:
+                qrow = rq[None, :, None].to(tl.int64) * n_tok * d + row    # (1, SP, 1)
+                q_on = rq[None, :, None] < n_q
+                tl.store(OUT_O + qrow + cxa, acc_a, mask=cmxa & q_on)
+                if DB > 0:
+                    tl.store(OUT_O + qrow + cxb, acc_b, mask=cmxb & q_on)
+            else:
+                qrow = rq[None, None, :].to(tl.int64) * n_tok * d + row    # (1, 1, SP)
+                tl.store(OUT_O + qrow + cwa, acc_a, mask=cmwa & qon)
+                if DB > 0:
+                    tl.store(OUT_O + qrow + cwb, acc_b, mask=cmwb & qon)
 
 
 @triton.jit
@@ -992,8 +1032,9 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_
 
     SPLIT: one head per program (grid (n_prog, H), HP 1), the sources' key-norm scales
     read from RSTD (n_src, n_tok) as the forward wrote them (no sum of squares over the
-    row), and each head's share of c stored apart, CC (H, n_tok, n_src, S), for the gather
-    to sum. These programs run apart; with every head in one program, that program is one
+    row), each head's share of c stored apart, CC (H, n_tok, n_src, S), for the gather
+    to sum, and d(q*g) held as (SP, lanes), (SP, KS) by (KS, lanes) products of the tiles
+    as loaded (no transposed second read, as ``_fwd_dot_kernel``'s SPLIT). These programs run apart; with every head in one program, that program is one
     8-warp program per SM whose warps meet at each block's reductions over heads and
     layout conversions."""
     pid = tl.program_id(0)
@@ -1009,13 +1050,21 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_
     cwa, cmwa = _dot_cols(rh, tl.arange(0, DA), dh, H, 0, 1)            # (HP, DA, 1)
     wa_hi, wa_lo = _rows_operand(W, d, rq, cwa, cmwa, qon, PREC)
     cxa, cmxa = _dot_cols(rh, tl.arange(0, DA), dh, H, 0, 2)            # (HP, 1, DA)
-    dw_a = tl.zeros([HP, DA, SP], tl.float32)
+    # d(q*g) per head: with SPLIT (SP, lanes) products of the source tiles as loaded; else
+    # (lanes, SP) ones of tiles loaded transposed too (the sum of squares' products take them)
+    if SPLIT:
+        dw_a = tl.zeros([HP, SP, DA], tl.float32)
+    else:
+        dw_a = tl.zeros([HP, DA, SP], tl.float32)
     cxb, cmxb, cwb, cmwb = cxa, cmxa, cwa, cmwa  # (unused without part B)
     if DB > 0:
         cwb, cmwb = _dot_cols(rh, tl.arange(0, DB), dh, H, DA, 1)
         wb_hi, wb_lo = _rows_operand(W, d, rq, cwb, cmwb, qon, PREC)
         cxb, cmxb = _dot_cols(rh, tl.arange(0, DB), dh, H, DA, 2)
-        dw_b = tl.zeros([HP, DB, SP], tl.float32)
+        if SPLIT:
+            dw_b = tl.zeros([HP, SP, DB], tl.float32)
+        else:
+            dw_b = tl.zeros([HP, DB, SP], tl.float32)
     nb = tl.cdiv(n_src, KS)
     # one loop over this program's (token, block) pairs, as in _fwd_dot_kernel
     for it in tl.range(0, tl.cdiv(n_tok - pid, n_prog) * nb, num_stages=STAGES):
@@ -1024,7 +1073,9 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_
         k0 = kb * KS
         row = tl.cast(t, tl.int64) * d
         xa, xb, km = _dot_tiles(table, k0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem, ALIGN, DB)
-        xat, xbt, _ = _dot_tiles(table, k0, rk, n_src, row, cwa, cmwa, cwb, cmwb, elem, ALIGN, DB, True)
+        xat, xbt = xa, xb
+        if not SPLIT:
+            xat, xbt, _ = _dot_tiles(table, k0, rk, n_src, row, cwa, cmwa, cwb, cmwb, elem, ALIGN, DB, True)
         # this token's upstream gradients (transposed like w), statistics and offsets, loaded
         # at every block (L2 hits after the first) so that the pipeliner copies them ahead
         ga_hi, ga_lo = _grad_rows(G, gref, row, rq, n_q, cwa, cmwa, qon, ALIGN, PREC, G_EXACT)
@@ -1071,15 +1122,28 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_
         if SPLIT:  # this head's share
             cc += tl.program_id(1).to(tl.int64) * n_tok * n_src * n_q
         tl.store(cc + tl.cast(t, tl.int64) * n_src * n_q + kq, c, mask=(k < n_src)[:, None] & (rq[None, :] < n_q))
-        r_hi, r_lo = _operand(rdz, PREC)
-        dw_a = _dot_split(xat, r_hi, r_lo, dw_a, PREC)
-        if DB > 0:
-            dw_b = _dot_split(xbt, r_hi, r_lo, dw_b, PREC)
+        if SPLIT:
+            r_hi, r_lo = _operand(tl.permute(rdz, (0, 2, 1)), PREC)
+            dw_a = _dot_split_left(r_hi, r_lo, xa, dw_a, PREC)
+            if DB > 0:
+                dw_b = _dot_split_left(r_hi, r_lo, xb, dw_b, PREC)
+        else:
+            r_hi, r_lo = _operand(rdz, PREC)
+            dw_a = _dot_split(xat, r_hi, r_lo, dw_a, PREC)
+            if DB > 0:
+                dw_b = _dot_split(xbt, r_hi, r_lo, dw_b, PREC)
     # this program's d(q*g) rows: DW[pid, q, h * dh + c]
-    dwrow = (pid.to(tl.int64) * n_q + rq[None, None, :]) * d
-    tl.store(DW + dwrow + cwa, dw_a, mask=cmwa & qon)
-    if DB > 0:
-        tl.store(DW + dwrow + cwb, dw_b, mask=cmwb & qon)
+    if SPLIT:
+        dwrow = (pid.to(tl.int64) * n_q + rq[None, :, None]) * d
+        q_on = rq[None, :, None] < n_q
+        tl.store(DW + dwrow + cxa, dw_a, mask=cmxa & q_on)
+        if DB > 0:
+            tl.store(DW + dwrow + cxb, dw_b, mask=cmxb & q_on)
+    else:
+        dwrow = (pid.to(tl.int64) * n_q + rq[None, None, :]) * d
+        tl.store(DW + dwrow + cwa, dw_a, mask=cmwa & qon)
+        if DB > 0:
+            tl.store(DW + dwrow + cwb, dw_b, mask=cmwb & qon)
 
 
 @triton.jit
