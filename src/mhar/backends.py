@@ -22,6 +22,34 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
+def fix_interpreter_index() -> None:
+    """Under ``TRITON_INTERPRET=1``, let a tensor serve as an index with any NumPy.
+
+    The interpreter holds scalars (``tl.program_id``, runtime arguments) as one-element 1-D
+    arrays. Triton 3.6's turns one into a loop bound with ``int()`` of that array, which
+    NumPy >= 2.4 refuses ("only 0-dimensional arrays can be converted to Python scalars"),
+    so every kernel looping from a program id or to a runtime count fails there; Triton 3.9
+    squeezes the array first. This makes an older interpreter do the same, through the hook
+    it patches ``tl.tensor`` with (and restores after each launch). Each kernel module calls
+    it once after importing triton; it does nothing outside the interpreter."""
+    if not interpreting():
+        return
+    try:
+        from triton.runtime import interpreter
+    except ImportError:  # pragma: no cover - triton missing
+        return
+    original = getattr(interpreter, "_patch_lang_tensor", None)
+    if original is None or getattr(original, "mhar_squeezes_index", False):
+        return
+
+    def patch_lang_tensor(tensor, scope):
+        original(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.squeeze()))
+
+    patch_lang_tensor.mhar_squeezes_index = True
+    interpreter._patch_lang_tensor = patch_lang_tensor
+
+
 class BackendChoice:
     def __init__(self, what: str, env_var: str, kernel_module: str, default: str = "auto"):
         self.what, self.env_var, self.kernel_module, self.default = what, env_var, kernel_module, default

@@ -17,10 +17,8 @@ is allocated. ``1 / count`` is read from a
 device scalar, so the caller never synchronises with the device.
 
 ``V`` is a compile-time constant (one compiled kernel per vocabulary size; a model has
-one). A runtime ``V`` as the tile loop's bound breaks Triton 3.6's interpreter under
-NumPy >= 2.4: it turns the bound into an index with ``int()`` of a one-element 1-D
-array, which NumPy 2.4 refuses ("only 0-dimensional arrays can be converted to Python
-scalars"; Triton 3.9 squeezes first). A constexpr bound is a Python int there.
+one). Under Triton 3.6's interpreter a runtime loop bound (or a program id) needs
+:func:`mhar.backends.fix_interpreter_index` with NumPy >= 2.4; this module applies it.
 
 Used by :class:`mhar.model.loss.ChunkedLinearCrossEntropy` on CUDA; the plain PyTorch
 path there is the reference these kernels are tested against.
@@ -34,6 +32,10 @@ import torch
 import triton
 import triton.language as tl
 from torch import Tensor
+
+from mhar.backends import fix_interpreter_index
+
+fix_interpreter_index()
 
 # Launch defaults (columns per tile, warps per row program); bench/loss_bench.py sweeps
 # alternatives on the GPU. MHAR_CE_BLOCK / MHAR_CE_WARPS override them without an edit.

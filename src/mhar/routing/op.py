@@ -170,6 +170,10 @@ def _pow2(n: int) -> int:
 # like the products' other operands ("gather_stages" stages; two were slower): at 1280/73
 # with 8 heads the gather took 17.1 against 18.1 ms per step at the same cap, at 1024/49
 # 4.4 against 5.6 (bench/results/session19/, call 2).
+# Retimed with coef_parts (session 22, call 3), the whole step's kernels at 1280/73 with 8
+# heads: 61.31 ms as shipped; 2 stages 61.55, 4 stages 62.23, 8 warps 65.93, 64 columns
+# 66.00, 256 columns 68.79, 32 sources 65.48. At 1024/49: 29.29 as shipped and with 256
+# columns, 29.87 with 4 stages.
 # Blocks of queries per program for phase 1's forward and COEF pass (each source tile
 # read once per block instead of once per query through L2; session 9) measured slower
 # in every whole-step row of session 10, up to 2.5x (bench/results/routing_h200.md);

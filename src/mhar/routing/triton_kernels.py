@@ -76,6 +76,10 @@ import os
 import triton
 import triton.language as tl
 
+from mhar.backends import fix_interpreter_index
+
+fix_interpreter_index()
+
 # Under TRITON_INTERPRET=1 (the CPU tests), tl.dot of bf16 tiles returns garbage in triton
 # 3.6 and 3.9 (errors of 1e10 on a 16x16 product of unit values): the bf16 products then
 # run on the same values in fp32.

@@ -20,6 +20,10 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from mhar.backends import fix_interpreter_index
+
+fix_interpreter_index()
+
 
 @triton.jit
 def _streams(ptr, stride_s, rs, offs, mask_s, mask_k):

@@ -32,6 +32,10 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from mhar.backends import fix_interpreter_index
+
+fix_interpreter_index()
+
 # Elements per program and warps: 8 elements a thread. With 16 (4096 / 8 warps, session
 # 9) triton 3.6 took 166 registers, one program per SM, and the kernel ran at half the
 # speed of torch's fused AdamW on the H200 (bench/results/session10/).
