@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-triton = pytest.importorskip("triton")
-np = pytest.importorskip("numpy")
+pytest.importorskip("triton")
+pytest.importorskip("numpy")  # both for the subprocess below
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
