@@ -596,12 +596,12 @@ def test_phase_one_coef_pass_one_head_per_program_bf16(gen):
 
 @pytest.fixture
 def dot_launches(monkeypatch):
-    """The product kernels' launches as (kernel name, grid, SPLIT, RS), in order."""
+    """The product kernels' launches as (kernel name, grid, SPLIT, RS, VH), in order."""
     seen = []
     real = rop._launch_dot
 
     def spy(kernel, grid, args, consts, warps, device):
-        seen.append((kernel.fn.__name__, grid, consts.get("SPLIT"), consts.get("RS")))
+        seen.append((kernel.fn.__name__, grid, consts.get("SPLIT"), consts.get("RS"), consts.get("VH")))
         return real(kernel, grid, args, consts, warps, device)
 
     monkeypatch.setattr(rop, "_launch_dot", spy)
@@ -845,3 +845,45 @@ def test_coefficients_as_parts(coef_dot, heads, d, gen):
             check_sink_chain(12, (5,), d, heads, dtype=torch.bfloat16, tol=2.5e-2, gen=gen, chunk=4, extra=False)
     finally:
         rop.TUNE = None
+
+
+@pytest.mark.parametrize("n,lead,d,S,stages", [(18, (4,), 160, 3, 1), (5, (3,), 256, 8, 3), (17, (5,), 128, 2, 3)])
+def test_one_head_as_lane_groups(n, lead, d, S, stages, gen, dot_launches):
+    # dot_lane_groups: one head of d lanes takes phase 1's forward and COEF pass as products
+    # in eight lane groups (of 20 lanes as parts of 16 and 16 with masks, 32, 16), the logits
+    # summed over the groups; more sources than one block (17, 18), programs persistent over
+    # tokens; the partial read and the merged two-phase read, values and gradients against
+    # fp64
+    rop.TUNE = dict(dot_stages=stages)
+    try:
+        check_partial(n, lead, d, 1, S, gen=gen)
+        check_two_phase(n, 2, lead, d, 1, S, gen=gen, fused=True)
+    finally:
+        rop.TUNE = None
+    names = {x[0] for x in dot_launches if x[4]}
+    assert names == {tk._fwd_dot_kernel.fn.__name__, tk._coef_dot_kernel.fn.__name__}, dot_launches
+    assert all(x[4] and x[1][1] == 1 and not x[2] for x in dot_launches), dot_launches  # every group in a program
+    # off, and where the groups would be under 16 lanes or d does not divide: the per-query kernels
+    for tune, width in ((dict(dot_lane_groups=0), d), (None, 120), (None, 123)):
+        dot_launches.clear()
+        rop.TUNE = tune
+        try:
+            check_partial(3, (2,), width, 1, 2, gen=gen)
+        finally:
+            rop.TUNE = None
+        assert not dot_launches
+
+
+def test_one_head_as_lane_groups_bf16(gen, dot_launches):
+    # bf16 sources: phase 1's fp32 outputs within 1e-4 of an fp64 read of the same values,
+    # gradients at bf16's 1e-2; and a stream in miniature in chunks through a gradient sink
+    # (fp32: in bf16 its gradients are 2-7% from fp64 on these shapes with the per-query
+    # kernels and with the groups alike)
+    srcs, q, g = make_inputs(19, (5,), 256, torch.bfloat16, "cpu", S=8, gen=gen)
+    p = routing.route_partial(srcs, q, g, 1)
+    p64 = R.route_partial([s.double() for s in srcs], q.double(), g.double(), 1)
+    for name, a, b in zip("mlo", p, p64):
+        assert rel(a, b) <= 1e-4, (name, rel(a, b))
+    check_partial(19, (5,), 256, 1, 8, dtype=torch.bfloat16, tol=1e-2, gen=gen)
+    check_sink_chain(12, (5,), 256, 1, gen=gen, chunk=4, extra=False)
+    assert {x[4] for x in dot_launches} == {True}, dot_launches

@@ -252,6 +252,14 @@ _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 12
 # the last chunk, 1.88 ms at 1280/73 with 8 heads against 0.72 of bytes
 # (bench/results/session21/, call 1). The per-query kernel reads each source once per
 # site anyway. (The routed stream makes that read with ``route``.)
+# dot_lane_groups: one head (attnres) takes the product kernels as this many lane groups of
+# d / groups lanes, a group where a head would be, with the logits summed over the groups
+# (triton_kernels' VH): a head of more than 128 lanes as one tile compiles to local memory,
+# so one head of 1024 or 1280 took the per-query kernels for phase 1's forward and COEF
+# pass. Needs d divisible by the groups and groups of at least 16 lanes; 0 or 1: off. Its
+# own switch for one head (fwd_dot and coef_dot, off for one head, then apply only to
+# widths it does not take). The programs hold every group: the split with a head per
+# program needs each head's own softmax.
 # direct_rows: route_partial_rows's sites write their rows' gradients into phase 1's
 # buffer (PhaseOneRows); False takes the rows as autograd views, which stacks them (for
 # side-by-side timing).
@@ -260,7 +268,7 @@ _PHASE1_DOT = {"fwd_dot": False, "fwd_dot_progs_per_sm": 2, "dot_sources": 16, "
                "coef_dot": False, "coef_dot_progs_per_sm": 1,
                "coef_split": True, "coef_split_progs_per_sm": 8, "coef_split_warps": 1,
                "fwd_split": True, "fwd_split_progs_per_sm": 8, "fwd_split_warps": 1, "fwd_dot_min_queries": 2,
-               "direct_rows": True}
+               "direct_rows": True, "dot_lane_groups": 8}
 # fwd_maxnreg / bwd_maxnreg / gather_maxnreg: a register cap per thread for the per-query
 # kernels and the gather (triton's maxnreg; None: the compiler's choice), so that more
 # programs fit on an SM. At 1280/73 no cap on the per-query kernels measured faster in
@@ -440,10 +448,16 @@ def _gather_walk(d: int, dh: int, cols: int) -> dict:
 def _dot_tile(cfg: dict, key: str, dh: int, heads: int, S: int, align: int, src: Tensor) -> dict | None:
     """The constexprs of a phase-1 kernel as matrix products (``_fwd_dot_kernel``,
     ``_coef_dot_kernel``) when the config's ``key`` turns it on and the heads' first part is
-    at most 128 lanes (wider ones compile to local memory); else None. A head part is at
-    least 16 lanes (a product's inner size), its lanes past the head masked."""
+    at most 128 lanes (wider ones compile to local memory), or for one head as lane groups
+    (config "dot_lane_groups"); else None. A head part is at least 16 lanes (a product's
+    inner size), its lanes past the head masked. The kernels take ``dh`` and ``H`` from
+    here: a group's lanes and the groups, with ``VH``, for one head as lane groups."""
+    groups = cfg["dot_lane_groups"]
+    vh = heads == 1 and groups > 1 and dh % groups == 0 and dh // groups >= 16
+    if vh:
+        heads, dh = groups, dh // groups
     pa, pb = _head_parts(dh)
-    if not cfg[key] or pa > 128:
+    if not (cfg[key] or vh) or pa > 128:
         return None
     if src.is_cuda and src.dtype != torch.bfloat16:
         # On a GPU, bf16 sources only: fp32 tiles (fp32 sources, or bf16 ones taken as fp32
@@ -452,9 +466,9 @@ def _dot_tile(cfg: dict, key: str, dh: int, heads: int, S: int, align: int, src:
         # run 4 of bench/results/session11/). The interpreter runs the fp32 path on the CPU.
         return None
     _check_pow2_16(cfg, "dot_sources")
-    return dict(H=heads, HP=_pow2(heads), DA=pa, DB=pb, KS=cfg["dot_sources"], SP=max(8, _pow2(S)),
+    return dict(dh=dh, H=heads, HP=_pow2(heads), DA=pa, DB=pb, KS=cfg["dot_sources"], SP=max(8, _pow2(S)),
                 ALIGN=align, PREC="bf16x2" if src.dtype == torch.bfloat16 else "ieee", STAGES=cfg["dot_stages"],
-                SS_DOT=cfg["dot_sumsq_products"])
+                SS_DOT=cfg["dot_sumsq_products"], VH=vh)
 
 
 def _check_pow2_16(cfg: dict, key: str) -> None:
@@ -562,8 +576,8 @@ def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, h
             rstd = torch.empty((len(srcs), n_tok), dtype=torch.float32, device=dev)
             consts["RS"] = True
         n_prog = _n_programs(dev, n_tok, per_sm, share=grid_h)
-        args = (table, srcs[0], w, m, l, o, m if rstd is None else rstd, len(srcs), n_tok, S, n_prog, d, dh, eps)
-        done = _launch_dot(_fwd_dot_kernel, (n_prog, grid_h), args, consts, warps, dev)
+        args = (table, srcs[0], w, m, l, o, m if rstd is None else rstd, len(srcs), n_tok, S, n_prog, d)
+        done = _launch_dot(_fwd_dot_kernel, (n_prog, grid_h), args, {**consts, "eps": eps}, warps, dev)
     if n_tiles and not done:
         rstd = None
         _fwd_kernel[(S, n_tiles)](table, srcs[0], w, m, l, o, m, l, o, len(srcs), n_tok, d, dh, eps,
@@ -704,9 +718,9 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
             n_prog = _n_programs(dev, n_tok, per_sm, share=grid_h)
             dw_parts = torch.empty((n_prog, S, d), dtype=torch.float32, device=dev)  # every (program, query) row
             args = (src_table, srcs[0], w, grad_table, rows[0], stat, off.contiguous(), dw_parts, coef_a, coef_b,
-                    coef_c, coef_c if rstd is None else rstd, len(srcs), n_tok, S, n_prog, d, dh, eps)
+                    coef_c, coef_c if rstd is None else rstd, len(srcs), n_tok, S, n_prog, d)
             # bf16 gradients enter g.x as they are (one product; exact)
-            consts = {**dot, "G_EXACT": exact and dot["PREC"] == "bf16x2", "SPLIT": split, "PARTS": parts}
+            consts = {**dot, "eps": eps, "G_EXACT": exact and dot["PREC"] == "bf16x2", "SPLIT": split, "PARTS": parts}
             if split:
                 consts["HP"] = 1
             done = _launch_dot(_coef_dot_kernel, (n_prog, grid_h), args, consts, warps_dot, dev)

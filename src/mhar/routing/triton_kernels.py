@@ -872,11 +872,32 @@ def _sumsq(x, xt, SS_DOT: tl.constexpr):
 
 
 @triton.jit
+def _group_sum(t):
+    """One head run as lane groups (the product kernels' VH): a (groups, sources, queries)
+    tile of per-group sums as the head's sums, the same in every group."""
+    return tl.broadcast_to(tl.sum(t, axis=0, keep_dims=True), t.shape)
+
+
+@triton.jit
+def _stat_rows(rq, rh, t, n_tok, H: tl.constexpr, VH: tl.constexpr):
+    """Offsets (HP, SP) of query q and head h at token t in the (S, n_tok, heads)
+    statistics, and the heads that own them: with VH (one head as lane groups) every group
+    has head 0's offset and only group 0 owns it (writes it)."""
+    if VH:
+        hq = rq[None, :].to(tl.int64) * n_tok + t + rh[:, None] * 0
+        own = rh[:, None] == 0
+    else:
+        hq = rq[None, :].to(tl.int64) * n_tok * H + t * H + rh[:, None]
+        own = rh[:, None] < H
+    return hq, own
+
+
+@triton.jit
 def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, RSTD, n_src, n_tok, n_q, n_prog, d: tl.constexpr,
                     dh: tl.constexpr, eps, H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr,
                     KS: tl.constexpr, SP: tl.constexpr, ALIGN: tl.constexpr, PREC: tl.constexpr,
                     STAGES: tl.constexpr = 1, SS_DOT: tl.constexpr = True, RS: tl.constexpr = False,
-                    SPLIT: tl.constexpr = False):
+                    SPLIT: tl.constexpr = False, VH: tl.constexpr = False):
     """Phase 1's forward (the S queries' unnormalised reads (m, l, o)) with every query in
     one program, programs persistent over tokens (the queries' weights loaded once per
     program): each source row is read once per token, where ``_fwd_kernel`` runs one
@@ -906,7 +927,12 @@ def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, RSTD, n_src, n_tok, n_q,
     ``SPLIT``: one head per program (grid (n_prog, H), HP 1), the scales read from RSTD
     (``_key_scales_kernel``), as the COEF pass's SPLIT. There is no sum of squares, and the
     output is held as (SP, lanes), a (SP, KS) by (KS, lanes) product of the tile as loaded
-    (the queries as the product's rows, padded to 16): no second read (session 22)."""
+    (the queries as the product's rows, padded to 16): no second read (session 22).
+    ``VH``: one head of d lanes run as H lane groups of dh (op's "dot_lane_groups"), a group
+    where a head would be: the logits are the groups' sums (``_group_sum``), the same in
+    every group, so the groups' softmax statistics agree and group 0 writes them for the
+    one head; each group's output lanes are the head's at its columns. A head wider than
+    128 lanes as one tile compiles to local memory (op's ``_dot_tile``)."""
     pid = tl.program_id(0)
     elem = ref.dtype.element_ty
     if SPLIT:
@@ -961,6 +987,8 @@ def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, RSTD, n_src, n_tok, n_q,
             if not SPLIT:
                 ss += _sumsq(xb, xbt, SS_DOT)
             zr = _dot_split(xb, wb_hi, wb_lo, zr, PREC)
+        if VH:
+            zr = _group_sum(zr)
         if not SPLIT:
             rstd = 1.0 / tl.sqrt(ss / d + eps)
         if RS:
@@ -982,10 +1010,10 @@ def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, RSTD, n_src, n_tok, n_q,
             if DB > 0:
                 acc_b = _dot_split(xbt, p_hi, p_lo, acc_b * alpha[:, None, :], PREC)
         m_i = m_new
-        if kb == nb - 1:  # the token's last block: m, l (S, n_tok, H); o (S, n_tok, d)
-            hq = rq[None, :].to(tl.int64) * n_tok * H + t * H + rh[:, None]  # (HP, SP)
-            tl.store(OUT_M + hq, m_i, mask=hqmask)
-            tl.store(OUT_L + hq, l_i, mask=hqmask)
+        if kb == nb - 1:  # the token's last block: m, l (S, n_tok, heads); o (S, n_tok, d)
+            hq, own = _stat_rows(rq, rh, t, n_tok, H, VH)                # (HP, SP)
+            tl.store(OUT_M + hq, m_i, mask=hqmask & own)
+            tl.store(OUT_L + hq, l_i, mask=hqmask & own)
             if SPLIT:
                 qrow = rq[None, :, None].to(tl.int64) * n_tok * d + row    # (1, SP, 1)
                 q_on = rq[None, :, None] < n_q
@@ -1023,7 +1051,7 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_
                      dh: tl.constexpr, eps, H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr,
                      KS: tl.constexpr, SP: tl.constexpr, ALIGN: tl.constexpr, PREC: tl.constexpr,
                      STAGES: tl.constexpr = 1, SS_DOT: tl.constexpr = True, G_EXACT: tl.constexpr = False,
-                     SPLIT: tl.constexpr = False, PARTS: tl.constexpr = False):
+                     SPLIT: tl.constexpr = False, PARTS: tl.constexpr = False, VH: tl.constexpr = False):
     """The COEF pass of phase 1's backward (``_bwd_kernel`` with COEF, see there) with every
     query in one program, as matrix products like ``_fwd_dot_kernel``: programs persistent
     over tokens, each source row read once per token. Per block of KS sources and head,
@@ -1038,9 +1066,13 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_
     read from RSTD (n_src, n_tok) as the forward wrote them (no sum of squares over the
     row), each head's share of c stored apart, CC (H, n_tok, n_src, S), for the gather
     to sum, and d(q*g) held as (SP, lanes), (SP, KS) by (KS, lanes) products of the tiles
-    as loaded (no transposed second read, as ``_fwd_dot_kernel``'s SPLIT). These programs run apart; with every head in one program, that program is one
-    8-warp program per SM whose warps meet at each block's reductions over heads and
-    layout conversions."""
+    as loaded (no transposed second read, as ``_fwd_dot_kernel``'s SPLIT). These programs
+    run apart; with every head in one program, that program is one 8-warp program per SM
+    whose warps meet at each block's reductions over heads and layout conversions.
+
+    ``VH``: one head as lane groups, as ``_fwd_dot_kernel``'s: the logits and g.x are the
+    groups' sums, so a and r dz are the same in every group; group 0 stores them (one
+    head's coefficients) and alone counts towards c."""
     pid = tl.program_id(0)
     elem = ref.dtype.element_ty
     if SPLIT:
@@ -1085,7 +1117,7 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_
         ga_hi, ga_lo = _grad_rows(G, gref, row, rq, n_q, cwa, cmwa, qon, ALIGN, PREC, G_EXACT)
         if DB > 0:
             gb_hi, gb_lo = _grad_rows(G, gref, row, rq, n_q, cwb, cmwb, qon, ALIGN, PREC, G_EXACT)
-        hq = rq[None, :].to(tl.int64) * n_tok * H + t * H + rh[:, None]    # (HP, SP)
+        hq, own = _stat_rows(rq, rh, t, n_tok, H, VH)                      # (HP, SP)
         st = tl.load(STAT + hq, mask=hq_on, other=0.0)
         of = tl.load(OFF + hq, mask=hq_on, other=0.0)
         if SPLIT:  # the forward's
@@ -1100,6 +1132,9 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_
                 ss += _sumsq(xb, xbt, SS_DOT)
             zr = _dot_split(xb, wb_hi, wb_lo, zr, PREC)
             gx = _dot_g(xb, gb_hi, gb_lo, gx, PREC, G_EXACT)
+        if VH:
+            zr = _group_sum(zr)
+            gx = _group_sum(gx)
         if not SPLIT:
             rstd = 1.0 / tl.sqrt(ss / d + eps)
         r3 = rstd[None, :, None]
@@ -1107,21 +1142,30 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_
         a = tl.where(on, tl.exp(zr * r3 - st[:, None, :]), 0.0)
         dz = a * (gx + of[:, None, :])
         rdz = dz * r3
-        c = tl.sum(dz * zr, axis=0) * (rstd * rstd * rstd / d)[:, None]  # (KS, SP)
+        if VH:  # every group holds the head's terms: group 0's
+            c = tl.sum(tl.where(own[:, None, :], dz * zr, 0.0), axis=0)
+        else:
+            c = tl.sum(dz * zr, axis=0)
+        c = c * (rstd * rstd * rstd / d)[:, None]                        # (KS, SP)
         # coefficients of source k, query q, head h at token t: CA, CB at
         # ((t * H + h) * n_src + k) * n_q + q (PARTS: ``_store_coef_parts``), CC at
         # (t * n_src + k) * n_q + q
         k = k0 + rk
         kq = k.to(tl.int64)[:, None] * n_q + rq[None, :]                       # (KS, SP)
+        if VH:  # one head's coefficients, from group 0
+            t_h = tl.cast(t, tl.int64) + rh[:, None, None] * 0                   # (HP, 1, 1)
+            h_own = rh[:, None, None] == 0
+        else:
+            t_h = tl.cast(t, tl.int64) * H + rh[:, None, None]
+            h_own = rh[:, None, None] < H
         if PARTS:  # every query of the row, zeros past n_q (a and r dz are zero there)
-            crow = (tl.cast(t, tl.int64) * H + rh[:, None, None]) * n_src + k.to(tl.int64)[None, :, None]
-            c_on = km & (rh[:, None, None] < H)
+            crow = t_h * n_src + k.to(tl.int64)[None, :, None]
+            c_on = km & h_own
             _store_coef_parts(CA, crow, rq[None, None, :], a, c_on, SP)
             _store_coef_parts(CB, crow, rq[None, None, :], rdz, c_on, SP)
         else:
-            t_h = (tl.cast(t, tl.int64) * H + rh[:, None, None]) * n_src * n_q      # (HP, 1, 1)
-            tl.store(CA + t_h + kq[None, :, :], a, mask=on)
-            tl.store(CB + t_h + kq[None, :, :], rdz, mask=on)
+            tl.store(CA + t_h * n_src * n_q + kq[None, :, :], a, mask=on & h_own)
+            tl.store(CB + t_h * n_src * n_q + kq[None, :, :], rdz, mask=on & h_own)
         cc = CC
         if SPLIT:  # this head's share
             cc += tl.program_id(1).to(tl.int64) * n_tok * n_src * n_q
