@@ -687,8 +687,8 @@ def test_forward_one_head_per_program_runs(gen, dot_launches):
             seen.clear()
             routing.route_partial(srcs, q, g, 4, scales=scales)
             split = scales is not None
-            assert seen == [(tk._fwd_dot_kernel.fn.__name__, (3, 4 if split else 1), split or None,
-                             None if split else True)], seen
+            assert [x[:4] for x in seen] == [(tk._fwd_dot_kernel.fn.__name__, (3, 4 if split else 1), split or None,
+                                              None if split else True)], seen
     finally:
         rop.TUNE = None
 
@@ -853,8 +853,9 @@ def test_one_head_as_lane_groups(n, lead, d, S, stages, gen, dot_launches):
     # in eight lane groups (of 20 lanes as parts of 16 and 16 with masks, 32, 16), the logits
     # summed over the groups; more sources than one block (17, 18), programs persistent over
     # tokens; the partial read and the merged two-phase read, values and gradients against
-    # fp64
-    rop.TUNE = dict(dot_stages=stages)
+    # fp64; the programs reading the key-norm scales (the COEF pass the forward's, which it
+    # wrote) and summing squares themselves (odd n)
+    rop.TUNE = dict(dot_stages=stages, dot_group_scales=n % 2 == 0)
     try:
         check_partial(n, lead, d, 1, S, gen=gen)
         check_two_phase(n, 2, lead, d, 1, S, gen=gen, fused=True)
@@ -887,3 +888,5 @@ def test_one_head_as_lane_groups_bf16(gen, dot_launches):
     check_partial(19, (5,), 256, 1, 8, dtype=torch.bfloat16, tol=1e-2, gen=gen)
     check_sink_chain(12, (5,), 256, 1, gen=gen, chunk=4, extra=False)
     assert {x[4] for x in dot_launches} == {True}, dot_launches
+    # the chain's forwards read the stream's KeyScales, the partial reads' wrote them
+    assert {x[3] for x in dot_launches if x[0] == tk._fwd_dot_kernel.fn.__name__} == {True, None}, dot_launches

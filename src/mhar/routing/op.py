@@ -260,6 +260,10 @@ _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 12
 # own switch for one head (fwd_dot and coef_dot, off for one head, then apply only to
 # widths it does not take). The programs hold every group: the split with a head per
 # program needs each head's own softmax.
+# dot_group_scales: those programs read the sources' key-norm scales, as the split ones do
+# (the forward a stream's KeyScales, the COEF pass the forward's; without a KeyScales the
+# forward sums squares and writes them), and take their outputs as products of the tiles
+# as loaded (triton_kernels' SCALES): no sum of squares and no second, transposed read.
 # direct_rows: route_partial_rows's sites write their rows' gradients into phase 1's
 # buffer (PhaseOneRows); False takes the rows as autograd views, which stacks them (for
 # side-by-side timing).
@@ -268,7 +272,10 @@ _PHASE1_DOT = {"fwd_dot": False, "fwd_dot_progs_per_sm": 2, "dot_sources": 16, "
                "coef_dot": False, "coef_dot_progs_per_sm": 1,
                "coef_split": True, "coef_split_progs_per_sm": 8, "coef_split_warps": 1,
                "fwd_split": True, "fwd_split_progs_per_sm": 8, "fwd_split_warps": 1, "fwd_dot_min_queries": 2,
-               "direct_rows": True, "dot_lane_groups": 8}
+               "direct_rows": True, "dot_lane_groups": 8, "dot_group_scales": True}
+# One head (its lane groups) pipelines in 2 stages: in the whole step at 1280/73 74.50
+# against 75.30 ms of kernels with 3, at 1024/49 34.20 against 34.71 (before its programs
+# read the scales; bench/results/session23/, call 3).
 # fwd_maxnreg / bwd_maxnreg / gather_maxnreg: a register cap per thread for the per-query
 # kernels and the gather (triton's maxnreg; None: the compiler's choice), so that more
 # programs fit on an SM. At 1280/73 no cap on the per-query kernels measured faster in
@@ -276,7 +283,7 @@ _PHASE1_DOT = {"fwd_dot": False, "fwd_dot_progs_per_sm": 2, "dot_sources": 16, "
 _DEFAULTS = {
     False: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1, "fwd_maxnreg": None,
             "bwd_elems": 1024, "bwd_warps": 2, "bwd_pf": 1, "bwd_progs_per_sm": 16, "bwd_maxnreg": None,
-            "pad_heads": False, **_PHASE1_BACKWARD, **_PHASE1_DOT},
+            "pad_heads": False, **_PHASE1_BACKWARD, **_PHASE1_DOT, "dot_stages": 2},
     True: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1, "fwd_maxnreg": None,
            "bwd_elems": 1024, "bwd_warps": 2, "bwd_pf": 1, "bwd_progs_per_sm": 16, "bwd_maxnreg": None,
            "pad_heads": False, **_PHASE1_BACKWARD, **_PHASE1_DOT, "fwd_dot": True, "coef_dot": True},
@@ -568,11 +575,15 @@ def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, h
         from mhar.routing.triton_kernels import _fwd_dot_kernel
 
         consts, per_sm, warps, grid_h = dict(dot), cfg["fwd_dot_progs_per_sm"], cfg["dot_warps"], 1
+        group_scales = dot["VH"] and cfg["dot_group_scales"]
         if scales is not None and cfg["fwd_split"] and heads > 1 and S > 1:  # a head per program
             rstd = scales.table(srcs, eps)
-            consts.update(SPLIT=True, HP=1)
+            consts.update(SPLIT=True, SCALES=True, HP=1)
             per_sm, warps, grid_h = cfg["fwd_split_progs_per_sm"], cfg["fwd_split_warps"], heads
-        elif want_rstd and _coef_split(cfg, heads, S):  # written by this kernel for the COEF pass
+        elif scales is not None and group_scales:  # one head's lane groups read them too
+            rstd = scales.table(srcs, eps)
+            consts["SCALES"] = True
+        elif want_rstd and (_coef_split(cfg, heads, S) or group_scales):  # written for the COEF pass
             rstd = torch.empty((len(srcs), n_tok), dtype=torch.float32, device=dev)
             consts["RS"] = True
         n_prog = _n_programs(dev, n_tok, per_sm, share=grid_h)
@@ -694,6 +705,8 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
         parts = exact and cfg["coef_parts"]
         dot = _dot_tile(cfg, "coef_dot", dh, heads, S, tile["ALIGN"], srcs[0]) if n_tiles else None
         split = dot is not None and rstd is not None and _coef_split(cfg, heads, S)
+        # the forward's key-norm scales: read by the split pass, and by one head's lane groups
+        scaled = split or (dot is not None and rstd is not None and dot["VH"] and cfg["dot_group_scales"])
         if n_tiles:
             # token-major, so that each gather program reads its block's coefficients as
             # contiguous runs (source-major, 32-byte pieces cost 5.2 of the gather's 22.7 ms
@@ -720,7 +733,8 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
             args = (src_table, srcs[0], w, grad_table, rows[0], stat, off.contiguous(), dw_parts, coef_a, coef_b,
                     coef_c, coef_c if rstd is None else rstd, len(srcs), n_tok, S, n_prog, d)
             # bf16 gradients enter g.x as they are (one product; exact)
-            consts = {**dot, "eps": eps, "G_EXACT": exact and dot["PREC"] == "bf16x2", "SPLIT": split, "PARTS": parts}
+            consts = {**dot, "eps": eps, "G_EXACT": exact and dot["PREC"] == "bf16x2", "SPLIT": split,
+                      "SCALES": scaled, "PARTS": parts}
             if split:
                 consts["HP"] = 1
             done = _launch_dot(_coef_dot_kernel, (n_prog, grid_h), args, consts, warps_dot, dev)

@@ -897,7 +897,7 @@ def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, RSTD, n_src, n_tok, n_q,
                     dh: tl.constexpr, eps, H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr,
                     KS: tl.constexpr, SP: tl.constexpr, ALIGN: tl.constexpr, PREC: tl.constexpr,
                     STAGES: tl.constexpr = 1, SS_DOT: tl.constexpr = True, RS: tl.constexpr = False,
-                    SPLIT: tl.constexpr = False, VH: tl.constexpr = False):
+                    SPLIT: tl.constexpr = False, VH: tl.constexpr = False, SCALES: tl.constexpr = False):
     """Phase 1's forward (the S queries' unnormalised reads (m, l, o)) with every query in
     one program, programs persistent over tokens (the queries' weights loaded once per
     program): each source row is read once per token, where ``_fwd_kernel`` runs one
@@ -924,10 +924,12 @@ def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, RSTD, n_src, n_tok, n_q,
     not (session 20). ``RS``: each source's key-norm
     scale 1 / rms at each token is written to RSTD (n_src, n_tok), for the COEF pass one
     head per program.
-    ``SPLIT``: one head per program (grid (n_prog, H), HP 1), the scales read from RSTD
-    (``_key_scales_kernel``), as the COEF pass's SPLIT. There is no sum of squares, and the
-    output is held as (SP, lanes), a (SP, KS) by (KS, lanes) product of the tile as loaded
-    (the queries as the product's rows, padded to 16): no second read (session 22).
+    ``SPLIT``: one head per program (grid (n_prog, H), HP 1), with SCALES: a head sees
+    only its lanes of a row. ``SCALES``: the key-norm scales read from RSTD
+    (``_key_scales_kernel``), so there is no sum of squares, and the output is held as
+    (SP, lanes), a (SP, KS) by (KS, lanes) product of the tile as loaded (the queries as
+    the product's rows, padded to 16): no second read (session 22). Also without SPLIT,
+    for VH.
     ``VH``: one head of d lanes run as H lane groups of dh (op's "dot_lane_groups"), a group
     where a head would be: the logits are the groups' sums (``_group_sum``), the same in
     every group, so the groups' softmax statistics agree and group 0 writes them for the
@@ -952,15 +954,15 @@ def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, RSTD, n_src, n_tok, n_q,
         cwb, cmwb = _dot_cols(rh, tl.arange(0, DB), dh, H, DA, 1)
         wb_hi, wb_lo = _rows_operand(W, d, rq, cwb, cmwb, qon, PREC)
         cxb, cmxb = _dot_cols(rh, tl.arange(0, DB), dh, H, DA, 2)
-    # the output per head: with SPLIT (SP, lanes), products of the source tiles as loaded;
+    # the output per head: with SCALES (SP, lanes), products of the source tiles as loaded;
     # else (lanes, SP), products of tiles loaded transposed too (see above)
-    if SPLIT:
+    if SCALES:
         acc_a = tl.zeros([HP, SP, DA], tl.float32)
     else:
         acc_a = tl.zeros([HP, DA, SP], tl.float32)
     acc_b = acc_a  # (unused without part B)
     if DB > 0:
-        if SPLIT:
+        if SCALES:
             acc_b = tl.zeros([HP, SP, DB], tl.float32)
         else:
             acc_b = tl.zeros([HP, DB, SP], tl.float32)
@@ -976,20 +978,20 @@ def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, RSTD, n_src, n_tok, n_q,
         row = tl.cast(t, tl.int64) * d
         xa, xb, km = _dot_tiles(table, k0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem, ALIGN, DB)
         xat, xbt = xa, xb
-        if not SPLIT:
+        if not SCALES:
             xat, xbt, _ = _dot_tiles(table, k0, rk, n_src, row, cwa, cmwa, cwb, cmwb, elem, ALIGN, DB, True)
-        if SPLIT:
+        if SCALES:
             rstd = tl.load(RSTD + (k0 + rk).to(tl.int64) * n_tok + t, mask=k0 + rk < n_src, other=1.0)
         else:
             ss = _sumsq(xa, xat, SS_DOT)                                 # (KS,)
         zr = _dot_split(xa, wa_hi, wa_lo, tl.zeros([HP, KS, SP], tl.float32), PREC)
         if DB > 0:
-            if not SPLIT:
+            if not SCALES:
                 ss += _sumsq(xb, xbt, SS_DOT)
             zr = _dot_split(xb, wb_hi, wb_lo, zr, PREC)
         if VH:
             zr = _group_sum(zr)
-        if not SPLIT:
+        if not SCALES:
             rstd = 1.0 / tl.sqrt(ss / d + eps)
         if RS:
             tl.store(RSTD + (k0 + rk).to(tl.int64) * n_tok + t, rstd, mask=k0 + rk < n_src)
@@ -999,7 +1001,7 @@ def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, RSTD, n_src, n_tok, n_q,
         alpha = tl.exp(m_i - m_new)  # 0 at a token's first block, which clears l and the output
         p = tl.exp(z - m_new[:, None, :])                               # (HP, KS, SP)
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        if SPLIT:
+        if SCALES:
             p_hi, p_lo = _operand(tl.permute(p, (0, 2, 1)), PREC)
             acc_a = _dot_split_left(p_hi, p_lo, xa, acc_a * alpha[:, :, None], PREC)
             if DB > 0:
@@ -1014,7 +1016,7 @@ def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, RSTD, n_src, n_tok, n_q,
             hq, own = _stat_rows(rq, rh, t, n_tok, H, VH)                # (HP, SP)
             tl.store(OUT_M + hq, m_i, mask=hqmask & own)
             tl.store(OUT_L + hq, l_i, mask=hqmask & own)
-            if SPLIT:
+            if SCALES:
                 qrow = rq[None, :, None].to(tl.int64) * n_tok * d + row    # (1, SP, 1)
                 q_on = rq[None, :, None] < n_q
                 tl.store(OUT_O + qrow + cxa, acc_a, mask=cmxa & q_on)
@@ -1051,7 +1053,8 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_
                      dh: tl.constexpr, eps, H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr,
                      KS: tl.constexpr, SP: tl.constexpr, ALIGN: tl.constexpr, PREC: tl.constexpr,
                      STAGES: tl.constexpr = 1, SS_DOT: tl.constexpr = True, G_EXACT: tl.constexpr = False,
-                     SPLIT: tl.constexpr = False, PARTS: tl.constexpr = False, VH: tl.constexpr = False):
+                     SPLIT: tl.constexpr = False, PARTS: tl.constexpr = False, VH: tl.constexpr = False,
+                     SCALES: tl.constexpr = False):
     """The COEF pass of phase 1's backward (``_bwd_kernel`` with COEF, see there) with every
     query in one program, as matrix products like ``_fwd_dot_kernel``: programs persistent
     over tokens, each source row read once per token. Per block of KS sources and head,
@@ -1062,11 +1065,12 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_
     upstream-gradient pointers, typed like ``gref``; with G_EXACT (bf16 ones, PREC "bf16x2")
     they enter g.x as they are, one product (``_grad_rows``).
 
-    SPLIT: one head per program (grid (n_prog, H), HP 1), the sources' key-norm scales
-    read from RSTD (n_src, n_tok) as the forward wrote them (no sum of squares over the
-    row), each head's share of c stored apart, CC (H, n_tok, n_src, S), for the gather
-    to sum, and d(q*g) held as (SP, lanes), (SP, KS) by (KS, lanes) products of the tiles
-    as loaded (no transposed second read, as ``_fwd_dot_kernel``'s SPLIT). These programs
+    SPLIT: one head per program (grid (n_prog, H), HP 1), with SCALES, each head's share
+    of c stored apart, CC (H, n_tok, n_src, S), for the gather to sum. SCALES: the
+    sources' key-norm scales read from RSTD (n_src, n_tok) as the forward had them (no sum
+    of squares over the row), and d(q*g) held as (SP, lanes), (SP, KS) by (KS, lanes)
+    products of the tiles as loaded (no transposed second read, as ``_fwd_dot_kernel``'s
+    SCALES); also without SPLIT, for VH. The split programs
     run apart; with every head in one program, that program is one 8-warp program per SM
     whose warps meet at each block's reductions over heads and layout conversions.
 
@@ -1086,9 +1090,9 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_
     cwa, cmwa = _dot_cols(rh, tl.arange(0, DA), dh, H, 0, 1)            # (HP, DA, 1)
     wa_hi, wa_lo = _rows_operand(W, d, rq, cwa, cmwa, qon, PREC)
     cxa, cmxa = _dot_cols(rh, tl.arange(0, DA), dh, H, 0, 2)            # (HP, 1, DA)
-    # d(q*g) per head: with SPLIT (SP, lanes) products of the source tiles as loaded; else
+    # d(q*g) per head: with SCALES (SP, lanes) products of the source tiles as loaded; else
     # (lanes, SP) ones of tiles loaded transposed too (the sum of squares' products take them)
-    if SPLIT:
+    if SCALES:
         dw_a = tl.zeros([HP, SP, DA], tl.float32)
     else:
         dw_a = tl.zeros([HP, DA, SP], tl.float32)
@@ -1097,7 +1101,7 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_
         cwb, cmwb = _dot_cols(rh, tl.arange(0, DB), dh, H, DA, 1)
         wb_hi, wb_lo = _rows_operand(W, d, rq, cwb, cmwb, qon, PREC)
         cxb, cmxb = _dot_cols(rh, tl.arange(0, DB), dh, H, DA, 2)
-        if SPLIT:
+        if SCALES:
             dw_b = tl.zeros([HP, SP, DB], tl.float32)
         else:
             dw_b = tl.zeros([HP, DB, SP], tl.float32)
@@ -1110,7 +1114,7 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_
         row = tl.cast(t, tl.int64) * d
         xa, xb, km = _dot_tiles(table, k0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem, ALIGN, DB)
         xat, xbt = xa, xb
-        if not SPLIT:
+        if not SCALES:
             xat, xbt, _ = _dot_tiles(table, k0, rk, n_src, row, cwa, cmwa, cwb, cmwb, elem, ALIGN, DB, True)
         # this token's upstream gradients (transposed like w), statistics and offsets, loaded
         # at every block (L2 hits after the first) so that the pipeliner copies them ahead
@@ -1120,7 +1124,7 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_
         hq, own = _stat_rows(rq, rh, t, n_tok, H, VH)                      # (HP, SP)
         st = tl.load(STAT + hq, mask=hq_on, other=0.0)
         of = tl.load(OFF + hq, mask=hq_on, other=0.0)
-        if SPLIT:  # the forward's
+        if SCALES:  # the forward's
             rstd = tl.load(RSTD + (k0 + rk).to(tl.int64) * n_tok + t, mask=k0 + rk < n_src, other=1.0)
         else:
             ss = _sumsq(xa, xat, SS_DOT)                                 # (KS,)
@@ -1128,14 +1132,14 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_
         zr = _dot_split(xa, wa_hi, wa_lo, zero, PREC)                    # (HP, KS, SP)
         gx = _dot_g(xa, ga_hi, ga_lo, zero, PREC, G_EXACT)
         if DB > 0:
-            if not SPLIT:
+            if not SCALES:
                 ss += _sumsq(xb, xbt, SS_DOT)
             zr = _dot_split(xb, wb_hi, wb_lo, zr, PREC)
             gx = _dot_g(xb, gb_hi, gb_lo, gx, PREC, G_EXACT)
         if VH:
             zr = _group_sum(zr)
             gx = _group_sum(gx)
-        if not SPLIT:
+        if not SCALES:
             rstd = 1.0 / tl.sqrt(ss / d + eps)
         r3 = rstd[None, :, None]
         on = km & hq_on[:, None, :]
@@ -1170,7 +1174,7 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_
         if SPLIT:  # this head's share
             cc += tl.program_id(1).to(tl.int64) * n_tok * n_src * n_q
         tl.store(cc + tl.cast(t, tl.int64) * n_src * n_q + kq, c, mask=(k < n_src)[:, None] & (rq[None, :] < n_q))
-        if SPLIT:
+        if SCALES:
             r_hi, r_lo = _operand(tl.permute(rdz, (0, 2, 1)), PREC)
             dw_a = _dot_split_left(r_hi, r_lo, xa, dw_a, PREC)
             if DB > 0:
@@ -1181,7 +1185,7 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_
             if DB > 0:
                 dw_b = _dot_split(xbt, r_hi, r_lo, dw_b, PREC)
     # this program's d(q*g) rows: DW[pid, q, h * dh + c]
-    if SPLIT:
+    if SCALES:
         dwrow = (pid.to(tl.int64) * n_q + rq[None, :, None]) * d
         q_on = rq[None, :, None] < n_q
         tl.store(DW + dwrow + cxa, dw_a, mask=cmxa & q_on)
