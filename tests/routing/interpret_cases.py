@@ -855,7 +855,7 @@ def test_one_head_as_lane_groups(n, lead, d, S, stages, gen, dot_launches):
     # tokens; the partial read and the merged two-phase read, values and gradients against
     # fp64; the programs reading the key-norm scales (the COEF pass the forward's, which it
     # wrote) and summing squares themselves (odd n)
-    rop.TUNE = dict(dot_stages=stages, dot_group_scales=n % 2 == 0)
+    rop.TUNE = dict(dot_stages=stages, fwd_dot_stages=stages, dot_group_scales=n % 2 == 0)
     try:
         check_partial(n, lead, d, 1, S, gen=gen)
         check_two_phase(n, 2, lead, d, 1, S, gen=gen, fused=True)

@@ -266,7 +266,7 @@ def test_one_head_as_lane_groups(d, gen, monkeypatch):
 
     monkeypatch.setattr(rop, "_launch_dot", spy)
     for stages in (1, 3):
-        rop.TUNE = dict(dot_stages=stages)
+        rop.TUNE = dict(dot_stages=stages, fwd_dot_stages=stages)
         try:
             with warnings.catch_warnings():
                 warnings.filterwarnings("error", message="mhar routing")

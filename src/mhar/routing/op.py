@@ -273,9 +273,11 @@ _PHASE1_DOT = {"fwd_dot": False, "fwd_dot_progs_per_sm": 2, "dot_sources": 16, "
                "coef_split": True, "coef_split_progs_per_sm": 8, "coef_split_warps": 1,
                "fwd_split": True, "fwd_split_progs_per_sm": 8, "fwd_split_warps": 1, "fwd_dot_min_queries": 2,
                "direct_rows": True, "dot_lane_groups": 8, "dot_group_scales": True}
-# One head (its lane groups) pipelines in 2 stages: in the whole step at 1280/73 74.50
-# against 75.30 ms of kernels with 3, at 1024/49 34.20 against 34.71 (before its programs
-# read the scales; bench/results/session23/, call 3).
+# One head (its lane groups) pipelines its COEF pass in 2 stages ("dot_stages") and its
+# forward in 3 ("fwd_dot_stages", where set: the forward's own). In the whole step at
+# 1280/73, 2 stages for both took 72.15 ms of kernels and 3 for both 71.77: the COEF pass
+# 16.54 against 17.34 ms, the forward 11.18 against 9.93; at 1024/49 the COEF pass 7.14
+# against 7.62 and the forward 4.58 against 4.24 (bench/results/session23/, call 4).
 # fwd_maxnreg / bwd_maxnreg / gather_maxnreg: a register cap per thread for the per-query
 # kernels and the gather (triton's maxnreg; None: the compiler's choice), so that more
 # programs fit on an SM. At 1280/73 no cap on the per-query kernels measured faster in
@@ -283,7 +285,7 @@ _PHASE1_DOT = {"fwd_dot": False, "fwd_dot_progs_per_sm": 2, "dot_sources": 16, "
 _DEFAULTS = {
     False: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1, "fwd_maxnreg": None,
             "bwd_elems": 1024, "bwd_warps": 2, "bwd_pf": 1, "bwd_progs_per_sm": 16, "bwd_maxnreg": None,
-            "pad_heads": False, **_PHASE1_BACKWARD, **_PHASE1_DOT, "dot_stages": 2},
+            "pad_heads": False, **_PHASE1_BACKWARD, **_PHASE1_DOT, "dot_stages": 2, "fwd_dot_stages": 3},
     True: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1, "fwd_maxnreg": None,
            "bwd_elems": 1024, "bwd_warps": 2, "bwd_pf": 1, "bwd_progs_per_sm": 16, "bwd_maxnreg": None,
            "pad_heads": False, **_PHASE1_BACKWARD, **_PHASE1_DOT, "fwd_dot": True, "coef_dot": True},
@@ -575,6 +577,8 @@ def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, h
         from mhar.routing.triton_kernels import _fwd_dot_kernel
 
         consts, per_sm, warps, grid_h = dict(dot), cfg["fwd_dot_progs_per_sm"], cfg["dot_warps"], 1
+        if cfg.get("fwd_dot_stages"):
+            consts["STAGES"] = cfg["fwd_dot_stages"]
         group_scales = dot["VH"] and cfg["dot_group_scales"]
         if scales is not None and cfg["fwd_split"] and heads > 1 and S > 1:  # a head per program
             rstd = scales.table(srcs, eps)
