@@ -259,11 +259,18 @@ _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 12
 # pass. Needs d divisible by the groups and groups of at least 16 lanes; 0 or 1: off. Its
 # own switch for one head (fwd_dot and coef_dot, off for one head, then apply only to
 # widths it does not take). The programs hold every group: the split with a head per
-# program needs each head's own softmax.
+# program needs each head's own softmax. In the whole step with one head (session 23,
+# call 1, 3 stages, before dot_group_scales): 75.33 ms of kernels at 1280/73 against 85.30
+# with the per-query kernels (phase 1's forward 12.8 ms and COEF pass 18.7, against the
+# per-query forward and backward's 22.5 and 36.1 that also held phase 2's), 78.06 with 16
+# groups; at 1024/49 34.73 against 38.75 (16 groups 35.13). The 1B attnres step went from
+# 0.798 of the baseline (session 22) to 0.816 (bench/results/session23/, call 2).
 # dot_group_scales: those programs read the sources' key-norm scales, as the split ones do
 # (the forward a stream's KeyScales, the COEF pass the forward's; without a KeyScales the
 # forward sums squares and writes them), and take their outputs as products of the tiles
 # as loaded (triton_kernels' SCALES): no sum of squares and no second, transposed read.
+# At 1280/73 with one head 72.15 against 74.48 ms (the COEF pass 16.54 against 17.95, the
+# forward 11.18 against 12.73), at 1024/49 34.24 against 34.34 (call 4).
 # direct_rows: route_partial_rows's sites write their rows' gradients into phase 1's
 # buffer (PhaseOneRows); False takes the rows as autograd views, which stacks them (for
 # side-by-side timing).

@@ -54,7 +54,9 @@ Phase 1's forward and the backward's COEF pass as matrix products (``_fwd_dot_ke
 ``_coef_dot_kernel``; op's "fwd_dot" and "coef_dot", the defaults for several heads with
 bf16 sources): one program per token and all S queries, so each source row is read once
 per token; per head the logits, g.x, the read and d(q*g) are small matrix products (flash
-attention over depth, batched over heads).
+attention over depth, batched over heads). One head of many lanes (attnres at 1024 or
+1280) runs as lane groups in the heads' place (``VH``, op's "dot_lane_groups"), its
+logits and g.x summed over the groups.
 
 Two-pass S-query backward (``op``'s "bwd_twopass", the default): ``_bwd_kernel`` with
 ``COEF`` runs one program per query and stores, per source and token, the coefficients
