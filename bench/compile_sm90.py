@@ -34,7 +34,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from mhar.routing import triton_kernels as tk
-from mhar.routing.op import (_PHASE1_BACKWARD, _chunk_lanes, _chunks_first, _gather_walk, _head_parts, _pow2,
+from mhar.routing.op import (_PHASE1_BACKWARD, _PHASE1_DOT, _chunk_lanes, _chunks_first, _gather_walk, _head_parts, _pow2,
                              _split_width)
 
 SHAPES = [(512, 8), (1024, 1), (1024, 8), (1280, 1), (1280, 8)]
@@ -189,6 +189,8 @@ def main() -> None:
     ap.add_argument("--dot-queries", type=int, default=8, help="the dot kernels' padded queries per chunk (SP: the "
                     "two-phase chunk S rounded up to a power of two, at least 8)")
     ap.add_argument("--dot-warps", default="8", help="comma list of warps for the dot kernels (the library's: 8)")
+    ap.add_argument("--lane-groups", type=int, default=_PHASE1_DOT["dot_lane_groups"],
+                    help="one head's lane groups in the dot kernels (op's dot_lane_groups; 0: none)")
     ap.add_argument("--dot-precision", default="bf16x2", help="comma list of the dot kernels' input precisions "
                     "(the library uses bf16x2; tl.dot's tf32x3 overflows shared memory in the COEF pass)")
     ap.add_argument("--shapes", default=",".join(f"{d}/{h}" for d, h in SHAPES), help="comma list of d/H")
@@ -258,11 +260,21 @@ def main() -> None:
                                 row(f"{fn.fn.__name__} ({args.dot_sources} sources, {prec}, {stages} stages)", d,
                                     heads, w, resources(fn, dict(c, PREC=prec, STAGES=stages, **exact), w,
                                                         PARTS_POINTERS if exact.get("PARTS") else None))
+                            g = args.lane_groups
+                            if heads == 1 and g > 1 and d % g == 0:  # one head as lane groups (VH)
+                                ga, gb = _head_parts(d // g)
+                                for scales, stages in ((False, 3), (True, 2), (True, 3)):
+                                    cg = dict(c, dh=d // g, H=g, HP=_pow2(g), DA=ga, DB=gb, PREC=prec, STAGES=stages,
+                                              VH=True, SCALES=scales, **exact)
+                                    row(f"{fn.fn.__name__} ({args.dot_sources} sources, {prec}, {stages} stages, "
+                                        f"{g} lane groups{', scales read' if scales else ''})", d, heads, w,
+                                        resources(fn, cg, w, PARTS_POINTERS if exact.get("PARTS") else None))
                             if heads > 1:  # a head per program (fwd_split, coef_split)
                                 for sw, stages in ((1, 1), (1, 3), (2, 3)):
                                     row(f"{fn.fn.__name__} ({args.dot_sources} sources, {prec}, {stages} stages,"
                                         f" a head per program)", d, heads, sw,
-                                        resources(fn, dict(c, HP=1, PREC=prec, STAGES=stages, SPLIT=True, **exact),
+                                        resources(fn, dict(c, HP=1, PREC=prec, STAGES=stages, SPLIT=True, SCALES=True,
+                                                           **exact),
                                                   sw, PARTS_POINTERS if exact.get("PARTS") else None))
             if kind == "twopass":
                 t = tile(d, heads)

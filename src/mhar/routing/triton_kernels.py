@@ -1077,8 +1077,9 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_
     whose warps meet at each block's reductions over heads and layout conversions.
 
     ``VH``: one head as lane groups, as ``_fwd_dot_kernel``'s: the logits and g.x are the
-    groups' sums, so a and r dz are the same in every group; group 0 stores them (one
-    head's coefficients) and alone counts towards c."""
+    groups' sums (one reduction across the warps for both), from which the head's
+    coefficients and c follow as (KS, SP) tiles; every group's d(q*g) lanes take the same
+    r dz."""
     pid = tl.program_id(0)
     elem = ref.dtype.element_ty
     if SPLIT:
@@ -1123,9 +1124,14 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_
         ga_hi, ga_lo = _grad_rows(G, gref, row, rq, n_q, cwa, cmwa, qon, ALIGN, PREC, G_EXACT)
         if DB > 0:
             gb_hi, gb_lo = _grad_rows(G, gref, row, rq, n_q, cwb, cmwb, qon, ALIGN, PREC, G_EXACT)
-        hq, own = _stat_rows(rq, rh, t, n_tok, H, VH)                      # (HP, SP)
-        st = tl.load(STAT + hq, mask=hq_on, other=0.0)
-        of = tl.load(OFF + hq, mask=hq_on, other=0.0)
+        if VH:  # the one head's, (SP,)
+            qs = rq.to(tl.int64) * n_tok + t
+            st = tl.load(STAT + qs, mask=rq < n_q, other=0.0)
+            of = tl.load(OFF + qs, mask=rq < n_q, other=0.0)
+        else:
+            hq = rq[None, :].to(tl.int64) * n_tok * H + t * H + rh[:, None]    # (HP, SP)
+            st = tl.load(STAT + hq, mask=hq_on, other=0.0)
+            of = tl.load(OFF + hq, mask=hq_on, other=0.0)
         if SCALES:  # the forward's
             rstd = tl.load(RSTD + (k0 + rk).to(tl.int64) * n_tok + t, mask=k0 + rk < n_src, other=1.0)
         else:
@@ -1138,44 +1144,52 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_
                 ss += _sumsq(xb, xbt, SS_DOT)
             zr = _dot_split(xb, wb_hi, wb_lo, zr, PREC)
             gx = _dot_g(xb, gb_hi, gb_lo, gx, PREC, G_EXACT)
-        if VH:
-            zr = _group_sum(zr)
-            gx = _group_sum(gx)
         if not SCALES:
             rstd = 1.0 / tl.sqrt(ss / d + eps)
-        r3 = rstd[None, :, None]
-        on = km & hq_on[:, None, :]
-        a = tl.where(on, tl.exp(zr * r3 - st[:, None, :]), 0.0)
-        dz = a * (gx + of[:, None, :])
-        rdz = dz * r3
-        if VH:  # every group holds the head's terms: group 0's
-            c = tl.sum(tl.where(own[:, None, :], dz * zr, 0.0), axis=0)
-        else:
-            c = tl.sum(dz * zr, axis=0)
-        c = c * (rstd * rstd * rstd / d)[:, None]                        # (KS, SP)
         # coefficients of source k, query q, head h at token t: CA, CB at
         # ((t * H + h) * n_src + k) * n_q + q (PARTS: ``_store_coef_parts``), CC at
         # (t * n_src + k) * n_q + q
         k = k0 + rk
         kq = k.to(tl.int64)[:, None] * n_q + rq[None, :]                       # (KS, SP)
-        if VH:  # one head's coefficients, from group 0
-            t_h = tl.cast(t, tl.int64) + rh[:, None, None] * 0                   # (HP, 1, 1)
-            h_own = rh[:, None, None] == 0
+        kq_on = (k < n_src)[:, None] & (rq[None, :] < n_q)
+        if VH:
+            # the one head's logits and g.x: the groups' sums, in one reduction across the
+            # program's warps; its coefficients and c from them as (KS, SP), no further
+            # reduction over the groups
+            zs, gs = tl.split(tl.sum(tl.join(zr, gx), axis=0))             # (KS, SP)
+            r2 = rstd[:, None]
+            a = tl.where(kq_on, tl.exp(zs * r2 - st[None, :]), 0.0)
+            dz = a * (gs + of[None, :])
+            rdz = dz * r2
+            c = dz * zs * (rstd * rstd * rstd / d)[:, None]               # (KS, SP)
+            row1 = tl.cast(t, tl.int64) * n_src + k.to(tl.int64)[:, None]  # (KS, 1): head 0
+            if PARTS:  # every query of the row, zeros past n_q (a and r dz are zero there)
+                _store_coef_parts(CA, row1, rq[None, :], a, (k < n_src)[:, None], SP)
+                _store_coef_parts(CB, row1, rq[None, :], rdz, (k < n_src)[:, None], SP)
+            else:
+                tl.store(CA + tl.cast(t, tl.int64) * n_src * n_q + kq, a, mask=kq_on)
+                tl.store(CB + tl.cast(t, tl.int64) * n_src * n_q + kq, rdz, mask=kq_on)
+            rdz = tl.broadcast_to(rdz[None, :, :], (HP, KS, SP))            # every group's d(q*g)
         else:
+            r3 = rstd[None, :, None]
+            on = km & hq_on[:, None, :]
+            a = tl.where(on, tl.exp(zr * r3 - st[:, None, :]), 0.0)
+            dz = a * (gx + of[:, None, :])
+            rdz = dz * r3
+            c = tl.sum(dz * zr, axis=0) * (rstd * rstd * rstd / d)[:, None]  # (KS, SP)
             t_h = tl.cast(t, tl.int64) * H + rh[:, None, None]
-            h_own = rh[:, None, None] < H
-        if PARTS:  # every query of the row, zeros past n_q (a and r dz are zero there)
-            crow = t_h * n_src + k.to(tl.int64)[None, :, None]
-            c_on = km & h_own
-            _store_coef_parts(CA, crow, rq[None, None, :], a, c_on, SP)
-            _store_coef_parts(CB, crow, rq[None, None, :], rdz, c_on, SP)
-        else:
-            tl.store(CA + t_h * n_src * n_q + kq[None, :, :], a, mask=on & h_own)
-            tl.store(CB + t_h * n_src * n_q + kq[None, :, :], rdz, mask=on & h_own)
+            if PARTS:  # every query of the row, zeros past n_q (a and r dz are zero there)
+                crow = t_h * n_src + k.to(tl.int64)[None, :, None]
+                c_on = km & (rh[:, None, None] < H)
+                _store_coef_parts(CA, crow, rq[None, None, :], a, c_on, SP)
+                _store_coef_parts(CB, crow, rq[None, None, :], rdz, c_on, SP)
+            else:
+                tl.store(CA + t_h * n_src * n_q + kq[None, :, :], a, mask=on)
+                tl.store(CB + t_h * n_src * n_q + kq[None, :, :], rdz, mask=on)
         cc = CC
         if SPLIT:  # this head's share
             cc += tl.program_id(1).to(tl.int64) * n_tok * n_src * n_q
-        tl.store(cc + tl.cast(t, tl.int64) * n_src * n_q + kq, c, mask=(k < n_src)[:, None] & (rq[None, :] < n_q))
+        tl.store(cc + tl.cast(t, tl.int64) * n_src * n_q + kq, c, mask=kq_on)
         if SCALES:
             r_hi, r_lo = _operand(tl.permute(rdz, (0, 2, 1)), PREC)
             dw_a = _dot_split_left(r_hi, r_lo, xa, dw_a, PREC)
