@@ -14,6 +14,7 @@ this script (run with triton 3.6, the GPU machine's version).
     PYTHONPATH=src python bench/compile_sm90.py                    # every kernel below
     PYTHONPATH=src python bench/compile_sm90.py --kernels twopass --gather-sources 4 --gather-warps 2
     PYTHONPATH=src python bench/compile_sm90.py --kernels dot     # phase 1 as matrix products
+    PYTHONPATH=src python bench/compile_sm90.py --kernels dot --shapes 1280/1   # one head: one tile, lane groups
     PYTHONPATH=src python bench/compile_sm90.py --kernels twopass --shapes 1280/8 --maxnreg 128 --opcodes
     PYTHONPATH=src python bench/compile_sm90.py --kernels hyper   # the hyper-connection glue
     PYTHONPATH=src python bench/compile_sm90.py --kernels adamw   # the fused AdamW
