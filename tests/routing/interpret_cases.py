@@ -520,7 +520,9 @@ def test_phase_one_forward_as_products(n, lead, d, heads, S, gen):
     # 19, 20), and the merged two-phase read
     # odd S: one pipeline stage (the interpreter runs both alike); odd n: the sum of squares
     # elementwise
-    rop.TUNE = dict(fwd_dot=True, fwd_dot_min_queries=1, dot_stages=1 if S % 2 else 3, dot_sumsq_products=n % 2 == 0)
+    stages = 1 if S % 2 else 3  # (one head's forward has its own stages: fwd_dot_stages)
+    rop.TUNE = dict(fwd_dot=True, fwd_dot_min_queries=1, dot_stages=stages, fwd_dot_stages=stages,
+                    dot_sumsq_products=n % 2 == 0)
     try:
         check_partial(n, lead, d, heads, S, gen=gen)
         check_two_phase(n, 2, lead, d, heads, S, gen=gen, fused=True)
@@ -532,7 +534,7 @@ def test_phase_one_forward_as_products(n, lead, d, heads, S, gen):
 def test_phase_one_forward_as_products_bf16(stages, gen):
     # bf16 sources: the forward's fp32 outputs within 1e-4 of an fp64 read of the same
     # bf16 values (bf16x2 splits the fp32 operand in two bf16 parts), gradients at bf16's 1e-2
-    rop.TUNE = dict(fwd_dot=True, dot_stages=stages)
+    rop.TUNE = dict(fwd_dot=True, dot_stages=stages, fwd_dot_stages=stages)
     try:
         srcs, q, g = make_inputs(19, (5,), 160, torch.bfloat16, "cpu", S=8, gen=gen)
         p = routing.route_partial(srcs, q, g, 8)

@@ -220,7 +220,7 @@ def test_phase_one_forward_as_products(d, heads, gen):
     # products per head; one head of 1024 or more lanes as eight lane groups), bf16 sources
     # (fp32 ones keep the per-query kernels on a GPU); pipelined in one stage and three
     for stages in (1, 3):
-        rop.TUNE = dict(fwd_dot=True, dot_stages=stages)
+        rop.TUNE = dict(fwd_dot=True, dot_stages=stages, fwd_dot_stages=stages)
         try:
             check_partial(37, (300,), d, heads, 8, dtype=torch.bfloat16, tol=1e-2, device=DEV, gen=gen)
             check_two_phase(21, 3, (200,), d, heads, 8, dtype=torch.bfloat16, tol=1e-2, device=DEV, gen=gen,
