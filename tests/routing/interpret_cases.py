@@ -530,18 +530,22 @@ def test_phase_one_forward_as_products(n, lead, d, heads, S, gen):
         rop.TUNE = None
 
 
+def _check_partial_bf16(d, heads, gen):
+    """bf16 sources: phase 1's fp32 outputs within 1e-4 of an fp64 read of the same bf16
+    values (bf16x2 splits the fp32 operand in two bf16 parts), gradients at bf16's 1e-2."""
+    srcs, q, g = make_inputs(19, (5,), d, torch.bfloat16, "cpu", S=8, gen=gen)
+    p = routing.route_partial(srcs, q, g, heads)
+    p64 = R.route_partial([s.double() for s in srcs], q.double(), g.double(), heads)
+    for name, a, b in zip("mlo", p, p64):
+        assert rel(a, b) <= 1e-4, (name, rel(a, b))
+    check_partial(19, (5,), d, heads, 8, dtype=torch.bfloat16, tol=1e-2, gen=gen)
+
+
 @pytest.mark.parametrize("stages", [1, 3])
 def test_phase_one_forward_as_products_bf16(stages, gen):
-    # bf16 sources: the forward's fp32 outputs within 1e-4 of an fp64 read of the same
-    # bf16 values (bf16x2 splits the fp32 operand in two bf16 parts), gradients at bf16's 1e-2
     rop.TUNE = dict(fwd_dot=True, dot_stages=stages, fwd_dot_stages=stages)
     try:
-        srcs, q, g = make_inputs(19, (5,), 160, torch.bfloat16, "cpu", S=8, gen=gen)
-        p = routing.route_partial(srcs, q, g, 8)
-        p64 = R.route_partial([s.double() for s in srcs], q.double(), g.double(), 8)
-        for name, a, b in zip("mlo", p, p64):
-            assert rel(a, b) <= 1e-4, (name, rel(a, b))
-        check_partial(19, (5,), 160, 8, 8, dtype=torch.bfloat16, tol=1e-2, gen=gen)
+        _check_partial_bf16(160, 8, gen)
     finally:
         rop.TUNE = None
 
@@ -878,16 +882,10 @@ def test_one_head_as_lane_groups(n, lead, d, S, stages, gen, dot_launches):
 
 
 def test_one_head_as_lane_groups_bf16(gen, dot_launches):
-    # bf16 sources: phase 1's fp32 outputs within 1e-4 of an fp64 read of the same values,
-    # gradients at bf16's 1e-2; and a stream in miniature in chunks through a gradient sink
-    # (fp32: in bf16 its gradients are 2-7% from fp64 on these shapes with the per-query
-    # kernels and with the groups alike)
-    srcs, q, g = make_inputs(19, (5,), 256, torch.bfloat16, "cpu", S=8, gen=gen)
-    p = routing.route_partial(srcs, q, g, 1)
-    p64 = R.route_partial([s.double() for s in srcs], q.double(), g.double(), 1)
-    for name, a, b in zip("mlo", p, p64):
-        assert rel(a, b) <= 1e-4, (name, rel(a, b))
-    check_partial(19, (5,), 256, 1, 8, dtype=torch.bfloat16, tol=1e-2, gen=gen)
+    # bf16 sources (_check_partial_bf16); and a stream in miniature in chunks through a
+    # gradient sink (fp32: in bf16 its gradients are 2-7% from fp64 on these shapes with the
+    # per-query kernels and with the groups alike)
+    _check_partial_bf16(256, 1, gen)
     check_sink_chain(12, (5,), 256, 1, gen=gen, chunk=4, extra=False)
     assert {x[4] for x in dot_launches} == {True}, dot_launches
     # the chain's forwards read the stream's KeyScales, the partial reads' wrote them
