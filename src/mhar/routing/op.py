@@ -279,7 +279,7 @@ _PHASE1_DOT = {"fwd_dot": False, "fwd_dot_progs_per_sm": 2, "dot_sources": 16, "
                "coef_dot": False, "coef_dot_progs_per_sm": 1,
                "coef_split": True, "coef_split_progs_per_sm": 8, "coef_split_warps": 1,
                "fwd_split": True, "fwd_split_progs_per_sm": 8, "fwd_split_warps": 1, "fwd_dot_min_queries": 2,
-               "direct_rows": True, "dot_lane_groups": 8, "dot_group_scales": True}
+               "direct_rows": True, "dot_lane_groups": 8, "dot_group_scales": True, "fwd_dot_stages": None}
 # One head (its lane groups) pipelines its COEF pass in 2 stages ("dot_stages") and its
 # forward in 3 ("fwd_dot_stages", where set: the forward's own). In the whole step at
 # 1280/73, 2 stages for both took 72.15 ms of kernels and 3 for both 71.77: the COEF pass
@@ -584,7 +584,7 @@ def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, h
         from mhar.routing.triton_kernels import _fwd_dot_kernel
 
         consts, per_sm, warps, grid_h = dict(dot), cfg["fwd_dot_progs_per_sm"], cfg["dot_warps"], 1
-        if cfg.get("fwd_dot_stages"):
+        if cfg["fwd_dot_stages"]:
             consts["STAGES"] = cfg["fwd_dot_stages"]
         group_scales = dot["VH"] and cfg["dot_group_scales"]
         if scales is not None and cfg["fwd_split"] and heads > 1 and S > 1:  # a head per program
