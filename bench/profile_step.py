@@ -7,7 +7,9 @@ Writes ``<out>/profile_<preset>_<method>_<compile>[_eager][_ckpt].txt`` (the key
 the kernel time per step by kind: matrix products, attention, routing, compiled regions,
 loss, optimiser, the rest) as each method finishes, beside it ``.tsv`` (every kernel's
 kind, launches and ms per step) and ``_routing_launches.tsv`` (the routing kernels'
-launches in order, as ``bench/routing.py`` records its own), and prints a summary last:
+launches in order, as ``bench/routing.py`` records its own), with ``--eager`` also
+``_launchers.tsv`` (the kernels outside the products, attention and compiled regions by
+the host op that launched them and its callers), and prints a summary last:
 the graphed step time and the kernels by kind per method, and each kind's difference
 from the first method's, in time and in launches (put the baseline first).
 """
@@ -59,6 +61,30 @@ def kernel_kinds(prof, steps: int, counts: dict[str, int] | None = None
             counts[key] = counts.get(key, 0) + 1
     out["total"] = sum(out.values())
     return out, names
+
+
+def launchers(prof, steps: int, depth: int = 4) -> list[tuple[str, str, int, float]]:
+    """For an eager profile: each kernel outside the matrix products, attention and
+    compiled regions by the host op that launched it and that op's callers (``depth``
+    levels, innermost first, with the launching op's input shapes): (kind, kernel,
+    launches per step, ms per step), largest first."""
+    rows: dict[tuple[str, str], list] = {}
+    for e in prof.events():
+        if e.device_type != DeviceType.CPU or not e.kernels:
+            continue
+        chain, p = [f"{e.name}{[s for s in e.input_shapes if s][:3]}"], e.cpu_parent
+        while p is not None and len(chain) < depth:
+            chain.append(p.name)
+            p = p.cpu_parent
+        for k in e.kernels:
+            name = k.name.lower()
+            kind = next((kd for kd, frags in KINDS if any(f in name for f in frags)), "other")
+            if kind in ("matmul", "attention", "compiled"):
+                continue
+            row = rows.setdefault((f"{kind}: {k.name[:90]}", " < ".join(chain)), [0, 0.0])
+            row[0] += 1
+            row[1] += k.duration / 1e3
+    return sorted(((kn, ch, n / steps, ms / steps) for (kn, ch), (n, ms) in rows.items()), key=lambda r: -r[3])
 
 
 def top_names(names: dict[str, dict[str, float]], per_kind: int = 6) -> str:
@@ -125,6 +151,9 @@ def main() -> None:
         rows = sorted(((k, n, ms) for k, by in names.items() for n, ms in by.items()), key=lambda r: -r[2])
         path.with_suffix(".tsv").write_text("kind\tlaunches_per_step\tms_per_step\tname\n" + "".join(
             f"{k}\t{counts[n] / 2:g}\t{ms:.4f}\t{n}\n" for k, n, ms in rows))
+        if args.eager:  # who launched each kernel outside the products, attention and compiled regions
+            path.with_name(path.stem + "_launchers.tsv").write_text("kernel\tlaunched by\tlaunches_per_step\tms_per_step\n" + "".join(
+                f"{k}\t{ch}\t{n:g}\t{ms:.4f}\n" for k, ch, n, ms in launchers(prof, steps=2)))
         summary.append(f"{args.preset} {method} compile={args.compile}: {timed['step_ms']:.1f} ms, "
                        f"MFU {100 * timed['mfu']:.1f}%, peak {timed['peak_mem_gb']:.1f} GB")
         print(summary[-1] + "\n" + top_names(names, 3), flush=True)

@@ -179,7 +179,7 @@ def time_step(model: Decoder, batch: int, seq_len: int, steps: int, warmup: int,
     if trace_steps:
         from torch.profiler import ProfilerActivity, profile
 
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiler:
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True) as profiler:
             for i in range(trace_steps):
                 step(i)
             sync(device)
