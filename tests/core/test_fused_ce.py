@@ -243,7 +243,33 @@ def test_interp_bf16_autocast(monkeypatch):
         assert rel(a, b) <= 1e-2, (name, rel(a, b))
 
 
+def _accumulator_writes_first(dev: str, dtype: torch.dtype) -> None:
+    # the fused path's fp32 head gradient starts as torch.empty: the first chunk's product
+    # must overwrite it, NaNs included, and the later ones add
+    g = torch.Generator().manual_seed(3)
+    a = [torch.randn(8, 16, generator=g).to(dev, dtype) for _ in range(3)]
+    b = [torch.randn(8, 12, generator=g).to(dev, dtype) for _ in range(3)]
+    acc = torch.full((16, 12), float("nan"), device=dev)
+    accumulator = L._Accumulator(acc, dtype)
+    for x, y in zip(a, b):
+        accumulator.add(x, y)
+    want = sum(x.double().t() @ y.double() for x, y in zip(a, b))
+    assert rel(acc, want) <= (1e-6 if dtype == torch.float32 else 1e-2), (accumulator.mode, rel(acc, want))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_accumulator_first_chunk_writes(dtype):
+    _accumulator_writes_first("cpu", dtype)
+
+
 # ------------------------------------------------------------------------- CUDA
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_accumulator_first_chunk_writes():
+    """In the mode probed on this GPU (addmm with out_dtype and beta=0 where torch has it)."""
+    _accumulator_writes_first("cuda", torch.bfloat16)
 
 
 @pytest.mark.cuda
