@@ -235,8 +235,13 @@ def main() -> None:
         for d, heads in [tuple(int(v) for v in x.split("/")) for x in args.shapes.split(",")]:
             for w in [int(v) for v in args.warps.split(",")] if kind in ("single", "twopass") else []:
                 if kind == "single":
-                    c = dict(tile(d, heads), BM=1, PF=1, FINAL=True)
+                    c = dict(tile(d, heads), BM=1, PF=1, FINAL=True, SCALE_OUT=None)
                     row("_fwd_kernel", d, heads, w, resources(tk._fwd_kernel, c, w))
+                    # phase 2 (a phase-1 row to start from), writing its newest source's
+                    # key-norm scales (op's merge_scales)
+                    c = dict(tile(d, heads), BM=1, PF=1, FINAL=True, INIT=True, LAST_SCALE=True)
+                    row("_fwd_kernel (phase 2, scales)", d, heads, w,
+                        resources(tk._fwd_kernel, c, w, {"SCALE_OUT": "*fp32"}))
                     for accum in (False, True):
                         c = dict(tile(d, heads), BM=1, PF=1, SINGLE=True, FINAL=True, ACCUM=accum, COEF=False,
                                  PARTIAL=False)

@@ -236,7 +236,7 @@ def whole_step(case, heads, chunk):
                     one = rows[j - j0]
                     if j > j0:  # phase 2, fused: merged with the phase-1 row and normalised in one pass
                         outs.append(routing.route_merge(one, srcs[j0:j], Q[j - 1], G[j - 1], heads,
-                                                        sink=sink.span(j0, j - j0)))
+                                                        sink=sink.span(j0, j - j0), scales=scales))
                     else:
                         outs.append(routing.finalize(one, srcs[0].shape, srcs[0].dtype)[0])
         loss = sum((o * case.gy).float().sum() for o in outs)

@@ -653,6 +653,45 @@ def test_phase_one_forward_one_head_per_program_bf16(gen):
         rop.TUNE = None
 
 
+@pytest.mark.parametrize("d,heads,tune", [(160, 8, dict(fwd_dot=True, coef_dot=True, coef_split=True, fwd_split=True)),
+                                           (256, 1, None)])
+def test_merge_hands_key_scales_on(d, heads, tune, gen, monkeypatch):
+    # merge_scales: phase 2 writes its newest source's key-norm scales into the stream's
+    # KeyScales; the next chunk's phase 1 then computes only the sources phase 2 did not
+    # read (the embedding, and each chunk's last output). Several heads a head per
+    # program, one head as lane groups (both read the scales); the chain still equals fp64
+    computed = []
+    real = rop._key_scales
+
+    def spy(srcs, eps):
+        computed.append(len(srcs))
+        return real(srcs, eps)
+
+    monkeypatch.setattr(rop, "_key_scales", spy)
+    for merge_scales, want in ((False, [1, 4, 4]), (True, [1, 1, 1])):
+        computed.clear()
+        rop.TUNE = {**(tune or {}), "merge_scales": merge_scales}
+        try:
+            check_sink_chain(12, (5,), d, heads, gen=gen, chunk=4, extra=False)
+        finally:
+            rop.TUNE = None
+        assert computed == want, (merge_scales, computed)
+
+
+def test_key_scales_put_out_of_place_is_recomputed(gen):
+    # KeyScales.put holds a source's scales after the held ones; where that is not the
+    # source's place in the next list, table() finds it out of place and recomputes
+    srcs, _, _ = make_inputs(4, (5,), 40, torch.float32, "cpu", gen=gen)
+    eps = R.KEY_NORM_EPS
+    want = 1 / torch.sqrt(torch.stack([x.pow(2).mean(-1) for x in srcs]) + eps)
+    scales = routing.KeyScales()
+    scales.table(srcs[:1], eps)
+    scales.put(srcs[2], torch.full_like(want[0], 7.0), eps)  # skips srcs[1]: out of place
+    assert torch.allclose(scales.table(srcs, eps), want, rtol=1e-5, atol=0)
+    scales.put(srcs[1], torch.full_like(want[0], 7.0), eps)  # already held: ignored
+    assert torch.allclose(scales.table(srcs, eps), want, rtol=1e-5, atol=0)
+
+
 def test_key_scales_recomputed_where_sources_differ(gen, monkeypatch):
     # a KeyScales keeps the scales of the sources it saw, in order and by identity: a list
     # that differs from the k-th source on (or another eps) is recomputed from there

@@ -178,7 +178,8 @@ def _chain(emb, leaves, q, g, heads, extra, chunk, sink):
             row = rows[k % chunk]  # as the routed stream takes it
             new = sources[start:] + side
             sp = span(start, len(new) - len(side))
-            y = routing.route_merge(row, new, q[k], g[k], heads, sink=sp) if new else \
+            # (the stream's newest sources hand their key-norm scales on; a side tensor is not one)
+            y = routing.route_merge(row, new, q[k], g[k], heads, sink=sp, scales=None if side else scales) if new else \
                 routing.finalize(row, emb.shape, emb.dtype)[0]
         else:
             y = read(sources + side, k, span(0, len(sources)))

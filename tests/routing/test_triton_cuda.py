@@ -283,6 +283,23 @@ def test_one_head_as_lane_groups(d, gen, monkeypatch):
     assert all(vh for _, vh in seen), seen
 
 
+@pytest.mark.parametrize("d,heads", [(1280, 8), (1024, 8), (1280, 1), (1024, 1)])
+def test_merge_hands_key_scales_on(d, heads, gen, monkeypatch):
+    # merge_scales: phase 2 writes its newest source's key-norm scales into the stream's
+    # KeyScales, so phase 1 computes only the ones phase 2 did not read (a chunk's last
+    # output, and the embedding); the chain still matches fp64
+    computed = []
+    real = rop._key_scales
+    monkeypatch.setattr(rop, "_key_scales", lambda srcs, eps: computed.append(len(srcs)) or real(srcs, eps))
+    rop.TUNE = dict(merge_scales=True)
+    try:
+        check_sink_chain(20, (256,), d, heads, dtype=torch.bfloat16, device=DEV, gen=gen, chunk=8,
+                         tol=2e-2 if heads > 1 else 8e-2)
+    finally:
+        rop.TUNE = None
+    assert computed == [1, 1, 1], computed
+
+
 @pytest.mark.parametrize("split", ["coef", "fwd"])
 @pytest.mark.parametrize("d,heads", [(1280, 8), (1024, 8), (512, 8), (1024, 16)])
 def test_phase_one_one_head_per_program(split, d, heads, gen):

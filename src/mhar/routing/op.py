@@ -271,6 +271,11 @@ _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 12
 # as loaded (triton_kernels' SCALES): no sum of squares and no second, transposed read.
 # At 1280/73 with one head 72.15 against 74.48 ms (the COEF pass 16.54 against 17.95, the
 # forward 11.18 against 12.73), at 1024/49 34.24 against 34.34 (call 4).
+# merge_scales: phase 2 (route_merge with the stream's KeyScales) writes the key-norm scale
+# of its newest source, which it computes anyway, into the KeyScales; the next chunk's
+# phase 1 then computes only its last site's output's (_key_scales_kernel reads each
+# source once: 0.65 ms a step in the 1B MHAR step, bench/results/session21/, call 2).
+# Off: not yet timed on a GPU.
 # direct_rows: route_partial_rows's sites write their rows' gradients into phase 1's
 # buffer (PhaseOneRows); False takes the rows as autograd views, which stacks them (for
 # side-by-side timing).
@@ -279,7 +284,8 @@ _PHASE1_DOT = {"fwd_dot": False, "fwd_dot_progs_per_sm": 2, "dot_sources": 16, "
                "coef_dot": False, "coef_dot_progs_per_sm": 1,
                "coef_split": True, "coef_split_progs_per_sm": 8, "coef_split_warps": 1,
                "fwd_split": True, "fwd_split_progs_per_sm": 8, "fwd_split_warps": 1, "fwd_dot_min_queries": 2,
-               "direct_rows": True, "dot_lane_groups": 8, "dot_group_scales": True, "fwd_dot_stages": None}
+               "direct_rows": True, "dot_lane_groups": 8, "dot_group_scales": True, "fwd_dot_stages": None,
+               "merge_scales": False}
 # One head (its lane groups) pipelines its COEF pass in 2 stages ("dot_stages") and its
 # forward in 3 ("fwd_dot_stages", where set: the forward's own). In the whole step at
 # 1280/73, 2 stages for both took 72.15 ms of kernels and 3 for both 71.77: the COEF pass
@@ -547,14 +553,15 @@ def _route_weights(queries: Tensor, norm_weights: Tensor) -> Tensor:
 
 def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, heads: int, eps: float,
                     final: bool, init: Partial | None = None, want_rstd: bool = False,
-                    scales: KeyScales | None = None, w: Tensor | None = None):
+                    scales: KeyScales | None = None, w: Tensor | None = None, last_scale: Tensor | None = None):
     """final: (y, lse) of one query; else (m, l, o) of S queries. init (final only): a
     one-row partial read of other sources that the read starts from (fused phase 2).
     want_rstd (partial reads): also return the sources' key-norm scales (n_src, n_tok) for
     the backward's COEF pass with a head per program, or None where it does not run.
     scales: the stream's :class:`KeyScales`; with it the forward may run a head per
     program too (config "fwd_split"). w: ``_route_weights(queries, norm_weights)``, where
-    the caller keeps it for the backward."""
+    the caller keeps it for the backward. last_scale (final only): an (n_tok,) fp32 tensor
+    the kernel writes the last source's key-norm scales into."""
     from mhar.routing.triton_kernels import _fwd_kernel
 
     srcs = _contig(srcs)
@@ -572,6 +579,7 @@ def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, h
         if n_tiles:
             _fwd_kernel[(1, n_tiles)](table, srcs[0], w, lse, lse, y, m0, l0, o0, len(srcs), n_tok, d, dh, eps,
                                       **tile, FINAL=True, INIT=init is not None, PF=cfg["fwd_pf"],
+                                      SCALE_OUT=last_scale, LAST_SCALE=last_scale is not None,
                                       num_warps=cfg["fwd_warps"], maxnreg=cfg["fwd_maxnreg"])
         return y, lse
     m = _new((S, n_tok, heads), torch.float32, dev)
@@ -634,6 +642,17 @@ class KeyScales:
             self._rows.extend(_key_scales(srcs[k:], eps).unbind(0))
             self._of.extend(srcs[k:])
         return torch.stack(self._rows[:len(srcs)])
+
+    def put(self, src: Tensor, row: Tensor, eps: float) -> None:
+        """The scales of ``src``, computed elsewhere (phase 2's kernel), held after the
+        others: a source one past the held ones (by a stream's order) is then not read
+        again. Held anywhere else, ``table`` finds it out of place and recomputes from
+        there, so a wrong guess costs a recomputation, never a wrong scale."""
+        if self._eps is None:
+            self._eps = eps
+        if eps == self._eps and not any(x is src for x in self._of):
+            self._rows.append(row)
+            self._of.append(src)
 
 
 def _key_scales(srcs: list[Tensor], eps: float) -> Tensor:
@@ -1255,17 +1274,21 @@ class _MergeFn(torch.autograd.Function):
     only -(g . y), the row then handed over in final form (``_RowGrads``)."""
 
     @staticmethod
-    def forward(ctx, m0, l0, o0, query, norm_weight, heads, eps, sink, row, *sources):
+    def forward(ctx, m0, l0, o0, query, norm_weight, heads, eps, sink, row, scales, *sources):
         # row (grads, i): m0, l0, o0 are a whole phase-1 read (route_partial_rows), this
-        # site's is row i, and its gradients go into grads (a _RowGrads)
+        # site's is row i, and its gradients go into grads (a _RowGrads). scales: a
+        # KeyScales to hand the newest source's key-norm scales to (merge_scales), or None
         if row is not None:
             m0, l0, o0 = m0[row[1]], l0[row[1]], o0[row[1]]
         d = query.shape[-1]
         n_tok = o0.shape[-2]
         init = Partial(m0.reshape(n_tok, heads), l0.reshape(n_tok, heads), o0.reshape(n_tok, d))
         ctx.w = _route_weights(query.view(1, d), norm_weight.view(1, d))
+        last = None if scales is None else torch.empty(n_tok, dtype=torch.float32, device=o0.device)
         y, lse = _triton_forward(list(sources), query.view(1, d), norm_weight.view(1, d), heads, eps, True, init,
-                                 w=ctx.w)
+                                 w=ctx.w, last_scale=last)
+        if scales is not None:
+            scales.put(sources[-1], last, eps)
         ctx.save_for_backward(query, norm_weight, y, lse, m0, *sources)
         ctx.heads, ctx.eps, ctx.sink, ctx.row = heads, eps, sink, row
         return y
@@ -1289,7 +1312,7 @@ class _MergeFn(torch.autograd.Function):
         if ctx.row is not None:
             grad_l = grad_o = None
         return (None, grad_l, grad_o, res[0].view(query.shape), res[1].view(norm_weight.shape), None, None, None,
-                None, *res[2:])
+                None, None, *res[2:])
 
 
 def _finalize_on_triton(l: Tensor, dtype: torch.dtype) -> bool:
@@ -1421,12 +1444,15 @@ def route(sources, query: Tensor, norm_weight: Tensor, heads: int = 1, eps: floa
 
 
 def route_merge(partial: Partial | PhaseOneRow, sources, query: Tensor, norm_weight: Tensor, heads: int = 1,
-                eps: float = KEY_NORM_EPS, sink: SinkSpan | None = None) -> Tensor:
+                eps: float = KEY_NORM_EPS, sink: SinkSpan | None = None, scales: KeyScales | None = None) -> Tensor:
     """Phase 2 of the two-phase read for one site: the read of ``sources`` merged exactly
     with ``partial`` (one row, a phase-1 read of other sources by the same query; or a
     row of ``route_partial_rows``) and normalised. Equals
     ``finalize(merge_partials(partial, route_partial(sources, ...)))``, which is what runs
-    off CUDA and under torch.compile; on CUDA one kernel pass does it."""
+    off CUDA and under torch.compile; on CUDA one kernel pass does it. scales: the
+    stream's :class:`KeyScales` (the one its phase-1 calls take), where ``sources`` are
+    the stream's newest, in order: with config "merge_scales" the kernel hands it the
+    last source's key-norm scales."""
     srcs = _as_list(sources)
     if query.dim() != 1 or norm_weight.shape != query.shape:
         raise ValueError(f"query and norm_weight must both be (d,); got {tuple(query.shape)} and {tuple(norm_weight.shape)}")
@@ -1443,7 +1469,9 @@ def route_merge(partial: Partial | PhaseOneRow, sources, query: Tensor, norm_wei
     if row is None and (_compiling() or not _use_triton(srcs[0])):
         new = route_partial(srcs, query.view(1, -1), norm_weight.view(1, -1), heads, eps, sink)
         return _ref.finalize(_ref.merge_partials(partial, new), srcs[0].shape, srcs[0].dtype)[0]
-    return _MergeFn.apply(partial.m, partial.l, partial.o, query, norm_weight, heads, eps, sink, row, *srcs)
+    if scales is not None and not _cfg(padded_width(query.shape[0], heads), heads > 1)["merge_scales"]:
+        scales = None
+    return _MergeFn.apply(partial.m, partial.l, partial.o, query, norm_weight, heads, eps, sink, row, scales, *srcs)
 
 
 def route_partial(sources, queries: Tensor, norm_weights: Tensor, heads: int = 1,

@@ -195,10 +195,13 @@ def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, M0, L0, O0,
                 n_src, n_tok, d: tl.constexpr, dh: tl.constexpr, eps,
                 H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, DC: tl.constexpr,
                 CF: tl.constexpr, BM: tl.constexpr, HAS_B: tl.constexpr, EVEN: tl.constexpr, ALIGN: tl.constexpr,
-                FINAL: tl.constexpr, INIT: tl.constexpr = False, PF: tl.constexpr = 1):
+                FINAL: tl.constexpr, INIT: tl.constexpr = False, PF: tl.constexpr = 1,
+                SCALE_OUT=None, LAST_SCALE: tl.constexpr = False):
     """INIT (one query): the online softmax starts from a phase-1 partial read of other
     sources, M0/L0 (n_tok, H) and O0 (n_tok, d) fp32, instead of from empty: phase 2 of
-    the two-phase schedule, merged and normalised in the same pass."""
+    the two-phase schedule, merged and normalised in the same pass. LAST_SCALE: also
+    write the last source's key-norm scale 1 / rms (n_tok,) fp32 into SCALE_OUT, for the
+    stream's KeyScales (op's merge_scales)."""
     s = tl.program_id(0)
     tile = tl.program_id(1)
     rm = tile * BM + tl.arange(0, BM)
@@ -239,6 +242,8 @@ def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, M0, L0, O0,
         if PF == 2:
             xb_n2 = _ld(p1 + offs_b, mask_b, EVEN)
     p_next = _src(table, tl.minimum(PF, n_src - 1), ref, ALIGN)
+    if LAST_SCALE:
+        last_rstd = tl.zeros([BM], tl.float32)
     for i in range(n_src):
         xa, xa_n, xa_n2 = _next_tile(xa_n, xa_n2, p_next, offs_a, mask_a, EVEN, PF)
         x2 = _head_sums(xa * xa, CF)                            # (BM, HP, DC)
@@ -251,6 +256,8 @@ def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, M0, L0, O0,
         ss = tl.sum(tl.sum(x2, axis=2), axis=1)                 # (BM,)
         zr = tl.sum(zl, axis=2)                                 # (BM, HP)
         rstd = 1.0 / tl.sqrt(ss / d + eps)
+        if LAST_SCALE:
+            last_rstd = rstd
         z = zr * rstd[:, None]
         m_new = tl.maximum(m_i, z)
         alpha = tl.exp(m_i - m_new)
@@ -261,6 +268,8 @@ def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, M0, L0, O0,
             acc_b = acc_b * _heads_tile(alpha, CF) + _heads_tile(p, CF) * xb
         m_i = m_new
 
+    if LAST_SCALE:
+        _st(SCALE_OUT + rm, last_rstd, mmask, EVEN)
     if FINAL:
         # OUT_O: the read (n_tok, d) in the sources' dtype; OUT_M: log-sum-exp (n_tok, H)
         inv = 1.0 / _heads_tile(l_i, CF)

@@ -75,7 +75,11 @@ class _RoutedState(StreamState):
         rows, k = self.phase1_rows, i - self.chunk_start
         if new:  # phase 2: the sources created inside the chunk, merged exactly and normalised
             sink = None if in_block else self.sources.span(first_new)
-            return routing.route_merge(rows[k], new, self.query_rows[i], self.norm_rows[i], H, sink=sink)
+            # (full routing: its newest source's key-norm scales, computed here, can go to the
+            # next chunk's phase 1; a block's running sum is not a source)
+            scales = None if in_block else self.key_scales
+            return routing.route_merge(rows[k], new, self.query_rows[i], self.norm_rows[i], H, sink=sink,
+                                       scales=scales)
         if rows.direct:  # its gradient goes into the rows' buffer (eager: not a compiled region)
             return routing.finalize(rows[k], self.shape, self.dtype)[0]
         return s.finalize_row(rows.view(k), self.shape, self.dtype)
