@@ -79,7 +79,7 @@ def route_partial_rows(sources, queries, norm_weights, heads=1, eps=KEY_NORM_EPS
     return PhaseOneRows(reference.route_partial(sources, queries, norm_weights, heads, eps))
 
 
-def route_merge(partial, sources, query, norm_weight, heads=1, eps=KEY_NORM_EPS, sink=None):
+def route_merge(partial, sources, query, norm_weight, heads=1, eps=KEY_NORM_EPS, sink=None, scales=None):
     new = reference.route_partial(sources, query.view(1, -1), norm_weight.view(1, -1), heads, eps)
     return finalize(merge_partials(partial, new), sources[0].shape, sources[0].dtype)[0]
 '''
