@@ -653,13 +653,9 @@ def test_phase_one_forward_one_head_per_program_bf16(gen):
         rop.TUNE = None
 
 
-@pytest.mark.parametrize("d,heads,tune", [(64, 4, dict(fwd_dot=True, coef_dot=True, coef_split=True, fwd_split=True)),
-                                           (256, 1, None)])
-def test_merge_hands_key_scales_on(d, heads, tune, gen, monkeypatch):
-    # merge_scales: phase 2 writes its newest source's key-norm scales into the stream's
-    # KeyScales; the next chunk's phase 1 then computes only the sources phase 2 did not
-    # read (the embedding, and each chunk's last output). Several heads a head per
-    # program, one head as lane groups (both read the scales); the chain still equals fp64
+@pytest.fixture
+def key_scales_computed(monkeypatch):
+    """How many sources each computation of key-norm scales (op._key_scales) took, in order."""
     computed = []
     real = rop._key_scales
 
@@ -668,6 +664,17 @@ def test_merge_hands_key_scales_on(d, heads, tune, gen, monkeypatch):
         return real(srcs, eps)
 
     monkeypatch.setattr(rop, "_key_scales", spy)
+    return computed
+
+
+@pytest.mark.parametrize("d,heads,tune", [(64, 4, dict(fwd_dot=True, coef_dot=True, coef_split=True, fwd_split=True)),
+                                           (256, 1, None)])
+def test_merge_hands_key_scales_on(d, heads, tune, gen, key_scales_computed):
+    # merge_scales: phase 2 writes its newest source's key-norm scales into the stream's
+    # KeyScales; the next chunk's phase 1 then computes only the sources phase 2 did not
+    # read (the embedding, and each chunk's last output). Several heads a head per
+    # program, one head as lane groups (both read the scales); the chain still equals fp64
+    computed = key_scales_computed
     for merge_scales, want in ((False, [1, 4, 4]), (True, [1, 1, 1])):
         computed.clear()
         rop.TUNE = {**(tune or {}), "merge_scales": merge_scales}
@@ -692,17 +699,10 @@ def test_key_scales_put_out_of_place_is_recomputed(gen):
     assert torch.allclose(scales.table(srcs, eps), want, rtol=1e-5, atol=0)
 
 
-def test_key_scales_recomputed_where_sources_differ(gen, monkeypatch):
+def test_key_scales_recomputed_where_sources_differ(gen, key_scales_computed):
     # a KeyScales keeps the scales of the sources it saw, in order and by identity: a list
     # that differs from the k-th source on (or another eps) is recomputed from there
-    computed = []
-    real = rop._key_scales
-
-    def spy(srcs, eps):
-        computed.append(len(srcs))
-        return real(srcs, eps)
-
-    monkeypatch.setattr(rop, "_key_scales", spy)
+    computed = key_scales_computed
     srcs, _, _ = make_inputs(6, (5,), 40, torch.float32, "cpu", gen=gen)
 
     def want(xs, eps):
