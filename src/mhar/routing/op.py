@@ -275,7 +275,9 @@ _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 12
 # of its newest source, which it computes anyway, into the KeyScales; the next chunk's
 # phase 1 then computes only its last site's output's (_key_scales_kernel reads each
 # source once: 0.65 ms a step in the 1B MHAR step, bench/results/session21/, call 2).
-# Off: not yet timed on a GPU.
+# In the whole step at 1280/73 with 8 heads, alternating in one process: 60.85 and 60.77
+# ms of kernels against 61.53 and 61.39 off; the 1B MHAR step 0.853 of the baseline
+# against 0.848 off, one process each (bench/results/session25/, call 1).
 # direct_rows: route_partial_rows's sites write their rows' gradients into phase 1's
 # buffer (PhaseOneRows); False takes the rows as autograd views, which stacks them (for
 # side-by-side timing).
@@ -285,7 +287,7 @@ _PHASE1_DOT = {"fwd_dot": False, "fwd_dot_progs_per_sm": 2, "dot_sources": 16, "
                "coef_split": True, "coef_split_progs_per_sm": 8, "coef_split_warps": 1,
                "fwd_split": True, "fwd_split_progs_per_sm": 8, "fwd_split_warps": 1, "fwd_dot_min_queries": 2,
                "direct_rows": True, "dot_lane_groups": 8, "dot_group_scales": True, "fwd_dot_stages": None,
-               "merge_scales": False}
+               "merge_scales": True}
 # One head (its lane groups) pipelines its COEF pass in 2 stages ("dot_stages") and its
 # forward in 3 ("fwd_dot_stages", where set: the forward's own). In the whole step at
 # 1280/73, 2 stages for both took 72.15 ms of kernels and 3 for both 71.77: the COEF pass
