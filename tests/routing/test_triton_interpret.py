@@ -41,14 +41,20 @@ def run_sharded(cases: Path, shards: int = SHARDS) -> list[str]:
     procs = [subprocess.Popen([*pytest_cmd, "-x", *ids[k::shards]], cwd=ROOT, env=env, text=True,
                               stdout=log, stderr=subprocess.STDOUT) for k, log in enumerate(logs)]
     failed = []
-    for k, (proc, log) in enumerate(zip(procs, logs)):
-        # the timeout guards against a hang, not the time: the cases took 14.5 minutes in
-        # one process on a slow 2-core machine (session 19)
-        proc.wait(timeout=1800)
-        log.seek(0)
-        if proc.returncode != 0:
-            failed.append(f"-- shard {k + 1} of {shards} (exit {proc.returncode}):\n{log.read()[-6000:]}")
-        log.close()
+    try:
+        for k, (proc, log) in enumerate(zip(procs, logs)):
+            # the timeout guards against a hang, not the time: the cases took 14.5 minutes
+            # in one process on a slow 2-core machine (session 19)
+            proc.wait(timeout=1800)
+            log.seek(0)
+            if proc.returncode != 0:
+                failed.append(f"-- shard {k + 1} of {shards} (exit {proc.returncode}):\n{log.read()[-6000:]}")
+    finally:  # a hang (or an interrupt) leaves no shard running
+        for proc, log in zip(procs, logs):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            log.close()
     return failed
 
 
