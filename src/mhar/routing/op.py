@@ -623,7 +623,8 @@ class KeyScales:
     per source, each computed once per forward (``_key_scales_kernel``, one read of the
     source) and read by every later phase-1 call: its forward and COEF pass with a head per
     program see only their head's lanes of a row. A chunk's call finds the earlier
-    sources' scales here and computes the chunk's new sources'. Pass one per forward
+    sources' scales here and computes the chunk's new sources' (with config
+    "merge_scales", phase 2 has already put all but the chunk's last). Pass one per forward
     (``route_partial_rows(..., scales=)``); a call whose sources are not the ones held
     (by identity, in order) recomputes from the first that differs."""
 
