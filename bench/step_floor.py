@@ -12,8 +12,18 @@ and attention at the 989 TFLOP/s peak, the optimiser's bytes (fp32 parameter, gr
 and two moments read, parameter and moments written, the gradient read again for the
 clip's norm: 32 bytes a parameter), the loss kernel's (the bf16 logits read twice and
 written once) and, from ``bench/region_bytes.py``'s JSON files when ``--regions`` names
-their folder (``regions_<100m|350m|1b>.json``), the compiled regions' bytes, all at the
-copy bandwidth; then the step those floors add up to and its MFU.
+their folders (``regions_<100m|350m|1b>.json``; the first folder holding a preset's file
+wins), the compiled regions' bytes, all at the copy bandwidth; then the step those floors
+add up to and its MFU.
+
+A third table, with ``--profiles`` (folders of ``bench/profile_step.py``'s
+``profile_<preset>_baseline_*.tsv``), sets the measured step beside its kernels by kind
+and asks what the MFU bar leaves for everything but the matrix products and attention
+when those two run as measured (the products in the step run faster than the same
+products alone, ``bench/gemm_rate.py``, and cuDNN is the fastest attention on this
+stack, ``bench/attention_bench.py``): the bar's step time minus the two, against the
+floors of the rest (optimiser, loss kernel, compiled regions) and what the rest and
+the gaps between kernels measure.
 
     python bench/step_floor.py --copy-gbs 4270 --matmul-tflops 788
     python bench/step_floor.py --copy-gbs 4246 --regions bench/results/session16/8_region_bytes
@@ -95,8 +105,9 @@ def baseline_floor(preset: str, copy_gbs: float, regions_dir: str = "") -> dict[
         "loss kernel": ms(3 * tokens * cfg.vocab_size * 2),
         "regions": None,
     }
-    f = Path(regions_dir) / f"regions_{preset.removeprefix('paper-')}.json" if regions_dir else None
-    if f is not None and f.exists():
+    name = f"regions_{preset.removeprefix('paper-')}.json"
+    f = next((Path(d) / name for d in regions_dir.split(",") if d and (Path(d) / name).exists()), None)
+    if f is not None:
         parts["regions"] = ms(json.loads(f.read_text())["total_gb"] * 1e9)
     total = sum(v for v in parts.values() if v is not None)
     parts["total"] = total
@@ -116,6 +127,24 @@ def _routing_bench():
 def whole_step_floor(*args, **kwargs) -> dict:
     """bench/routing.py's whole-step byte model of the two-phase kernels as built."""
     return _routing_bench().whole_step_floor(*args, **kwargs)
+
+
+MFU_BAR = {"paper-100m": 0.40, "paper-350m": 0.50, "paper-1b": 0.50}
+
+
+def profile_kinds(profile_dirs: str, preset: str) -> tuple[dict[str, float], str]:
+    """Kernel ms per step by kind of the baseline's graphed step, from the first of
+    ``profile_dirs`` (comma list) holding ``profile_<preset>_baseline_*.tsv``, and its path."""
+    for d in profile_dirs.split(","):
+        for f in sorted(Path(d).glob(f"profile_{preset}_baseline_*.tsv")) if d else []:
+            if f.name.endswith("_launches.tsv") or "_eager" in f.name:
+                continue
+            kinds: dict[str, float] = {}
+            for line in f.read_text().splitlines()[1:]:
+                kind, _, ms, _ = line.split("\t", 3)
+                kinds[kind] = kinds.get(kind, 0.0) + float(ms)
+            return kinds, str(f)
+    return {}, ""
 
 
 def newest_baseline(measured_dir: str, preset: str) -> tuple[float | None, str]:
@@ -145,7 +174,10 @@ def main() -> None:
     ap.add_argument("--measured", default="bench/results",
                     help="folder searched (with its subfolders) for mhar bench step's step_*.json: the newest "
                          "baseline row of each preset is the measured baseline")
-    ap.add_argument("--regions", default="", help="folder with bench/region_bytes.py's regions_<size>.json")
+    ap.add_argument("--regions", default="", help="folders (comma list) with bench/region_bytes.py's "
+                                                  "regions_<size>.json")
+    ap.add_argument("--profiles", default="", help="folders (comma list) with bench/profile_step.py's "
+                                                   "profile_<preset>_baseline_*.tsv: the third table")
     args = ap.parse_args()
     rows, sources = [], []
     for preset, (batch, seq) in PAPER_MICROBATCH.items():
@@ -201,6 +233,36 @@ def main() -> None:
         cells = [f"{p[k]:.1f}" if p[k] is not None else "-" for k in
                  ("matmul", "attention", "optimizer", "loss kernel", "regions", "total")]
         print(f"| {preset} | " + " | ".join(cells) + f" | {100 * p['mfu']:.1f}% |")
+    if args.profiles:
+        print_bar_budget(args)
+
+
+def print_bar_budget(args) -> None:
+    """The third table (see the module docstring)."""
+    print("\nThe MFU bar against the measured step, ms (kernels by kind from the profile; 'rest': the "
+          "optimiser, loss kernel, compiled regions and other kernels; 'gaps': the step less its kernels):\n")
+    print("| preset | step (MFU) | products | attention | rest | gaps | bar: step | bar leaves for rest + gaps "
+          "| floor of the rest | MFU with the rest at its floor, no gaps |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    used = []
+    for preset, (batch, seq) in PAPER_MICROBATCH.items():
+        kinds, f = profile_kinds(args.profiles, preset)
+        step, _ = newest_baseline(args.measured, preset)
+        p = baseline_floor(preset, args.copy_gbs, args.regions)
+        if not kinds or step is None or p["regions"] is None:
+            continue
+        used.append(f"{preset}: {f}")
+        mfu = lambda ms: (p["total"] * p["mfu"]) / ms  # noqa: E731  (the model's FLOPs at the peak, in ms, over ms)
+        products, attention = kinds.get("matmul", 0.0), kinds.get("attention", 0.0)
+        rest = sum(kinds.values()) - products - attention
+        gaps = step - sum(kinds.values())
+        bar_step = p["total"] * p["mfu"] / MFU_BAR[preset]
+        rest_floor = p["optimizer"] + p["loss kernel"] + p["regions"]
+        print(f"| {preset} | {step:.1f} ({100 * mfu(step):.1f}%) | {products:.1f} | {attention:.1f} | {rest:.1f} "
+              f"| {gaps:.1f} | {bar_step:.1f} ({100 * MFU_BAR[preset]:.0f}%) | {bar_step - products - attention:.1f} "
+              f"| {rest_floor:.1f} | {100 * mfu(products + attention + rest_floor):.1f}% |")
+    if used:
+        print("\nProfiles: " + "; ".join(used))
 
 
 if __name__ == "__main__":
