@@ -137,8 +137,8 @@ def profile_kinds(profile_dirs: str, preset: str) -> tuple[dict[str, float], str
     ``profile_dirs`` (comma list) holding ``profile_<preset>_baseline_*.tsv``, and its path."""
     for d in profile_dirs.split(","):
         for f in sorted(Path(d).glob(f"profile_{preset}_baseline_*.tsv")) if d else []:
-            if f.name.endswith("_launches.tsv") or "_eager" in f.name:
-                continue
+            if f.name.endswith("_launches.tsv") or "_eager" in f.name or "_ckpt" in f.name:
+                continue  # the launch lists, and steps other than the graphed one
             kinds: dict[str, float] = {}
             for line in f.read_text().splitlines()[1:]:
                 kind, _, ms, _ = line.split("\t", 3)

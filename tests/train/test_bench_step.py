@@ -78,17 +78,23 @@ def test_bench_step_accumulates_microbatches(tmp_path):
     assert "| 4x128x3 |" in (tmp_path / "step_acc.md").read_text()
 
 
-def test_step_floor_baseline_parts(tmp_path):
-    """bench/step_floor.py's baseline floor: each part from the shapes (products at the
-    peak, bytes at the copy rate), the compiled regions from a region_bytes.py file."""
+def bench_module(name: str):
+    """A script of bench/ imported as a module."""
+    import importlib
     import sys
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
     try:
-        from step_floor import baseline_floor
+        return importlib.import_module(name)
     finally:
         sys.path.pop(0)
+
+
+def test_step_floor_baseline_parts(tmp_path):
+    """bench/step_floor.py's baseline floor: each part from the shapes (products at the
+    peak, bytes at the copy rate), the compiled regions from a region_bytes.py file."""
+    baseline_floor = bench_module("step_floor").baseline_floor
     (tmp_path / "regions_1b.json").write_text(json.dumps({"total_gb": 100.0}))
     p = baseline_floor("paper-1b", 4000.0, str(tmp_path))
     # 1B: 1,079,313,280 parameters, 32 bytes each; 16 x 1024 tokens; 151,936-entry vocabulary
@@ -98,19 +104,54 @@ def test_step_floor_baseline_parts(tmp_path):
     assert p["attention"] == pytest.approx(6 * 36 * 1024 * 1280 * 16384 / 989e12 * 1e3)
     assert p["total"] == pytest.approx(sum(p[k] for k in ("matmul", "attention", "optimizer", "loss kernel", "regions")))
     assert baseline_floor("paper-350m", 4000.0, str(tmp_path))["regions"] is None  # no file for it
+    # several folders: the first holding the preset's file wins
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "regions_1b.json").write_text(json.dumps({"total_gb": 40.0}))
+    (tmp_path / "b" / "regions_350m.json").write_text(json.dumps({"total_gb": 20.0}))
+    assert baseline_floor("paper-1b", 4000.0, f"{tmp_path / 'b'},{tmp_path}")["regions"] == pytest.approx(10.0)
+    assert baseline_floor("paper-1b", 4000.0, f"{tmp_path},{tmp_path / 'b'}")["regions"] == pytest.approx(25.0)
+    assert baseline_floor("paper-350m", 4000.0, f"{tmp_path},{tmp_path / 'b'}")["regions"] == pytest.approx(5.0)
+
+
+def test_step_floor_profile_kinds(tmp_path):
+    """bench/step_floor.py sums a baseline profile's kernels by kind (profile_step.py's
+    .tsv), skipping the routing-launch list and eager profiles (not the graphed step)."""
+    profile_kinds = bench_module("step_floor").profile_kinds
+    rows = "kind\tlaunches_per_step\tms_per_step\tname\nmatmul\t4\t3.5\tnvjet_a\nmatmul\t8\t1.5\tnvjet_b\n" \
+           "compiled\t60\t0.25\ttriton_poi_fused__to_copy_t_1\n"
+    (tmp_path / "profile_paper-1b_baseline_regions_routing_launches.tsv").write_text("kind\n")
+    (tmp_path / "profile_paper-1b_baseline_regions_eager.tsv").write_text(rows.replace("3.5", "9.0"))
+    (tmp_path / "profile_paper-1b_baseline_regions.tsv").write_text(rows)
+    kinds, f = profile_kinds(f"{tmp_path / 'none'},{tmp_path}", "paper-1b")
+    assert kinds == pytest.approx({"matmul": 5.0, "compiled": 0.25})
+    assert f.endswith("profile_paper-1b_baseline_regions.tsv")
+    assert profile_kinds(str(tmp_path), "paper-350m") == ({}, "")
+    (tmp_path / "profile_paper-1b_baseline_regions.tsv").unlink()
+    assert profile_kinds(str(tmp_path), "paper-1b") == ({}, "")  # only an eager profile
+
+
+@pytest.mark.parametrize("preset", ["paper-100m", "paper-1b"])
+def test_gemm_rate_replays_the_steps_products(preset):
+    """bench/gemm_rate.py's products of one step: three per linear and per LM-head chunk,
+    their FLOPs the model's own count of matrix-product FLOPs (attention left out)."""
+    from mhar.bench_cli import PAPER_MICROBATCH
+    from mhar.model import get_preset
+    from mhar.model.decoder import Decoder
+
+    products = bench_module("gemm_rate").step_products(preset, 4096)
+    batch, seq = PAPER_MICROBATCH[preset]
+    cfg = get_preset(preset, "baseline")
+    with torch.device("meta"):
+        per_token = Decoder(cfg).flops_per_token(seq) - 6 * cfg.n_layers * seq * cfg.n_heads * cfg.attn_head_dim
+    assert sum(2 * n * m * k * nn for _, n, m, nn, k in products) == pytest.approx(per_token * batch * seq, rel=1e-12)
+    head = [p for p in products if p[0].startswith("LM head")]
+    assert [p[1] for p in head] == [batch * seq // 4096] * 3
 
 
 def test_step_floor_newest_baseline(tmp_path):
     """bench/step_floor.py takes each preset's newest baseline row (by the file's recorded
     date, one microbatch per update) from any step_*.json below the folder."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-    try:
-        from step_floor import newest_baseline
-    finally:
-        sys.path.pop(0)
+    newest_baseline = bench_module("step_floor").newest_baseline
 
     def write(path, date, rows):
         path.parent.mkdir(parents=True, exist_ok=True)
