@@ -5,8 +5,9 @@ they take most of the time (``bench/profile_step.py``'s "matrix products"), and 
 holds 700 W, so a long run slows them (session 16). This replays exactly the products of
 one step of a preset (every ``nn.Linear`` of the decoder forward, input gradient and
 weight gradient; the tied LM head in the loss's chunks of ``--loss-chunk`` rows), with
-their own operands per layer as in the step, from one CUDA graph, back to back for
-``--seconds``. It reports the products' ms per step at the start (median of the first 5
+their own inputs per layer as in the step (each product a row-major A against a
+transposed B, as ``F.linear``'s forward; the step's backward uses other layouts), from
+one CUDA graph, back to back for ``--seconds``. It reports the products' ms per step at the start (median of the first 5
 replays) and sustained (median of the last 10), and their rate against the 989 TFLOP/s
 peak: the products' measured floor, to set beside the step's profile.
 
