@@ -82,7 +82,11 @@ def test_replay_matches_eager(method, schedule):
 
 @cuda
 @pytest.mark.cuda
-@pytest.mark.parametrize("method, compile", [("baseline", "off"), ("mhar", "regions"), ("mhar-block", "full")])
+# baseline with regions: its final norm compiled with the sublayers and its fp32 stream
+# (session 26: the checkpointed baseline under graphs failed with regions; this separates
+# the graphs and regions from the checkpointing)
+@pytest.mark.parametrize("method, compile", [("baseline", "off"), ("baseline", "regions"), ("mhar", "regions"),
+                                             ("mhar-block", "full")])
 def test_trainer_with_cuda_graphs_follows_eager(tmp_path, method, compile):
     run = SMALL + ["steps=5", "grad_accum=2", "eval_every=5", "checkpoint_every=5", "device=cuda",
                    f"compile={compile}"]
