@@ -37,17 +37,23 @@ BACKENDS = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTEN
             "efficient": SDPBackend.EFFICIENT_ATTENTION}
 
 
-def graph_ms(fn, reps: int = 20) -> float:
-    """Median ms of ``fn`` replayed from a CUDA graph (captured after a warm-up)."""
+def capture_graph(fn, warmup: int = 3) -> torch.cuda.CUDAGraph:
+    """``fn`` captured in a CUDA graph, after ``warmup`` calls on a side stream."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
-        for _ in range(3):
+        for _ in range(warmup):
             fn()
     torch.cuda.current_stream().wait_stream(s)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         fn()
+    return g
+
+
+def graph_ms(fn, reps: int = 20) -> float:
+    """Median ms of ``fn`` replayed from a CUDA graph (captured after a warm-up)."""
+    g = capture_graph(fn)
     times = []
     for _ in range(reps):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

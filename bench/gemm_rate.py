@@ -29,6 +29,7 @@ import time
 import torch
 from torch import nn
 
+from attention_bench import capture_graph  # bench/ is on the path when a script of it runs
 from mhar.bench_cli import PAPER_MICROBATCH, PEAK_FLOPS
 from mhar.model import get_preset
 from mhar.model.decoder import Decoder
@@ -73,16 +74,7 @@ def build_graph(products, device="cuda"):
         for a, b, c in ops:
             torch.mm(a, b, out=c)
 
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(2):
-            run()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        run()
-    return g, flops, ops
+    return capture_graph(run, warmup=2), flops, ops
 
 
 def replay_times(g, seconds: float, min_reps: int = 15) -> list[float]:
