@@ -51,18 +51,23 @@ def capture_graph(fn, warmup: int = 3) -> torch.cuda.CUDAGraph:
     return g
 
 
-def graph_ms(fn, reps: int = 20) -> float:
-    """Median ms of ``fn`` replayed from a CUDA graph (captured after a warm-up)."""
-    g = capture_graph(fn)
-    times = []
-    for _ in range(reps):
+def replay_times(g: torch.cuda.CUDAGraph, seconds: float = 0.0, min_reps: int = 20) -> list[float]:
+    """ms of each replay of ``g``, one after another, for ``seconds`` and at least ``min_reps``."""
+    times, t0 = [], time.time()
+    while time.time() - t0 < seconds or len(times) < min_reps:
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
         g.replay()
         b.record()
         b.synchronize()
         times.append(a.elapsed_time(b))
-    return sorted(times)[len(times) // 2]
+    return times
+
+
+def graph_ms(fn, reps: int = 20) -> float:
+    """Median ms of ``fn`` replayed from a CUDA graph (captured after a warm-up)."""
+    times = sorted(replay_times(capture_graph(fn), min_reps=reps))
+    return times[len(times) // 2]
 
 
 def case(preset: str, backend: str | None, repeat: bool):

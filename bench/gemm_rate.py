@@ -29,7 +29,7 @@ import time
 import torch
 from torch import nn
 
-from attention_bench import capture_graph  # bench/ is on the path when a script of it runs
+from attention_bench import capture_graph, replay_times  # bench/ is on the path when a script of it runs
 from mhar.bench_cli import PAPER_MICROBATCH, PEAK_FLOPS
 from mhar.model import get_preset
 from mhar.model.decoder import Decoder
@@ -77,18 +77,6 @@ def build_graph(products, device="cuda"):
     return capture_graph(run, warmup=2), flops, ops
 
 
-def replay_times(g, seconds: float, min_reps: int = 15) -> list[float]:
-    times, t0 = [], time.time()
-    while time.time() - t0 < seconds or len(times) < min_reps:
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return times
-
-
 def median(xs):
     return sorted(xs)[len(xs) // 2]
 
@@ -109,14 +97,14 @@ def main() -> None:
     per_product = []
     for p in products:  # each alone first, before the sustained run heats the GPU
         g, flops, ops = build_graph([p])
-        ms = median(replay_times(g, 0.0))
+        ms = median(replay_times(g, min_reps=15))
         row = {"product": p[0], "copies": p[1], "mnk": p[2:], "ms_step": ms, "tflops": flops / ms / 1e9}
         per_product.append(row)
         print(json.dumps(row), flush=True)
         del g, ops
         torch.cuda.empty_cache()
     g, flops, ops = build_graph(products)
-    times = replay_times(g, args.seconds)
+    times = replay_times(g, args.seconds, min_reps=15)
     start, sustained = median(times[:5]), median(times[-10:])
     whole = {"tflop_step": flops / 1e12, "replays": len(times), "start_ms": start, "sustained_ms": sustained,
              "start_tflops": flops / start / 1e9, "sustained_tflops": flops / sustained / 1e9,
