@@ -71,3 +71,34 @@ def test_activation_checkpointing_under_cuda_graphs_follows_eager(tmp_path, meth
     assert len(losses["on"]) == 4
     for a, b in zip(losses["on"], losses["off"]):
         assert abs(a - b) <= 2e-3 * abs(b), losses
+
+
+
+def test_a_trainer_compiles_within_its_own_budget(tmp_path):
+    """torch.compile keeps 8 variants per function and runs it uncompiled past that.
+    Variants compiled for earlier models in the process (here: sublayers run under enough
+    autocast and grad states to spend the budget) must not count against a new Trainer's:
+    past the budget a checkpointed sublayer can run compiled in forward and uncompiled in
+    its recompute, which saves a different number of tensors (seen on the H200 when many
+    trainers ran in one test process)."""
+    from mhar.bench_cli import fail_on_recompile_limit
+    from mhar.model import Decoder
+
+    cfg = apply_train_overrides(train_preset("tiny", "mhar-block"),
+                                SMALL + ["steps=2", "eval_every=2", "checkpoint_every=2", "device=cpu",
+                                         "compile=regions", "activation_checkpointing=true", "dtype=bfloat16"])
+    torch._dynamo.reset()
+    model = Decoder(cfg.model)
+    model.compile_regions()
+    x = torch.randint(0, 64, (2, 16))
+    for dtype in (torch.bfloat16, torch.float16):
+        for cache in (True, False):
+            for grad in (True, False):
+                with torch.autocast("cpu", dtype=dtype, cache_enabled=cache), torch.set_grad_enabled(grad):
+                    model.hidden_states(x)
+    with fail_on_recompile_limit():
+        with pytest.raises(Exception, match="recompile_limit|cache_size_limit"):  # the budget is spent
+            with torch.autocast("cpu", dtype=torch.float16), torch.no_grad():
+                model.hidden_states(x[:, :8])
+        Trainer(cfg, tmp_path, progress=False).fit()  # raises if a function runs out of variants
+    torch._dynamo.reset()

@@ -182,6 +182,12 @@ class Trainer:
         """Compile as ``compile_mode()`` says: the decoder's regions in place, or the
         whole ``module`` wrapped."""
         mode = self.compile_mode()
+        if mode != "off":
+            # start from an empty compile cache: variants compiled for earlier models in
+            # this process count against torch.compile's budget of 8 per function, past
+            # which it runs the function uncompiled (slow, and a checkpointed sublayer
+            # compiled in forward but not in its recompute saves different tensors)
+            torch._dynamo.reset()
         if mode == "regions":
             self.model.compile_regions()
         return torch.compile(module) if mode == "full" else module
