@@ -6,7 +6,7 @@
 #   C=<commit> OUT=$OUT bash bench/gpu_tests.sh [pytest -k expression]
 # (their CPU tests run too: they are quick)
 # FILES overrides the list; T_FILE is each file's time limit in seconds (default 300;
-# tests/routing/test_triton_cuda.py needs about 300-450 s with a cold Triton cache).
+# tests/routing/test_triton_cuda.py took 535 s with a cold Triton cache in session 27: run it alone with T_FILE=570).
 set -uo pipefail
 export PYTHONUNBUFFERED=1 MHAR_COMMIT=${C:-unknown} PYTHONPATH=$PWD/src
 R=$OUT/r; mkdir -p $R
