@@ -73,7 +73,6 @@ def test_activation_checkpointing_under_cuda_graphs_follows_eager(tmp_path, meth
         assert abs(a - b) <= 2e-3 * abs(b), losses
 
 
-
 def test_a_trainer_compiles_within_its_own_budget(tmp_path):
     """torch.compile keeps 8 variants per function and runs it uncompiled past that.
     Variants compiled for earlier models in the process (here: sublayers run under enough
