@@ -177,19 +177,31 @@ def kernel_sweep(rows: int, V: int, device: str, rep: int) -> list[dict]:
     inv = torch.full((1,), 1.0 / rows, device=device)
     sms = torch.cuda.get_device_properties(0).multi_processor_count if device == "cuda" else 1
     # (block, warps, programs per SM, reverse)
-    configs = [(4096, 4, 0, False), (4096, 8, 0, False), (8192, 8, 0, False), (8192, 16, 0, False),
+    # (block, warps, programs per SM, reverse) for the two-pass kernel; programs per SM
+    # "one-pass" for the one-pass kernel (cross_entropy_scaled_grad_, one program per row)
+    configs = [(8192, 8, "one-pass", False), (4096, 8, "one-pass", False), (8192, 16, "one-pass", False),
+               (16384, 16, "one-pass", False),
+               (4096, 4, 0, False), (4096, 8, 0, False), (8192, 8, 0, False), (8192, 16, 0, False),
                (16384, 16, 0, False), (32768, 32, 0, False), (8192, 8, 0, True),
                (8192, 16, 1, False), (8192, 16, 1, True), (16384, 16, 1, True), (16384, 32, 1, True),
                (8192, 8, 2, True), (8192, 16, 2, True), (4096, 8, 4, True)]
     if device != "cuda":
-        configs = [(128, 4, 0, False), (128, 4, 1, True)]
+        configs = [(128, 4, "one-pass", False), (128, 4, 0, False), (128, 4, 1, True)]
     out = []
     for block, warps, per_sm, reverse in configs:
         cfg = dict(block=block, num_warps=warps, programs_per_sm=per_sm, reverse=reverse)
+        one_pass = per_sm == "one-pass"
+        if one_pass:
+            def launch():
+                ce_kernel.cross_entropy_scaled_grad_(x, t, inv, block=block, num_warps=warps)
+        else:
+            def launch():
+                ce_kernel.cross_entropy_grad_(x, t, inv, block=block, num_warps=warps, programs=per_sm * sms,
+                                              reverse=reverse)
         try:
-            ms = bench_ms(lambda: ce_kernel.cross_entropy_grad_(x, t, inv, block=block, num_warps=warps,
-                                                                programs=per_sm * sms, reverse=reverse), device, rep)
-            gbs = 3 * x.numel() * x.element_size() / (ms * 1e-3) / 1e9
+            ms = bench_ms(launch, device, rep)
+            # bytes the kernel must move: two reads and a write, or (one pass) a read and a write
+            gbs = (2 if one_pass else 3) * x.numel() * x.element_size() / (ms * 1e-3) / 1e9
             out.append(dict(cfg, ms=ms, gbs=gbs))
         except Exception as e:  # noqa: BLE001
             out.append(dict(cfg, error=f"{type(e).__name__}: {str(e)[:200]}"))

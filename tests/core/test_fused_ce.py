@@ -122,7 +122,7 @@ def test_loss_bench_cpu_smoke(tmp_path):
     (97, 32, 1e-3, 2, True),
 ])
 def test_interp_kernel(V, block, z_loss, programs, reverse):
-    """The kernel alone against fp64 torch: loss, lse and the in-place gradient,
+    """The two-pass kernel alone against fp64 torch: loss, lse and the in-place gradient,
     with a masked last tile (V not a multiple of block) and ignored rows; one program
     per row or a few looping over the rows, the second pass forward or reversed."""
     from mhar.model.ce_kernel import cross_entropy_grad_
@@ -135,18 +135,69 @@ def test_interp_kernel(V, block, z_loss, programs, reverse):
     inv_count = torch.tensor([1 / 11.0])  # count of the whole batch, not this chunk
     xx = x.clone()
     loss, lse = cross_entropy_grad_(xx, t, inv_count, z_loss, -100, block=block, programs=programs, reverse=reverse)
+    want_loss, want_lse, want_g = _want_ce(x, t, z_loss, 11.0)
+    v = t != -100
+    assert rel(lse, want_lse) <= 1e-6
+    assert rel(loss, want_loss) <= 1e-6
+    assert rel(xx, want_g) <= 1e-5
+    assert (loss[~v] == 0).all() and (xx[~v] == 0).all()
+
+
+def _want_ce(x: torch.Tensor, t: torch.Tensor, z_loss: float, count: float):
+    """fp64 loss, lse and gradient of ``loss.sum() / count`` for a logits chunk."""
     x64 = x.double()
     v = t != -100
     want_lse = torch.logsumexp(x64, -1)
     st = torch.where(v, t, 0)
     want_loss = (want_lse - x64.gather(1, st[:, None]).squeeze(1) + z_loss * want_lse ** 2) * v
     want_g = torch.softmax(x64, -1) * (1 + 2 * z_loss * want_lse)[:, None]
-    want_g[torch.arange(rows), st] -= 1
-    want_g *= (v / 11.0)[:, None]
+    want_g[torch.arange(x.shape[0]), st] -= 1
+    want_g *= (v / count)[:, None]
+    return want_loss, want_lse, want_g
+
+
+@interp
+@pytest.mark.parametrize("V,block,z_loss", [(300, 64, 0.0), (300, 64, 1e-2), (97, 32, 1e-3), (256, 64, 0.0)])
+def test_interp_one_pass_kernel(V, block, z_loss):
+    """The one-pass kernel against fp64 torch: loss, lse, and the chunk it leaves, which
+    times the row scale is the gradient. Rows whose max lies far past their first tile's
+    (once, twice, and at the masked last tile) take the rescaling branch; one row's
+    logits are large (around 5000, no overflow); ignored rows get a zero row scale."""
+    from mhar.model.ce_kernel import HEADROOM, cross_entropy_scaled_grad_
+    g = torch.Generator().manual_seed(V)
+    rows = 10
+    x = torch.randn(rows, V, generator=g) * 4
+    t = torch.randint(0, V, (rows,), generator=g)
+    t[[2, 7]] = -100
+    t[0] = V - 1  # target in the masked last tile
+    x[3, block + 5] = x[3, :block].max() + HEADROOM + 3  # one rescale, at the second tile
+    x[4, block + 1] = x[4, :block].max() + HEADROOM + 1  # two rescales
+    x[4, 2 * block + 7] = x[4, block + 1] + HEADROOM + 2
+    t[4] = 3
+    x[5, V - 1] = x[5, :block].max() + 2 * HEADROOM  # at the masked last tile
+    x[6] += 5000.0
+    x[8, t[8]] = x[8].max() + 5  # a confident row: p - 1 at the target is about -0.02
+    inv_count = torch.tensor([1 / 13.0])  # count of the whole batch, not this chunk
+    xx = x.clone()
+    loss, lse, row_scale = cross_entropy_scaled_grad_(xx, t, inv_count, z_loss, -100, block=block)
+    want_loss, want_lse, want_g = _want_ce(x, t, z_loss, 13.0)
+    got_g = xx.double() * row_scale.double()[:, None]
     assert rel(lse, want_lse) <= 1e-6
     assert rel(loss, want_loss) <= 1e-6
-    assert rel(xx, want_g) <= 1e-5
-    assert (loss[~v] == 0).all() and (xx[~v] == 0).all()
+    assert rel(got_g, want_g) <= 1e-5
+    for r in (3, 4, 5, 6, 8):  # row by row, so a wrong rare branch cannot hide in the total
+        assert rel(got_g[r], want_g[r]) <= 1e-5, r
+    # element by element off the targets: a tile left at its old reference would be off by
+    # e^20 or more, however small its share of the row's norm
+    off = want_g.abs() > 1e-30
+    off[torch.arange(rows), torch.where(t != -100, t, 0)] = False
+    assert (got_g[off] / want_g[off] - 1).abs().max() <= 1e-4
+    v = t != -100
+    assert (loss[~v] == 0).all() and (row_scale[~v] == 0).all() and torch.isfinite(xx).all()
+    # without the gradient: the same statistics, the chunk untouched
+    x2 = x.clone()
+    loss2, lse2, _ = cross_entropy_scaled_grad_(x2, t, inv_count, z_loss, -100, block=block, write_grad=False)
+    assert torch.equal(x2, x) and rel(lse2, want_lse) <= 1e-6 and rel(loss2, want_loss) <= 1e-6
 
 
 @interp
@@ -156,9 +207,11 @@ def test_interp_kernel(V, block, z_loss, programs, reverse):
     (50, 16, 130, 64, 1e-3),   # one chunk larger than n
     (33, 8, 64, 11, 0.0),      # V a multiple of the tile
 ])
-def test_interp_fused_matches_plain(n, d, V, chunk, z_loss, monkeypatch):
+@pytest.mark.parametrize("one_pass", [True, False])
+def test_interp_fused_matches_plain(n, d, V, chunk, z_loss, one_pass, monkeypatch):
     from mhar.model import ce_kernel
     monkeypatch.setattr(ce_kernel, "BLOCK", 64)  # several tiles, the last one masked
+    monkeypatch.setattr(ce_kernel, "ONE_PASS", one_pass)
     h, w, t = make(n, d, V, ignore=(1, 5, n - 1), seed=n + V)
     want = loss_and_grads(h.double(), w.double(), t, 0, z_loss)
     got = loss_and_grads(h, w, t, chunk, z_loss, backend="triton")
@@ -210,8 +263,8 @@ def test_interp_under_torch_compile(monkeypatch):
     from mhar.model import ce_kernel
     monkeypatch.setattr(ce_kernel, "BLOCK", 32)
     calls = []
-    real = ce_kernel.cross_entropy_grad_
-    monkeypatch.setattr(ce_kernel, "cross_entropy_grad_", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = ce_kernel.cross_entropy_scaled_grad_
+    monkeypatch.setattr(ce_kernel, "cross_entropy_scaled_grad_", lambda *a, **k: calls.append(1) or real(*a, **k))
     h, w, t = make(21, 8, 70, ignore=(3,), seed=2)
     want = loss_and_grads(h.double(), w.double(), t, 0, 1e-3)
     hr, wr = h.clone().requires_grad_(True), w.clone().requires_grad_(True)

@@ -1,20 +1,29 @@
 """Fused cross-entropy over one logits chunk, gradient written in place (Triton).
 
-:func:`cross_entropy_grad_` takes a ``(rows, V)`` logits chunk (bf16/fp16 on the GPU,
-any float dtype under ``TRITON_INTERPRET=1``) and the rows' targets, and
+Two kernels take a ``(rows, V)`` logits chunk (bf16/fp16 on the GPU, any float dtype
+under ``TRITON_INTERPRET=1``) and the rows' targets, and write each row's loss
+``lse - z_target + z_loss * lse^2`` (0 for ignored rows) and its log-sum-exp, both fp32.
+With ``g = d(loss_sum / count) / d logits = (softmax * (1 + 2 z_loss lse) -
+onehot(target)) * valid / count``:
 
-* writes each row's loss ``lse - z_target + z_loss * lse^2`` (0 for ignored rows) and
-  its log-sum-exp, both fp32;
-* overwrites the chunk with ``d(loss_sum / count) / d logits``, that is
-  ``(softmax * (1 + 2 z_loss lse) - onehot(target)) * valid / count``, in the
-  chunk's own dtype.
+* :func:`cross_entropy_scaled_grad_` (the default, one pass) overwrites the chunk with
+  ``g / row_scale`` and returns ``row_scale`` (fp32, one per row, 0 for ignored rows),
+  so ``g = row_scale[:, None] * chunk``. Each element is read once and written once:
+  ``exp(x - b)`` against a per-row reference ``b`` (the first tile's max), which bf16
+  holds with its full precision over fp32's range. Should a later tile's max pass ``b``
+  by more than ``HEADROOM`` (e^20: the row's sum stays far from overflow), the tiles
+  already written are rescaled to the new reference (read and written again, for that row
+  only). The target's column, known only at the row's end, is written last with the
+  one-hot folded in. The caller scales the products' rows instead of the chunk:
+  ``g @ W = row_scale * (chunk @ W)`` and ``g.T @ h = chunk.T @ (row_scale * h)``.
+* :func:`cross_entropy_grad_` (two passes, ``MHAR_CE_ONE_PASS=0``) overwrites it with
+  ``g`` itself: pass 1 keeps a running max and sum of exponentials, pass 2 re-reads the
+  row's tiles, last first (those most likely still in L2), and writes the gradient: two
+  reads and one write.
 
 One program per row, looping over vocabulary tiles of ``BLOCK`` columns (the last one
-masked, so any ``V`` works): pass 1 keeps a running max and sum of exponentials in
-fp32, pass 2 re-reads the row's tiles, last first (those most likely still in L2), and
-writes the gradient. The chunk is read twice and written once; nothing else of its size
-is allocated. ``1 / count`` is read from a
-device scalar, so the caller never synchronises with the device.
+masked, so any ``V`` works). Nothing else of the chunk's size is allocated. ``1 / count``
+is read from a device scalar, so the caller never synchronises with the device.
 
 ``V`` is a compile-time constant (one compiled kernel per vocabulary size; a model has
 one). Under Triton 3.6's interpreter a runtime loop bound (or a program id) needs
@@ -48,6 +57,11 @@ NUM_WARPS = int(os.environ.get("MHAR_CE_WARPS", 8))
 # bandwidth); bench/results/loss_bench_h200.md.
 PROGRAMS = int(os.environ.get("MHAR_CE_PROGRAMS", 0))
 REVERSE = os.environ.get("MHAR_CE_REVERSE", "1") == "1"
+# the one-pass kernel (cross_entropy_scaled_grad_) by default; 0: the two-pass one
+ONE_PASS = os.environ.get("MHAR_CE_ONE_PASS", "1") == "1"
+# how far (in nats) a row's max may pass its reference before the written tiles are
+# rescaled: e^20 per element keeps a 151,936-column sum near 7e13, far from fp32's limit
+HEADROOM = 20.0
 
 
 @triton.jit
@@ -110,6 +124,103 @@ def _ce_grad_kernel(X, stride_x, T, LOSS, LSE, INV_COUNT, ignore_index, z_loss, 
                 WRITE_GRAD, REVERSE)
 
 
+@triton.jit
+def _ce_scaled_kernel(X, stride_x, T, LOSS, LSE, ROW_SCALE, INV_COUNT, ignore_index, z_loss,
+                      V: tl.constexpr, BLOCK: tl.constexpr, HEADROOM: tl.constexpr, WRITE_GRAD: tl.constexpr):
+    """One row per program, one pass over it (see the module docstring)."""
+    row = tl.cast(tl.program_id(0), tl.int64)
+    x_row = X + row * stride_x
+    t = tl.load(T + row).to(tl.int64)
+    valid = t != ignore_index
+    t_ok = valid & (t >= 0) & (t < V)
+    # the target's logit, read before the pass overwrites it; an out-of-range target reads NaN
+    x_t = tl.load(x_row + tl.where(t_ok, t, 0), mask=t_ok, other=float("nan")).to(tl.float32)
+    cols = tl.arange(0, BLOCK)
+    n_tiles: tl.constexpr = (V + BLOCK - 1) // BLOCK
+
+    b = tl.full([], float("-inf"), tl.float32)  # the reference: the first tile sets it
+    s = tl.zeros([], tl.float32)  # sum of exp(x - b)
+    for i in range(0, n_tiles):
+        c = i * BLOCK + cols
+        cmask = c < V
+        x = tl.load(x_row + c, mask=cmask, other=float("-inf")).to(tl.float32)
+        m = tl.max(x, 0)
+        if m > b + HEADROOM:
+            r = tl.exp(b - m)  # 0 on the first tile
+            s = s * r
+            if WRITE_GRAD:  # rare after the first tile: the written tiles to the new reference
+                tl.debug_barrier()
+                for j in range(0, i):
+                    cj = j * BLOCK + cols  # whole tiles (only the last one is masked)
+                    e_j = tl.load(x_row + cj).to(tl.float32)
+                    tl.store(x_row + cj, (e_j * r).to(X.dtype.element_ty))
+            b = m
+        e = tl.exp(x - b)
+        s += tl.sum(e, 0)
+        if WRITE_GRAD:
+            tl.store(x_row + c, e.to(X.dtype.element_ty), mask=cmask)
+    lse = b + tl.log(s)
+    # (b - x_t) + log(s) rather than lse - x_t: no rounding of a large lse in the difference
+    loss = tl.where(valid, (b - x_t) + tl.log(s) + z_loss * lse * lse, 0.0)
+    tl.store(LOSS + row, loss)
+    tl.store(LSE + row, lse)
+
+    if WRITE_GRAD:
+        # g = exp(x - lse) * (1 + 2 z lse) * scale - onehot * scale = row_scale * exp(x - b)
+        # off the target, with row_scale = (1 + 2 z lse) * scale / s; at the target
+        # g / row_scale = exp(x_t - b) - s / (1 + 2 z lse), computed here in fp32
+        scale = tl.where(valid, tl.load(INV_COUNT).to(tl.float32), 0.0)
+        growth = 1.0 + 2.0 * z_loss * lse
+        tl.store(ROW_SCALE + row, growth * scale / s)
+        tl.debug_barrier()  # after every thread's store of the target's tile
+        at_t = tl.exp(x_t - b) - tl.where(growth != 0.0, s / growth, 0.0)
+        tl.store(x_row + tl.where(t_ok, t, 0), at_t.to(X.dtype.element_ty), mask=t_ok)
+
+
+def _check_chunk(logits: Tensor, targets: Tensor, inv_count: Tensor) -> tuple[int, int]:
+    if logits.dim() != 2 or logits.stride(1) != 1:
+        raise ValueError(f"logits must be 2-D with unit column stride; got shape {tuple(logits.shape)}, "
+                         f"strides {logits.stride()}")
+    rows, V = logits.shape
+    if targets.shape != (rows,):
+        raise ValueError(f"targets must have shape ({rows},); got {tuple(targets.shape)}")
+    if inv_count.numel() != 1:
+        raise ValueError("inv_count must hold one element")
+    return rows, V
+
+
+def _row_out(out: Tensor | None, rows: int, device) -> Tensor:
+    return torch.empty(rows, dtype=torch.float32, device=device) if out is None else out
+
+
+def _block(block: int | None, V: int) -> int:
+    block = block or min(BLOCK, triton.next_power_of_2(V))
+    if block & (block - 1):
+        raise ValueError(f"block must be a power of two; got {block}")
+    return block
+
+
+def cross_entropy_scaled_grad_(logits: Tensor, targets: Tensor, inv_count: Tensor, z_loss: float = 0.0,
+                               ignore_index: int = -100, loss_out: Tensor | None = None,
+                               lse_out: Tensor | None = None, row_scale_out: Tensor | None = None,
+                               write_grad: bool = True, block: int | None = None,
+                               num_warps: int | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    """Per-row (loss, lse, row_scale) in fp32; unless ``write_grad=False``, ``logits`` is
+    overwritten with the gradient of ``loss.sum() * inv_count`` divided by ``row_scale``
+    per row (the one-pass kernel; see the module docstring). Arguments as for
+    :func:`cross_entropy_grad_`."""
+    rows, V = _check_chunk(logits, targets, inv_count)
+    loss_out, lse_out = _row_out(loss_out, rows, logits.device), _row_out(lse_out, rows, logits.device)
+    row_scale_out = _row_out(row_scale_out, rows, logits.device)
+    if rows == 0:
+        return loss_out, lse_out, row_scale_out
+    _ce_scaled_kernel[(rows,)](
+        logits, logits.stride(0), targets, loss_out, lse_out, row_scale_out, inv_count, int(ignore_index),
+        float(z_loss), V=int(V), BLOCK=_block(block, V), HEADROOM=HEADROOM, WRITE_GRAD=bool(write_grad),
+        num_warps=num_warps or NUM_WARPS)
+    return loss_out, lse_out, row_scale_out
+
+
 def cross_entropy_grad_(logits: Tensor, targets: Tensor, inv_count: Tensor, z_loss: float = 0.0,
                         ignore_index: int = -100, loss_out: Tensor | None = None, lse_out: Tensor | None = None,
                         write_grad: bool = True, block: int | None = None,
@@ -123,23 +234,11 @@ def cross_entropy_grad_(logits: Tensor, targets: Tensor, inv_count: Tensor, z_lo
     the whole batch, not just this chunk). ``programs``: that many programs looping over
     the rows (0: one per row); ``reverse``: the second pass from each row's end. Both
     default to the module's PROGRAMS and REVERSE."""
-    if logits.dim() != 2 or logits.stride(1) != 1:
-        raise ValueError(f"logits must be 2-D with unit column stride; got shape {tuple(logits.shape)}, "
-                         f"strides {logits.stride()}")
-    rows, V = logits.shape
-    if targets.shape != (rows,):
-        raise ValueError(f"targets must have shape ({rows},); got {tuple(targets.shape)}")
-    if inv_count.numel() != 1:
-        raise ValueError("inv_count must hold one element")
-    if loss_out is None:
-        loss_out = torch.empty(rows, dtype=torch.float32, device=logits.device)
-    if lse_out is None:
-        lse_out = torch.empty(rows, dtype=torch.float32, device=logits.device)
+    rows, V = _check_chunk(logits, targets, inv_count)
+    loss_out, lse_out = _row_out(loss_out, rows, logits.device), _row_out(lse_out, rows, logits.device)
     if rows == 0:
         return loss_out, lse_out
-    block = block or min(BLOCK, triton.next_power_of_2(V))
-    if block & (block - 1):
-        raise ValueError(f"block must be a power of two; got {block}")
+    block = _block(block, V)
     programs = PROGRAMS if programs is None else programs
     persistent = 0 < programs < rows
     _ce_grad_kernel[(programs if persistent else rows,)](

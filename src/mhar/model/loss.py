@@ -13,12 +13,14 @@ Two backends, chosen at run time (:func:`set_backend` or
   definition the fused path is tested against).
 * ``triton`` (``auto`` picks it for CUDA tensors): per chunk one matmul in the compute
   dtype (the autocast dtype, bf16 in training; the head weight is cast once per call,
-  not per chunk), then :func:`mhar.model.ce_kernel.cross_entropy_grad_` turns the
-  logits chunk into its gradient in place (fp32 statistics, two reads and one write of
-  the chunk), then ``grad_hidden[chunk] = g @ W`` straight into the output and
-  ``grad_weight += g.T @ h`` accumulated in fp32 by cuBLAS where the installed torch
-  can (``addmm(..., out_dtype=float32)``), with fallbacks where it cannot. On the CPU
-  it runs only when forced, under ``TRITON_INTERPRET=1`` (tests).
+  not per chunk), then :func:`mhar.model.ce_kernel.cross_entropy_scaled_grad_` turns the
+  logits chunk in place into its gradient divided by a per-row scale (fp32 statistics,
+  one read and one write of the chunk), then ``grad_hidden[chunk] = row_scale * (g @ W)``
+  straight into the output and ``grad_weight += g.T @ (row_scale * h)`` accumulated in
+  fp32 by cuBLAS where the installed torch can (``addmm(..., out_dtype=float32)``), with
+  fallbacks where it cannot. (``MHAR_CE_ONE_PASS=0``: the two-pass kernel, which writes
+  the gradient itself.) On the CPU it runs only when forced, under
+  ``TRITON_INTERPRET=1`` (tests).
 """
 
 from __future__ import annotations
@@ -208,7 +210,7 @@ def _reference_forward(hidden: Tensor, weight: Tensor, targets: Tensor, chunk_si
 def _fused_forward(hidden: Tensor, weight: Tensor, targets: Tensor, chunk_size: int, z_loss: float,
                    ignore_index: int, need_gh: bool, need_gw: bool):
     """Matmul in the compute dtype + Triton CE kernel in place + two matmuls per chunk."""
-    from mhar.model.ce_kernel import cross_entropy_grad_
+    from mhar.model import ce_kernel
 
     n, dev = hidden.shape[0], hidden.device
     cdt = _compute_dtype(hidden, weight)
@@ -231,21 +233,34 @@ def _fused_forward(hidden: Tensor, weight: Tensor, targets: Tensor, chunk_size: 
             acc = _Accumulator(grad_weight, cdt)
         rows_max = min(chunk_size, n)
         buf = torch.empty(rows_max, weight.shape[0], dtype=cdt, device=dev)
+        one_pass = ce_kernel.ONE_PASS
+        row_scale = torch.empty(n, dtype=torch.float32, device=dev) if one_pass else None
+        h_scaled = torch.empty(rows_max, hidden.shape[1], dtype=cdt, device=dev) if one_pass and need_gw else None
         for start in range(0, n, chunk_size):
             end = min(start + chunk_size, n)
             h = h_all[start:end]
             logits = buf[:end - start]
             torch.mm(h, w.t(), out=logits)
-            cross_entropy_grad_(logits, targets[start:end], inv_count, z_loss, ignore_index,
-                                loss_out=loss_rows[start:end], lse_out=lse_rows[start:end],
-                                write_grad=need_gh or need_gw)
-            g = logits  # now d(mean loss)/d logits, in cdt
+            out = dict(loss_out=loss_rows[start:end], lse_out=lse_rows[start:end], write_grad=need_gh or need_gw)
+            if one_pass:
+                ce_kernel.cross_entropy_scaled_grad_(logits, targets[start:end], inv_count, z_loss, ignore_index,
+                                                     row_scale_out=row_scale[start:end], **out)
+                scale = row_scale[start:end, None]  # d(mean loss)/d logits = scale * logits now
+            else:
+                ce_kernel.cross_entropy_grad_(logits, targets[start:end], inv_count, z_loss, ignore_index, **out)
+                scale = None  # logits now hold d(mean loss)/d logits themselves
+            g = logits
             if need_gh:
-                if grad_hidden.dtype == cdt:
-                    torch.mm(g, w, out=grad_hidden[start:end])
+                gh = grad_hidden[start:end]
+                if gh.dtype == cdt:
+                    torch.mm(g, w, out=gh)
                 else:
-                    grad_hidden[start:end] = g @ w
+                    gh.copy_(g @ w)
+                if scale is not None:
+                    gh.mul_(scale)
             if need_gw:
+                if scale is not None:
+                    h = torch.mul(h, scale, out=h_scaled[:end - start])
                 acc.add(g, h)
         total = loss_rows.sum() / count
     return total.to(torch.promote_types(hidden.dtype, torch.float32)), grad_hidden, grad_weight
