@@ -12,8 +12,9 @@ under bf16 autocast, as the trainer runs it) times one call of ``loss`` then
 * ``liger``: liger-kernel's ``LigerFusedLinearCrossEntropyLoss`` if it imports.
 
 The floor is 3 matmuls of 2*M*d*V FLOPs at the bf16 rate of an 8192^3 ``torch.mm``
-timed in the same run. A sweep of the kernel's launch (BLOCK, num_warps) on one
-(chunk x V) bf16 chunk reports its bandwidth (2 reads + 1 write of the chunk).
+timed in the same run. A sweep of the kernels' launches (BLOCK, num_warps) on one
+(chunk x V) bf16 chunk reports their bandwidth (the one-pass kernel: a read and a write
+of the chunk; the two-pass one, ``MHAR_CE_ONE_PASS=0``: 2 reads + 1 write).
 Prints a Markdown table last and writes JSON to --out.
 
     PYTHONPATH=src python3 bench/loss_bench.py --out bench/results/loss_bench_h200.json

@@ -64,6 +64,36 @@ def test_chunked_loss_equals_full_loss():
     torch.testing.assert_close(model.loss(x[:, :-1], x[:, 1:], chunk_size=5), model.loss(x[:, :-1], x[:, 1:]))
 
 
+def test_tied_embedding_adds_its_gradient_into_the_heads(monkeypatch):
+    """With a chunked loss the tied embedding's backward adds its rows into the LM head's
+    gradient instead of making a second dense one: every parameter's gradient as with
+    the plain lookup, over two accumulated micro-batches and through autograd.grad."""
+    from mhar.model import loss as L
+    torch.manual_seed(4)
+    model = Decoder(tiny(METHODS["mhar"]))
+    x = torch.randint(0, 64, (2, 17))
+    taken = []
+    take = L.TiedHeadGradient.take
+    monkeypatch.setattr(L.TiedHeadGradient, "take", lambda self: taken.append(take(self)) or taken[-1])
+
+    def grads(tied: bool):
+        monkeypatch.setattr(Decoder, "_plain_tied_embedding", lambda self: tied)
+        model.zero_grad(set_to_none=True)
+        for _ in range(2):
+            (model.loss(x[:, :-1], x[:, 1:], chunk_size=5, z_loss=1e-3) * 0.5).backward()
+        return {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    got, want = grads(True), grads(False)
+    assert len(taken) == 2 and all(t is not None for t in taken)  # the tied path ran, twice
+    assert got.keys() == want.keys()
+    for name in got:
+        torch.testing.assert_close(got[name], want[name], msg=name)
+    monkeypatch.setattr(Decoder, "_plain_tied_embedding", lambda self: True)
+    (g,) = torch.autograd.grad(model.loss(x[:, :-1], x[:, 1:], chunk_size=5, z_loss=1e-3) * 0.5,
+                               [model.embed.weight])
+    torch.testing.assert_close(g * 2, want["embed.weight"])
+
+
 @pytest.mark.parametrize("bad,match", [
     (dict(stream=StreamConfig(method="routed", heads=5)), "heads=5 must divide d_model=32"),
     (dict(n_kv_heads=3), "n_kv_heads=3 must divide n_heads=4"),

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mhar.model.config import ModelConfig
-from mhar.model.loss import linear_cross_entropy
+from mhar.model.loss import TiedHeadGradient, linear_cross_entropy, tied_embedding
 from mhar.model.layers import AttentionSublayer, KVCache, MLPSublayer, RMSNorm, rope_cos_sin
 from mhar.streams import build_stream
 
@@ -74,13 +74,15 @@ class Decoder(nn.Module):
     def output_weight(self) -> Tensor:
         return self.embed.weight if self.lm_head is None else self.lm_head.weight
 
-    def hidden_states(self, input_ids: Tensor, cache: KVCache | None = None) -> Tensor:
-        """Final normed hidden states (B, T, d)."""
+    def hidden_states(self, input_ids: Tensor, cache: KVCache | None = None,
+                      tied: TiedHeadGradient | None = None) -> Tensor:
+        """Final normed hidden states (B, T, d). ``tied``: the embedding's gradient goes
+        into the LM head's (see :class:`mhar.model.loss.TiedHeadGradient`)."""
         B, T = input_ids.shape
         past = cache.length if cache is not None else 0
         if past + T > self.config.max_seq_len:
             raise ValueError(f"sequence length {past + T} exceeds max_seq_len={self.config.max_seq_len}")
-        x = self.embed(input_ids)
+        x = self.embed(input_ids) if tied is None else tied_embedding(input_ids, self.embed.weight, tied)
         positions = torch.arange(past, past + T, device=input_ids.device)
         cos, sin = rope_cos_sin(positions, self.config.attn_head_dim, self.config.rope_theta, x.dtype,
                                 self.config.rope_scaling)
@@ -105,8 +107,18 @@ class Decoder(nn.Module):
         """Mean next-token cross-entropy (+ z_loss * logsumexp^2). ``chunk_size > 0``
         fuses the LM head with the loss in chunks of tokens, so the full (tokens x
         vocab) logits never exist (see :mod:`mhar.model.loss`)."""
-        h = self.hidden_states(input_ids).flatten(0, 1)
-        return linear_cross_entropy(h, self.output_weight, targets.flatten(), chunk_size, z_loss)
+        # (not inside a whole-model torch.compile, which would trace the hand-off's Python)
+        tied = (TiedHeadGradient() if chunk_size > 0 and not torch.compiler.is_compiling()
+                and self._plain_tied_embedding() else None)
+        h = self.hidden_states(input_ids, tied=tied).flatten(0, 1)
+        return linear_cross_entropy(h, self.output_weight, targets.flatten(), chunk_size, z_loss, tied=tied)
+
+    def _plain_tied_embedding(self) -> bool:
+        """The head is the embedding, a plain lookup (no padding index, norm or sparse
+        gradient, whose backward the tied path would not reproduce)."""
+        e = self.embed
+        return (self.lm_head is None and type(e) is nn.Embedding and e.padding_idx is None and e.max_norm is None
+                and not e.scale_grad_by_freq and not e.sparse)
 
     # -- parameter accounting --------------------------------------------------
     def parameter_counts(self) -> dict[str, int]:

@@ -146,13 +146,69 @@ class _Accumulator:
             self.acc += (a.t() @ b).to(self.acc.dtype)
 
 
+# ------------------------------------------------------------------ tied embedding
+
+
+class TiedHeadGradient:
+    """Hands the LM head's gradient to a tied embedding's backward, which adds its rows
+    into it in place instead of making a gradient of its own.
+
+    With tied weights autograd sums two dense (vocab x d) gradients for one matrix: the
+    lookup's (zeroed, then scattered into) and the loss's, added together (two reads and a
+    write; at 1B each is 1.2 GB in fp32). The loss's backward always runs first (the
+    lookup's output is upstream of the loss), so it leaves its fresh gradient here; the
+    lookup's backward, in the same backward pass (checked by autograd's graph-task id),
+    index-adds its rows into it and returns no gradient of its own: autograd then hands
+    the one tensor on. Otherwise the lookup returns the usual dense gradient."""
+
+    def __init__(self):
+        self._grad: Tensor | None = None
+        self._task = None
+
+    def put(self, grad: Tensor) -> None:
+        self._grad, self._task = grad, torch._C._current_graph_task_id()
+
+    def take(self) -> Tensor | None:
+        grad, task = self._grad, self._task
+        self._grad = self._task = None  # no reference left: autograd may then reuse the tensor as .grad
+        return grad if grad is not None and task == torch._C._current_graph_task_id() else None
+
+
+class _TiedLookup(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, ids: Tensor, weight: Tensor, tied: TiedHeadGradient):
+        ctx.save_for_backward(ids)
+        ctx.tied, ctx.num_weights = tied, weight.shape[0]
+        return F.embedding(ids, weight)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        (ids,) = ctx.saved_tensors
+        head = ctx.tied.take()
+        if head is None or not ctx.needs_input_grad[1]:
+            if not ctx.needs_input_grad[1]:
+                return None, None, None
+            return None, torch.ops.aten.embedding_dense_backward(grad, ids, ctx.num_weights, -1, False), None
+        rows = grad.reshape(-1, grad.shape[-1])
+        head.index_add_(0, ids.reshape(-1), rows if rows.dtype == head.dtype else rows.to(head.dtype))
+        return None, None, None
+
+
+def tied_embedding(ids: Tensor, weight: Tensor, tied: TiedHeadGradient | None) -> Tensor:
+    """``F.embedding(ids, weight)``, whose weight gradient goes into the LM head's (see
+    :class:`TiedHeadGradient`) when ``tied`` is given and the loss passes it the same."""
+    if tied is None or not torch.is_grad_enabled():
+        return F.embedding(ids, weight)
+    return _TiedLookup.apply(ids, weight, tied)
+
+
 # ------------------------------------------------------------------ the op
 
 
 class ChunkedLinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden: Tensor, weight: Tensor, targets: Tensor, chunk_size: int, z_loss: float,
-                ignore_index: int, fused: bool = False):
+                ignore_index: int, fused: bool = False, tied: TiedHeadGradient | None = None):
         if fused:
             total, grad_hidden, grad_weight = _fused_forward(hidden, weight, targets, chunk_size, z_loss,
                                                              ignore_index, hidden.requires_grad,
@@ -161,7 +217,7 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
             total, grad_hidden, grad_weight = _reference_forward(hidden, weight, targets, chunk_size, z_loss,
                                                                  ignore_index)
         ctx.save_for_backward(grad_hidden, grad_weight)
-        ctx.weight_dtype = weight.dtype
+        ctx.weight_dtype, ctx.tied = weight.dtype, tied
         return total
 
     @staticmethod
@@ -171,7 +227,9 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
         # (as a foreach op: the plain product with a 0-d CUDA tensor runs the broadcasting,
         # unvectorised kernel, at 2.8 TB/s over the head's fp32 gradient on an H200)
         gw = torch._foreach_mul([grad_weight], grad_out)[0].to(ctx.weight_dtype) if ctx.needs_input_grad[1] else None
-        return gh, gw, None, None, None, None, None
+        if gw is not None and ctx.tied is not None:
+            ctx.tied.put(gw)  # a fresh tensor: the tied lookup's backward adds into it
+        return gh, gw, None, None, None, None, None, None
 
 
 def _reference_forward(hidden: Tensor, weight: Tensor, targets: Tensor, chunk_size: int, z_loss: float,
@@ -267,9 +325,11 @@ def _fused_forward(hidden: Tensor, weight: Tensor, targets: Tensor, chunk_size: 
 
 
 def linear_cross_entropy(hidden: Tensor, weight: Tensor, targets: Tensor, chunk_size: int = 4096,
-                         z_loss: float = 0.0, ignore_index: int = -100) -> Tensor:
+                         z_loss: float = 0.0, ignore_index: int = -100,
+                         tied: TiedHeadGradient | None = None) -> Tensor:
     """Mean of CE(hidden @ weight.T, targets) (+ z_loss * logsumexp^2) over valid targets.
-    ``hidden`` (n, d), ``targets`` (n,). ``chunk_size <= 0`` uses the plain path."""
+    ``hidden`` (n, d), ``targets`` (n,). ``chunk_size <= 0`` uses the plain path.
+    ``tied``: the one given to :func:`tied_embedding` for the same weight (chunked paths)."""
     if chunk_size <= 0:
         logits = F.linear(hidden, weight).to(torch.promote_types(hidden.dtype, torch.float32))
         valid = targets != ignore_index
@@ -277,12 +337,12 @@ def linear_cross_entropy(hidden: Tensor, weight: Tensor, targets: Tensor, chunk_
         ce = F.cross_entropy(logits, targets, ignore_index=ignore_index, reduction="none")
         return ((ce + z_loss * lse.square()) * valid).sum() / valid.sum().clamp(min=1)
     if _use_fused(hidden, weight):
-        return _fused_apply(hidden, weight, targets, chunk_size, z_loss, ignore_index)
-    return ChunkedLinearCrossEntropy.apply(hidden, weight, targets, chunk_size, z_loss, ignore_index, False)
+        return _fused_apply(hidden, weight, targets, chunk_size, z_loss, ignore_index, tied)
+    return ChunkedLinearCrossEntropy.apply(hidden, weight, targets, chunk_size, z_loss, ignore_index, False, tied)
 
 
 @torch.compiler.disable
-def _fused_apply(hidden, weight, targets, chunk_size, z_loss, ignore_index):
+def _fused_apply(hidden, weight, targets, chunk_size, z_loss, ignore_index, tied):
     # opaque to torch.compile (the trainer may compile the loss module): the Triton
     # launch, the in-place chunk and the one-time cuBLAS probe run eagerly
-    return ChunkedLinearCrossEntropy.apply(hidden, weight, targets, chunk_size, z_loss, ignore_index, True)
+    return ChunkedLinearCrossEntropy.apply(hidden, weight, targets, chunk_size, z_loss, ignore_index, True, tied)
