@@ -120,8 +120,11 @@ def time_step(model: Decoder, batch: int, seq_len: int, steps: int, warmup: int,
     def loss_fn(x, y):
         # autocast's weight-cast cache must be off under a CUDA graph's capture
         with torch.autocast(device, dtype=torch.bfloat16, enabled=device == "cuda", cache_enabled=not cuda_graphs):
-            h = body(x).flatten(0, 1)
-            return linear_cross_entropy(h, model.output_weight, y.flatten(), loss_chunk)
+            # as Decoder.loss does it (there the tied embedding's gradient goes into the head's);
+            # a whole-model compile of hidden_states gets no hand-off to trace
+            tied = model.tied_head_gradient(loss_chunk) if compile_mode != "full" else None
+            h = body(x, tied=tied).flatten(0, 1)
+            return linear_cross_entropy(h, model.output_weight, y.flatten(), loss_chunk, tied=tied)
 
     def update():
         if adamw == "triton":  # the norm, and its clip scale into the kernel (left on the device, as

@@ -107,11 +107,18 @@ class Decoder(nn.Module):
         """Mean next-token cross-entropy (+ z_loss * logsumexp^2). ``chunk_size > 0``
         fuses the LM head with the loss in chunks of tokens, so the full (tokens x
         vocab) logits never exist (see :mod:`mhar.model.loss`)."""
-        # (not inside a whole-model torch.compile, which would trace the hand-off's Python)
-        tied = (TiedHeadGradient() if chunk_size > 0 and not torch.compiler.is_compiling()
-                and self._plain_tied_embedding() else None)
+        tied = self.tied_head_gradient(chunk_size)
         h = self.hidden_states(input_ids, tied=tied).flatten(0, 1)
         return linear_cross_entropy(h, self.output_weight, targets.flatten(), chunk_size, z_loss, tied=tied)
+
+    def tied_head_gradient(self, chunk_size: int) -> TiedHeadGradient | None:
+        """For one forward of :meth:`hidden_states` and the chunked loss on its output:
+        the hand-off that puts the tied embedding's gradient into the LM head's, or None
+        where it does not apply (an untied head, the plain loss, inside a whole-model
+        torch.compile, which would trace the hand-off's Python)."""
+        if chunk_size > 0 and not torch.compiler.is_compiling() and self._plain_tied_embedding():
+            return TiedHeadGradient()
+        return None
 
     def _plain_tied_embedding(self) -> bool:
         """The head is the embedding, a plain lookup (no padding index, norm or sparse
