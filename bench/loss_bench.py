@@ -181,8 +181,8 @@ def kernel_sweep(rows: int, V: int, device: str, rep: int) -> list[dict]:
     # (block, warps, programs per SM, reverse) for the two-pass kernel; programs per SM
     # "one-pass" for the one-pass kernel (cross_entropy_scaled_grad_, one program per row)
     configs = [(8192, 8, "one-pass", False), (4096, 8, "one-pass", False), (4096, 4, "one-pass", False),
-               (8192, 4, "one-pass", False), (8192, 16, "one-pass", False), (16384, 8, "one-pass", False),
-               (16384, 16, "one-pass", False), (2048, 4, "one-pass", False),
+               (2048, 4, "one-pass", False), (2048, 2, "one-pass", False), (1024, 2, "one-pass", False),
+               (8192, 16, "one-pass", False), (16384, 16, "one-pass", False),
                (4096, 4, 0, False), (4096, 8, 0, False), (8192, 8, 0, False), (8192, 16, 0, False),
                (16384, 16, 0, False), (32768, 32, 0, False), (8192, 8, 0, True),
                (8192, 16, 1, False), (8192, 16, 1, True), (16384, 16, 1, True), (16384, 32, 1, True),

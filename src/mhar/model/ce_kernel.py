@@ -139,9 +139,7 @@ def _ce_scaled_kernel(X, stride_x, T, LOSS, LSE, ROW_SCALE, INV_COUNT, ignore_in
     n_tiles: tl.constexpr = (V + BLOCK - 1) // BLOCK
 
     b = tl.full([], float("-inf"), tl.float32)  # the reference: the first tile sets it
-    # sum of exp(x - b), per column of the tile: summed across the program once, at the end
-    # (a tile's max is the pass's only reduction)
-    s_cols = tl.zeros([BLOCK], tl.float32)
+    s = tl.zeros([], tl.float32)  # sum of exp(x - b)
     for i in range(0, n_tiles):
         c = i * BLOCK + cols
         cmask = c < V
@@ -149,7 +147,7 @@ def _ce_scaled_kernel(X, stride_x, T, LOSS, LSE, ROW_SCALE, INV_COUNT, ignore_in
         m = tl.max(x, 0)
         if m > b + HEADROOM:
             r = tl.exp(b - m)  # 0 on the first tile
-            s_cols = s_cols * r
+            s = s * r
             if WRITE_GRAD:  # rare after the first tile: the written tiles to the new reference
                 tl.debug_barrier()
                 for j in range(0, i):
@@ -158,10 +156,9 @@ def _ce_scaled_kernel(X, stride_x, T, LOSS, LSE, ROW_SCALE, INV_COUNT, ignore_in
                     tl.store(x_row + cj, (e_j * r).to(X.dtype.element_ty))
             b = m
         e = tl.exp(x - b)
-        s_cols += e
+        s += tl.sum(e, 0)
         if WRITE_GRAD:
             tl.store(x_row + c, e.to(X.dtype.element_ty), mask=cmask)
-    s = tl.sum(s_cols, 0)
     lse = b + tl.log(s)
     # (b - x_t) + log(s) rather than lse - x_t: no rounding of a large lse in the difference
     loss = tl.where(valid, (b - x_t) + tl.log(s) + z_loss * lse * lse, 0.0)
