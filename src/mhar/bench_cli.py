@@ -96,26 +96,18 @@ def fail_on_recompile_limit():
 
 def time_step(model: Decoder, batch: int, seq_len: int, steps: int, warmup: int, compile_mode: str,
               loss_chunk: int, device: str, cuda_graphs: bool = False, trace_steps: int = 0,
-              adamw: str = "torch", accum: int = 1, lowp_weights: bool = True) -> dict:
+              adamw: str = "torch", accum: int = 1) -> dict:
     """Median step time, MFU and peak memory of a step of ``accum`` microbatches (forward
     and backward each, the gradients accumulated) and one update. ``trace_steps``: that many more steps run,
     the same way, under ``torch.profiler`` (returned as "profiler"; bench/profile_step.py).
     ``adamw``: "torch" (clip_grad_norm_, then torch's fused AdamW) or "triton" (the
-    norm, then :class:`~mhar.train.adamw_kernel.TritonAdamW` with the clip folded in).
-    ``lowp_weights`` (with "triton" on CUDA): the weights' bf16 copies, written by the
-    kernel, in place of the casts (:mod:`mhar.model.lowp`), as the trainer runs it."""
+    norm, then :class:`~mhar.train.adamw_kernel.TritonAdamW` with the clip folded in)."""
     torch.manual_seed(0)
     hyper = dict(lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
-    copies = None
     if adamw == "triton":
         from mhar.train.adamw_kernel import TritonAdamW, clip_scale
 
         opt = TritonAdamW(model.parameters(), **hyper)
-        if lowp_weights and device == "cuda":
-            from mhar.model.lowp import LowpCopies
-
-            copies = LowpCopies(model, torch.bfloat16)
-            opt.keep_copies(copies.by_weight())
     else:
         opt = torch.optim.AdamW(model.parameters(), **hyper, fused=device == "cuda")
     body = model.hidden_states
@@ -132,8 +124,7 @@ def time_step(model: Decoder, batch: int, seq_len: int, steps: int, warmup: int,
             # a whole-model compile of hidden_states gets no hand-off to trace
             tied = model.tied_head_gradient(loss_chunk) if compile_mode != "full" else None
             h = body(x, tied=tied).flatten(0, 1)
-            return linear_cross_entropy(h, model.output_weight, y.flatten(), loss_chunk, tied=tied,
-                                        weight_lowp=model.output_weight_copy())
+            return linear_cross_entropy(h, model.output_weight, y.flatten(), loss_chunk, tied=tied)
 
     def update():
         if adamw == "triton":  # the norm, and its clip scale into the kernel (left on the device, as
@@ -149,12 +140,7 @@ def time_step(model: Decoder, batch: int, seq_len: int, steps: int, warmup: int,
         d = data[i % len(data)]
         return d[:, :-1], d[:, 1:]
 
-    def refresh():  # as the trainer, before every step (nothing changes the weights here but the kernel)
-        if copies is not None:
-            copies.refresh()
-
     def eager_step(i):
-        refresh()
         for k in range(accum):
             loss = loss_fn(*micro(i * accum + k))
             (loss / accum).backward()
@@ -173,7 +159,6 @@ def time_step(model: Decoder, batch: int, seq_len: int, steps: int, warmup: int,
         capture_peak = graphed.capture_peak_bytes
 
         def graphed_step(i):
-            refresh()
             for k in range(accum):
                 loss = graphed.run(*micro(i * accum + k), accumulate=k > 0)
             update()
@@ -288,8 +273,7 @@ def run_bench_step(args: argparse.Namespace) -> int:
                 # and be timed as if compiled: that row fails instead (session 8)
                 with fail_on_recompile_limit():
                     r = time_step(model, batch, seq_len, args.steps, args.warmup, args.compile, args.loss_chunk,
-                                  device, cuda_graphs=graphs, adamw=adamw, accum=accum,
-                                  lowp_weights=args.lowp_weights == "on")
+                                  device, cuda_graphs=graphs, adamw=adamw, accum=accum)
             except torch.OutOfMemoryError as err:
                 r = {"error": f"out of memory: {err}"[:200]}
             except _RECOMPILE_LIMIT_ERRORS as err:
@@ -309,7 +293,7 @@ def run_bench_step(args: argparse.Namespace) -> int:
         "command": " ".join(["mhar"] + sys.argv[1:]),
         "device": torch.cuda.get_device_name() if device == "cuda" else platform.processor() or "cpu",
         "torch": torch.__version__, "python": platform.python_version(), "commit": _commit(),
-        "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "adamw": adamw, "lowp_weights": args.lowp_weights,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "adamw": adamw,
     }
     try:
         import triton
@@ -400,9 +384,6 @@ def register(sub) -> None:
                    help="the optimiser phase: clip_grad_norm_ + torch's fused AdamW, or the norm + one Triton "
                         "kernel with the clip folded in (mhar.train.adamw_kernel); auto: triton on CUDA, "
                         "as the trainer")
-    s.add_argument("--lowp-weights", choices=("on", "off"), default="on",
-                   help="with the Triton AdamW on CUDA: the weights' bf16 copies written by its kernel, in place of "
-                        "casting them at every use (mhar.model.lowp), as the trainer does by default")
     s.add_argument("--cuda-graphs", choices=("auto", *GRAPH_MODES), default="auto",
                    help="replay each step's forward and backward as a CUDA graph (no host time); "
                         "auto: on with a GPU; both: every method twice, eager then graphed")

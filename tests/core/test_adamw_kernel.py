@@ -101,47 +101,6 @@ def test_interp_kernel_matches_torch(skip_grad, tensor_scale):
     assert len(launches) == 6 + (1 if skip_grad is not None else 0), launches
 
 
-def _check_low_precision_copies(dtype: torch.dtype, device: str) -> None:
-    """Weights with low-precision copies (mhar.model.lowp): after each step every copy is
-    its weight cast to the copy's dtype, whether the kernel wrote it or (a transposed,
-    non-contiguous copy) the step did after the kernel; a weight without a copy and the
-    updates themselves are as without copies; a NaN scale writes neither.
-
-    Exact on a GPU. Triton's interpreter casts fp32 to bf16 by truncation where the GPU
-    (and torch) round to nearest even; there a copy may instead be the truncated weight."""
-    mine, ref = _params(device=device), _params(device=device)
-    copies = {p: torch.full(p.shape, 7.0, dtype=dtype, device=device) for p in mine[:4]}
-    copies[mine[2]] = torch.full(mine[2].shape[::-1], 7.0, dtype=dtype, device=device).t()  # non-contiguous
-    gen = torch.Generator().manual_seed(1)
-    a = AK.TritonAdamW(_groups(mine), **KW)
-    a.keep_copies(copies)
-    b = AK.TritonAdamW(_groups(ref), **KW)
-    for scale in (1.0, 0.3, float("nan")):
-        for p, q in zip(mine, ref):
-            p.grad = torch.randn(p.shape, generator=gen).to(device)
-            q.grad = p.grad.clone()
-        before = {p: c.clone() for p, c in copies.items()}
-        a.step(grad_scale=torch.tensor(scale, device=device))
-        b.step(grad_scale=torch.tensor(scale, device=device))
-        for i, (p, c) in enumerate(copies.items()):
-            if scale != scale:
-                assert torch.equal(c, before[p])
-                continue
-            want = p.detach().to(dtype)
-            if device == "cpu" and dtype == torch.bfloat16 and i != 2:  # the interpreter's truncation
-                cut = (p.detach().view(torch.int32) & ~0xFFFF).view(torch.float32).to(dtype)
-                assert bool(((c == want) | (c == cut)).all())
-            else:
-                assert torch.equal(c, want)
-    _compare(mine, a, ref, b, 0.0)
-
-
-@interp
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_interp_kernel_writes_low_precision_copies(dtype):
-    _check_low_precision_copies(dtype, "cpu")
-
-
 @interp
 def test_interp_checkpoints_move_between_the_optimisers():
     mine, ref = _params(), _params()
@@ -192,31 +151,6 @@ def _check_trainer_follows_torch(tmp_path, device: str, kernel: str) -> None:
     for a, b in zip(logs["triton"], logs["torch"]):
         assert abs(a["loss"] - b["loss"]) <= tol * abs(b["loss"]), (a, b)
         assert abs(a["grad_norm"] - b["grad_norm"]) <= 10 * tol * abs(b["grad_norm"]), (a, b)
-
-
-@interp
-def test_interp_trainer_keeps_the_weight_copies(tmp_path):
-    """adamw=triton under bf16 autocast: the trainer attaches the weights' copies, the
-    kernel writes them with every update (none is stale before the next step), and fit
-    removes them at the end; lowp_weights=false attaches none."""
-    from mhar.train import Trainer, apply_train_overrides, train_preset
-
-    base = SMALL_RUN + ["device=cpu", "adamw=triton", "dtype=bfloat16"]
-    t = Trainer(apply_train_overrides(train_preset("tiny", "mhar"), base), tmp_path / "on", progress=False)
-    assert t.lowp is not None and len(t.lowp.slots) == 2 * 7 + 1
-    for _ in range(2):
-        t.train_step()
-        t.step += 1
-        for weight, copy_ in t.lowp.by_weight().items():
-            w = weight.detach()
-            cut = (w.view(torch.int32) & ~0xFFFF).view(torch.float32).bfloat16()  # the interpreter's cast
-            assert bool(((copy_ == w.bfloat16()) | (copy_ == cut)).all())
-        assert t.lowp.refresh() == 0
-    t.fit()
-    assert t.lowp is None and all(getattr(m, "weight_lowp", None) is None for m in t.model.modules())
-    off = Trainer(apply_train_overrides(train_preset("tiny", "mhar"), base + ["lowp_weights=false"]),
-                  tmp_path / "off", progress=False)
-    assert off.lowp is None
 
 
 @interp
@@ -287,11 +221,6 @@ def test_cuda_kernel_matches_torch(skip_grad, tensor_scale):
     b = _run(torch.optim.AdamW, ref, [1.0, 0.3, 0.05], dict(KW, foreach=False), fold=False, skip_grad=skip_grad)
     assert a._kernel_applies(mine), "the kernel would not run"
     _compare(mine, a, ref, b, 1e-6)
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_cuda_kernel_writes_low_precision_copies():
-    _check_low_precision_copies(torch.bfloat16, "cuda")
 
 
 def test_cases_under_interpreter():

@@ -31,9 +31,6 @@ class Decoder(nn.Module):
         self.residual = build_stream(cfg.stream, cfg.d_model, cfg.num_sublayers)
         self.final_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
-        # a low-precision copy of the output weight for the chunked loss (mhar.model.lowp)
-        self.register_buffer("output_weight_lowp", None, persistent=False)
-        self._output_weight_lowp_tag = None
         # Recompute each sublayer in backward instead of keeping its activations (the
         # stream's sources are kept either way: they are the sublayers' inputs/outputs).
         self.activation_checkpointing = False
@@ -112,17 +109,7 @@ class Decoder(nn.Module):
         vocab) logits never exist (see :mod:`mhar.model.loss`)."""
         tied = self.tied_head_gradient(chunk_size)
         h = self.hidden_states(input_ids, tied=tied).flatten(0, 1)
-        return linear_cross_entropy(h, self.output_weight, targets.flatten(), chunk_size, z_loss, tied=tied,
-                                    weight_lowp=self.output_weight_copy())
-
-    def output_weight_copy(self) -> Tensor | None:
-        """The output weight's low-precision copy where one is attached and current (outside
-        torch.compile, which cannot check), for the chunked loss; else None."""
-        copy = self.output_weight_lowp
-        if copy is None or torch.compiler.is_compiling():
-            return copy
-        return copy if self._output_weight_lowp_tag == (self.output_weight._version,
-                                                        self.output_weight.data_ptr()) else None
+        return linear_cross_entropy(h, self.output_weight, targets.flatten(), chunk_size, z_loss, tied=tied)
 
     def tied_head_gradient(self, chunk_size: int) -> TiedHeadGradient | None:
         """For one forward of :meth:`hidden_states` and the chunked loss on its output:

@@ -11,7 +11,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mhar.model.config import ModelConfig
-from mhar.model.lowp import lowp_weight
 
 # SDPA's enable_gqa (torch >= 2.5)
 _SDPA_HAS_GQA = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 5)
@@ -110,35 +109,16 @@ class KVCache:
         self.values = [None if v is None else v.index_select(0, index) for v in self.values]
 
 
-class Linear(nn.Linear):
-    """``nn.Linear`` with a slot for a low-precision copy of its weight, which it uses under
-    autocast to the copy's dtype instead of casting the weight (:mod:`mhar.model.lowp`;
-    empty unless a trainer attaches copies). The slot is a buffer that is not saved."""
-
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None):
-        super().__init__(in_features, out_features, bias, device, dtype)
-        self.register_buffer("weight_lowp", None, persistent=False)
-        self._weight_lowp_tag = None
-
-    def forward(self, x: Tensor) -> Tensor:
-        copy = self.weight_lowp
-        if copy is None:
-            return F.linear(x, self.weight, self.bias)
-        # (the tag is read only outside torch.compile: no guard on it, no recompile per write)
-        tag = None if torch.compiler.is_compiling() else self._weight_lowp_tag
-        return F.linear(x, lowp_weight(self.weight, copy, tag), self.bias)
-
-
 class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig, layer_index: int):
         super().__init__()
         self.layer_index = layer_index
         self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, cfg.attn_head_dim
         d, hd = cfg.d_model, self.head_dim
-        self.q_proj = Linear(d, cfg.n_heads * hd, bias=cfg.attention_bias)
-        self.k_proj = Linear(d, cfg.n_kv_heads * hd, bias=cfg.attention_bias)
-        self.v_proj = Linear(d, cfg.n_kv_heads * hd, bias=cfg.attention_bias)
-        self.o_proj = Linear(cfg.n_heads * hd, d, bias=False)
+        self.q_proj = nn.Linear(d, cfg.n_heads * hd, bias=cfg.attention_bias)
+        self.k_proj = nn.Linear(d, cfg.n_kv_heads * hd, bias=cfg.attention_bias)
+        self.v_proj = nn.Linear(d, cfg.n_kv_heads * hd, bias=cfg.attention_bias)
+        self.o_proj = nn.Linear(cfg.n_heads * hd, d, bias=False)
         self.q_norm = RMSNorm(hd, cfg.norm_eps) if cfg.qk_norm else None
         self.k_norm = RMSNorm(hd, cfg.norm_eps) if cfg.qk_norm else None
 
@@ -178,9 +158,9 @@ class Attention(nn.Module):
 class MLP(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.gate_proj = Linear(cfg.d_model, cfg.d_ff, bias=False)
-        self.up_proj = Linear(cfg.d_model, cfg.d_ff, bias=False)
-        self.down_proj = Linear(cfg.d_ff, cfg.d_model, bias=False)
+        self.gate_proj = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
+        self.up_proj = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
+        self.down_proj = nn.Linear(cfg.d_ff, cfg.d_model, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))

@@ -44,9 +44,8 @@ WARPS = 4
 
 
 @triton.jit
-def _update(p_ptr, g_ptr, m_ptr, v_ptr, LP, i, offs, mask, decay, beta1, one_minus_beta1, beta2, one_minus_beta2,
-            eps, step_size, bc2_sqrt, grad_scale, MASKED: tl.constexpr, HAS_LOWP: tl.constexpr,
-            LOWP_DTYPE: tl.constexpr, LP_ALIGN: tl.constexpr):
+def _update(p_ptr, g_ptr, m_ptr, v_ptr, offs, mask, decay, beta1, one_minus_beta1, beta2, one_minus_beta2, eps,
+            step_size, bc2_sqrt, grad_scale, MASKED: tl.constexpr):
     if MASKED:
         g = tl.load(g_ptr + offs, mask=mask, other=0.0)
         m = tl.load(m_ptr + offs, mask=mask, other=0.0)
@@ -70,28 +69,18 @@ def _update(p_ptr, g_ptr, m_ptr, v_ptr, LP, i, offs, mask, decay, beta1, one_min
         tl.store(p_ptr + offs, p)
         tl.store(m_ptr + offs, m)
         tl.store(v_ptr + offs, v)
-    if HAS_LOWP:
-        lp_addr = tl.load(LP + i)
-        if lp_addr != 0:  # the weight's low-precision copy (mhar.model.lowp), from the new value
-            lp_ptr = tl.multiple_of(lp_addr.to(tl.pointer_type(LOWP_DTYPE)), LP_ALIGN)
-            if MASKED:
-                tl.store(lp_ptr + offs, p.to(LOWP_DTYPE), mask=mask)
-            else:
-                tl.store(lp_ptr + offs, p.to(LOWP_DTYPE))
 
 
 @triton.jit
-def _adamw_kernel(CHUNK_T, CHUNK_S, P, G, M, V, LP, NUMEL, SCALE, decay, beta1, one_minus_beta1, beta2,
-                  one_minus_beta2, eps, step_size, bc2_sqrt, BLOCK: tl.constexpr, ALIGN: tl.constexpr,
-                  HAS_LOWP: tl.constexpr, LOWP_DTYPE: tl.constexpr, LP_ALIGN: tl.constexpr):
+def _adamw_kernel(CHUNK_T, CHUNK_S, P, G, M, V, NUMEL, SCALE, decay, beta1, one_minus_beta1, beta2, one_minus_beta2,
+                  eps, step_size, bc2_sqrt, BLOCK: tl.constexpr, ALIGN: tl.constexpr):
     """One chunk of BLOCK elements of one tensor. A chunk that the tensor fills takes the
     unmasked path: with the start a known multiple of BLOCK and no mask, the loads and
     stores are 16-byte vectors (a mask against a size read from memory would make them
     4-byte ones). SCALE: the gradients' multiplier, a device scalar (no host sync to
     form it); NaN skips the update (the caller found the loss or the norm not finite
     without waiting for the device). The other factors are formed on the host in
-    double, as torch does. LP (HAS_LOWP): the address of each tensor's low-precision
-    copy, 0 for none; the copy is written from the updated weight."""
+    double, as torch does."""
     pid = tl.program_id(0)
     i = tl.load(CHUNK_T + pid)
     start = tl.multiple_of(tl.load(CHUNK_S + pid), BLOCK)
@@ -106,11 +95,11 @@ def _adamw_kernel(CHUNK_T, CHUNK_S, P, G, M, V, LP, NUMEL, SCALE, decay, beta1, 
     if scale != scale:  # NaN: no update
         return
     if start + BLOCK <= n:
-        _update(p_ptr, g_ptr, m_ptr, v_ptr, LP, i, offs, None, decay, beta1, one_minus_beta1, beta2,
-                one_minus_beta2, eps, step_size, bc2_sqrt, scale, False, HAS_LOWP, LOWP_DTYPE, LP_ALIGN)
+        _update(p_ptr, g_ptr, m_ptr, v_ptr, offs, None, decay, beta1, one_minus_beta1, beta2, one_minus_beta2, eps,
+                step_size, bc2_sqrt, scale, False)
     else:
-        _update(p_ptr, g_ptr, m_ptr, v_ptr, LP, i, offs, offs < n, decay, beta1, one_minus_beta1, beta2,
-                one_minus_beta2, eps, step_size, bc2_sqrt, scale, True, HAS_LOWP, LOWP_DTYPE, LP_ALIGN)
+        _update(p_ptr, g_ptr, m_ptr, v_ptr, offs, offs < n, decay, beta1, one_minus_beta1, beta2, one_minus_beta2,
+                eps, step_size, bc2_sqrt, scale, True)
 
 
 def clip_scale(norm: Tensor, max_norm: float) -> Tensor:
@@ -142,20 +131,10 @@ class TritonAdamW(torch.optim.AdamW):
         self._chunks: dict = {}  # (device, numels) -> chunk tensor index, chunk start and numel tables
         self._ptr_tables: dict = {}  # (device, data pointers) -> the four pointer tables
         self._stepped: list[Tensor] = []  # the parameters whose count the last kernel step advanced
-        self.lowp_copies: dict[Tensor, Tensor] = {}  # weight -> its low-precision copy (see keep_copies)
 
     def __setstate__(self, state: dict) -> None:  # copies and unpickled optimisers: a fresh cache
         super().__setstate__(state)
         self._chunks, self._ptr_tables, self._stepped = {}, {}, []
-        # (load_state_dict passes through here too: the copies it was given stay)
-        self.lowp_copies = getattr(self, "lowp_copies", {})
-
-    def keep_copies(self, copies: dict[Tensor, Tensor]) -> None:
-        """Write these low-precision copies (weight -> copy, :class:`mhar.model.lowp.LowpCopies`)
-        from each updated weight, in the kernel where it can (contiguous copies of one
-        16-bit dtype on the weight's device), after it otherwise. Torch's fallback step
-        leaves them to ``LowpCopies.refresh`` (it moves the weights' version counters)."""
-        self.lowp_copies = dict(copies)
 
     def _kernel_applies(self, params: list[Tensor]) -> bool:
         def flat(t: Tensor, p: Tensor) -> bool:
@@ -223,14 +202,6 @@ class TritonAdamW(torch.optim.AdamW):
                    [self.state[p]["exp_avg_sq"] for p in params]]
         ptrs = tuple(tuple(t.data_ptr() for t in ts) for ts in tensors)
         align = 16 if all(v % 16 == 0 for row in ptrs for v in row) else 1
-        copies = [self.lowp_copies.get(p) for p in params]
-        lowp_dtype = next((c.dtype for c in copies if c is not None), torch.bfloat16)
-        in_kernel = [c is not None and c.dtype == lowp_dtype in (torch.bfloat16, torch.float16) and c.is_contiguous()
-                     and c.device == dev and c.shape == p.shape for c, p in zip(copies, params)]
-        lp_ptrs = tuple(c.data_ptr() if ok else 0 for c, ok in zip(copies, in_kernel))
-        has_lowp = any(in_kernel)
-        lp_align = 16 if all(v % 16 == 0 for v in lp_ptrs) else 1
-        ptrs = ptrs + (lp_ptrs,)
         # The pointer tables, cached by their contents: a training step's tensors keep their
         # addresses, so the four pinned host buffers and copies are made once. (At 350M on
         # the H200, before this cache, a step measured 9.6 ms as called against 3.6 ms on
@@ -240,19 +211,14 @@ class TritonAdamW(torch.optim.AdamW):
             if len(self._ptr_tables) >= 16:
                 self._ptr_tables.clear()
             self._ptr_tables[(dev, ptrs)] = tuple(_table(list(row), dev) for row in ptrs)
-        p_tab, g_tab, m_tab, v_tab, lp_tab = self._ptr_tables[(dev, ptrs)]
+        p_tab, g_tab, m_tab, v_tab = self._ptr_tables[(dev, ptrs)]
         scale = (grad_scale.reshape(1).to(dev, torch.float32) if isinstance(grad_scale, Tensor)
                  else torch.full((1,), float(grad_scale), dtype=torch.float32, device=dev))
         lr = float(group["lr"])
-        _adamw_kernel[(chunk_t.numel(),)](chunk_t, chunk_s, p_tab, g_tab, m_tab, v_tab, lp_tab, numel, scale,
+        _adamw_kernel[(chunk_t.numel(),)](chunk_t, chunk_s, p_tab, g_tab, m_tab, v_tab, numel, scale,
                                           1.0 - lr * float(group["weight_decay"]), b1, 1.0 - b1, b2, 1.0 - b2,
                                           group["eps"], lr / (1 - b1 ** step), (1 - b2 ** step) ** 0.5,
-                                          BLOCK=BLOCK, ALIGN=align, HAS_LOWP=has_lowp,
-                                          LOWP_DTYPE=tl.float16 if lowp_dtype == torch.float16 else tl.bfloat16,
-                                          LP_ALIGN=lp_align, num_warps=WARPS)
-        for p, copy, ok in zip(params, copies, in_kernel):
-            if copy is not None and not ok:  # one the kernel cannot write (a NaN scale keeps the old weight)
-                copy.copy_(p)
+                                          BLOCK=BLOCK, ALIGN=align, num_warps=WARPS)
 
     def rewind_step(self) -> None:
         """Take back the last step's count where a NaN scale skipped its update (parameters,

@@ -108,11 +108,6 @@ class TrainConfig:
     # 1.5-2.6% shorter with it at 350M and 1B: bench/results/step_h200.md, session 10),
     # torch otherwise
     adamw: str = "auto"
-    # with adamw's Triton kernel under autocast: each linear layer and the LM head use a
-    # copy of their weight in the autocast dtype that the kernel writes with the update,
-    # instead of casting the fp32 weight at every use (mhar.model.lowp; 2 bytes a weight
-    # of memory)
-    lowp_weights: bool = True
     # recompute each sublayer in backward instead of keeping its activations: less
     # memory for about a third more compute (the stream's sources are kept either way).
     # It composes with CUDA graphs (at 350M on an H200, graphed steps were 12-14% faster

@@ -38,7 +38,6 @@ from mhar.train import checkpoint as ckpt
 from mhar.train.config import TrainConfig, config_diff
 from mhar.train.data import TrainData, build_data
 from mhar.train.errors import DivergenceError, TrainingError
-from mhar.model.lowp import LowpCopies
 from mhar.train.graphs import GraphedStep
 from mhar.train.metrics import (CHECKPOINTS, CONFIG, PLOT, SUMMARY, MetricsLog, memory_mb, plot_runs, tail_mean,
                                 write_json)
@@ -153,11 +152,6 @@ class Trainer:
         self.adamw = cfg.adamw if cfg.adamw != "auto" else ("triton" if one_cuda_process else "torch")
         self.optimizer = build_optimizer(self.model, cfg.lr, cfg.weight_decay, (cfg.beta1, cfg.beta2), cfg.eps,
                                          cfg.decay_all, impl=self.adamw)
-        # the weights' low-precision copies, written by the kernel with each update
-        self.lowp: LowpCopies | None = None
-        if cfg.lowp_weights and self.adamw == "triton" and self.amp_dtype is not None:
-            self.lowp = LowpCopies(self.model, self.amp_dtype)
-            self.optimizer.keep_copies(self.lowp.by_weight())
         if cfg.cuda_graphs == "on" and self.device.type != "cuda":
             raise ValueError(f"cuda_graphs=on needs a CUDA device; this run is on {self.device}")
         self.use_graphs = cfg.cuda_graphs == "on" or (cfg.cuda_graphs == "auto" and one_cuda_process)
@@ -323,7 +317,6 @@ class Trainer:
     @torch.no_grad()
     def evaluate(self) -> float:
         """Mean loss over the fixed validation windows."""
-        self.refresh_copies()
         self.model.eval()
         val = self.data.val
         total, n = 0.0, 0
@@ -345,7 +338,6 @@ class Trainer:
         lr = lr_at(self.step, c.lr, c.warmup, c.steps, c.min_lr_ratio)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        self.refresh_copies()
         loss_sum = torch.zeros((), device=self.device)
         for micro in range(c.grad_accum):
             x, y = self.data.loader.next_batch()
@@ -393,13 +385,6 @@ class Trainer:
                 self.zero_grad()
                 raise DivergenceError(self._divergence_message(what, value))
         return loss_value, grad_norm
-
-    def refresh_copies(self) -> None:
-        """Re-cast the low-precision copies of any weight changed other than by the
-        optimiser's kernel (a loaded checkpoint): compiled regions and graphs read them
-        without checking."""
-        if self.lowp is not None:
-            self.lowp.refresh()
 
     def zero_grad(self) -> None:
         # under CUDA graphs the gradients stay: the next step's first replay overwrites them
@@ -465,10 +450,6 @@ class Trainer:
 
     def finish(self) -> dict[str, Any]:
         self.graphed = None  # the graph's memory pool holds a step's activations; a later step captures again
-        if self.lowp is not None:  # the model goes on without copies that nothing keeps current
-            self.lowp.release()
-            self.optimizer.keep_copies({})
-            self.lowp = None
         summary = self.summary()
         if self.is_main():
             write_json(self.run_dir / SUMMARY, summary)
