@@ -207,8 +207,8 @@ def cross_entropy_scaled_grad_(logits: Tensor, targets: Tensor, inv_count: Tenso
                                num_warps: int | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """Per-row (loss, lse, row_scale) in fp32; unless ``write_grad=False``, ``logits`` is
     overwritten with the gradient of ``loss.sum() * inv_count`` divided by ``row_scale``
-    per row (the one-pass kernel; see the module docstring). Arguments as for
-    :func:`cross_entropy_grad_`."""
+    per row (the one-pass kernel; see the module docstring; ``row_scale`` is written
+    only with the gradient). Arguments as for :func:`cross_entropy_grad_`."""
     rows, V = _check_chunk(logits, targets, inv_count)
     loss_out, lse_out = _row_out(loss_out, rows, logits.device), _row_out(lse_out, rows, logits.device)
     row_scale_out = _row_out(row_scale_out, rows, logits.device)

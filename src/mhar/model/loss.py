@@ -185,9 +185,9 @@ class _TiedLookup(torch.autograd.Function):
     def backward(ctx, grad: Tensor):
         (ids,) = ctx.saved_tensors
         head = ctx.tied.take()
-        if head is None or not ctx.needs_input_grad[1]:
-            if not ctx.needs_input_grad[1]:
-                return None, None, None
+        if not ctx.needs_input_grad[1]:
+            return None, None, None
+        if head is None:  # none handed over in this backward pass: the usual dense gradient
             return None, torch.ops.aten.embedding_dense_backward(grad, ids, ctx.num_weights, -1, False), None
         rows = grad.reshape(-1, grad.shape[-1])
         head.index_add_(0, ids.reshape(-1), rows if rows.dtype == head.dtype else rows.to(head.dtype))
