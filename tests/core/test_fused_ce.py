@@ -114,33 +114,14 @@ def test_loss_bench_cpu_smoke(tmp_path):
 # ------------------------------------------------- interpreter cases (subprocess)
 
 
-@interp
-@pytest.mark.parametrize("V,block,z_loss,programs,reverse", [
-    (300, 64, 0.0, 0, False), (300, 64, 1e-2, 0, False), (97, 32, 1e-3, 0, False), (256, 64, 0.0, 0, False),
-    (300, 64, 1e-2, 4, False),   # 4 programs looping over the 9 rows (uneven)
-    (300, 64, 1e-2, 0, True),    # the second pass from each row's end
-    (97, 32, 1e-3, 2, True),
-])
-def test_interp_kernel(V, block, z_loss, programs, reverse):
-    """The two-pass kernel alone against fp64 torch: loss, lse and the in-place gradient,
-    with a masked last tile (V not a multiple of block) and ignored rows; one program
-    per row or a few looping over the rows, the second pass forward or reversed."""
-    from mhar.model.ce_kernel import cross_entropy_grad_
+def _logits_chunk(rows: int, V: int):
+    """Random logits and targets: rows 2 and 7 ignored, row 0's target in the last tile."""
     g = torch.Generator().manual_seed(V)
-    rows = 9
     x = torch.randn(rows, V, generator=g) * 4
     t = torch.randint(0, V, (rows,), generator=g)
     t[[2, 7]] = -100
     t[0] = V - 1  # target in the masked last tile
-    inv_count = torch.tensor([1 / 11.0])  # count of the whole batch, not this chunk
-    xx = x.clone()
-    loss, lse = cross_entropy_grad_(xx, t, inv_count, z_loss, -100, block=block, programs=programs, reverse=reverse)
-    want_loss, want_lse, want_g = _want_ce(x, t, z_loss, 11.0)
-    v = t != -100
-    assert rel(lse, want_lse) <= 1e-6
-    assert rel(loss, want_loss) <= 1e-6
-    assert rel(xx, want_g) <= 1e-5
-    assert (loss[~v] == 0).all() and (xx[~v] == 0).all()
+    return x, t
 
 
 def _want_ce(x: torch.Tensor, t: torch.Tensor, z_loss: float, count: float):
@@ -157,6 +138,30 @@ def _want_ce(x: torch.Tensor, t: torch.Tensor, z_loss: float, count: float):
 
 
 @interp
+@pytest.mark.parametrize("V,block,z_loss,programs,reverse", [
+    (300, 64, 0.0, 0, False), (300, 64, 1e-2, 0, False), (97, 32, 1e-3, 0, False), (256, 64, 0.0, 0, False),
+    (300, 64, 1e-2, 4, False),   # 4 programs looping over the 9 rows (uneven)
+    (300, 64, 1e-2, 0, True),    # the second pass from each row's end
+    (97, 32, 1e-3, 2, True),
+])
+def test_interp_kernel(V, block, z_loss, programs, reverse):
+    """The two-pass kernel alone against fp64 torch: loss, lse and the in-place gradient,
+    with a masked last tile (V not a multiple of block) and ignored rows; one program
+    per row or a few looping over the rows, the second pass forward or reversed."""
+    from mhar.model.ce_kernel import cross_entropy_grad_
+    x, t = _logits_chunk(9, V)
+    inv_count = torch.tensor([1 / 11.0])  # count of the whole batch, not this chunk
+    xx = x.clone()
+    loss, lse = cross_entropy_grad_(xx, t, inv_count, z_loss, -100, block=block, programs=programs, reverse=reverse)
+    want_loss, want_lse, want_g = _want_ce(x, t, z_loss, 11.0)
+    v = t != -100
+    assert rel(lse, want_lse) <= 1e-6
+    assert rel(loss, want_loss) <= 1e-6
+    assert rel(xx, want_g) <= 1e-5
+    assert (loss[~v] == 0).all() and (xx[~v] == 0).all()
+
+
+@interp
 @pytest.mark.parametrize("V,block,z_loss", [(300, 64, 0.0), (300, 64, 1e-2), (97, 32, 1e-3), (256, 64, 0.0)])
 def test_interp_one_pass_kernel(V, block, z_loss):
     """The one-pass kernel against fp64 torch: loss, lse, and the chunk it leaves, which
@@ -164,12 +169,8 @@ def test_interp_one_pass_kernel(V, block, z_loss):
     (once, twice, and at the masked last tile) take the rescaling branch; one row's
     logits are large (around 5000, no overflow); ignored rows get a zero row scale."""
     from mhar.model.ce_kernel import HEADROOM, cross_entropy_scaled_grad_
-    g = torch.Generator().manual_seed(V)
     rows = 10
-    x = torch.randn(rows, V, generator=g) * 4
-    t = torch.randint(0, V, (rows,), generator=g)
-    t[[2, 7]] = -100
-    t[0] = V - 1  # target in the masked last tile
+    x, t = _logits_chunk(rows, V)
     x[3, block + 5] = x[3, :block].max() + HEADROOM + 3  # one rescale, at the second tile
     x[4, block + 1] = x[4, :block].max() + HEADROOM + 1  # two rescales
     x[4, 2 * block + 7] = x[4, block + 1] + HEADROOM + 2
