@@ -177,7 +177,6 @@ def kernel_sweep(rows: int, V: int, device: str, rep: int) -> list[dict]:
     t = torch.randint(0, V, (rows,), device=device)
     inv = torch.full((1,), 1.0 / rows, device=device)
     sms = torch.cuda.get_device_properties(0).multi_processor_count if device == "cuda" else 1
-    # (block, warps, programs per SM, reverse)
     # (block, warps, programs per SM, reverse) for the two-pass kernel; programs per SM
     # "one-pass" for the one-pass kernel (cross_entropy_scaled_grad_, one program per row)
     configs = [(8192, 8, "one-pass", False), (4096, 8, "one-pass", False), (4096, 4, "one-pass", False),
