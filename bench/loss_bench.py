@@ -177,32 +177,30 @@ def kernel_sweep(rows: int, V: int, device: str, rep: int) -> list[dict]:
     t = torch.randint(0, V, (rows,), device=device)
     inv = torch.full((1,), 1.0 / rows, device=device)
     sms = torch.cuda.get_device_properties(0).multi_processor_count if device == "cuda" else 1
-    # (block, warps, programs per SM, reverse) for the two-pass kernel; programs per SM
-    # "one-pass" for the one-pass kernel (cross_entropy_scaled_grad_, one program per row)
-    configs = [(8192, 8, "one-pass", False), (4096, 8, "one-pass", False), (4096, 4, "one-pass", False),
-               (2048, 4, "one-pass", False), (2048, 2, "one-pass", False), (1024, 2, "one-pass", False),
-               (8192, 16, "one-pass", False), (16384, 16, "one-pass", False),
-               (4096, 4, 0, False), (4096, 8, 0, False), (8192, 8, 0, False), (8192, 16, 0, False),
-               (16384, 16, 0, False), (32768, 32, 0, False), (8192, 8, 0, True),
-               (8192, 16, 1, False), (8192, 16, 1, True), (16384, 16, 1, True), (16384, 32, 1, True),
-               (8192, 8, 2, True), (8192, 16, 2, True), (4096, 8, 4, True)]
+    # the one-pass kernel (cross_entropy_scaled_grad_, one program per row): (block, warps,
+    # prefetch, stream); the two-pass kernel's best launch of sessions 16-28 beside it
+    one_pass = [(b, w, p, st) for b, w in ((8192, 8), (4096, 4), (2048, 2), (1024, 1), (2048, 1), (4096, 2),
+                                           (4096, 8), (2048, 4))
+                for p in (False, True) for st in (False, True)]
+    two_pass = [(8192, 8, 0, True)]  # (block, warps, programs per SM, reverse)
     if device != "cuda":
-        configs = [(128, 4, "one-pass", False), (128, 4, 0, False), (128, 4, 1, True)]
+        one_pass, two_pass = [(128, 4, False, False), (128, 4, True, True)], [(128, 4, 1, True)]
+    configs = [dict(block=b, num_warps=w, kernel="one-pass", prefetch=p, stream=st) for b, w, p, st in one_pass]
+    configs += [dict(block=b, num_warps=w, kernel="two-pass", programs_per_sm=n, reverse=r) for b, w, n, r in two_pass]
     out = []
-    for block, warps, per_sm, reverse in configs:
-        cfg = dict(block=block, num_warps=warps, programs_per_sm=per_sm, reverse=reverse)
-        one_pass = per_sm == "one-pass"
-        if one_pass:
-            def launch():
-                ce_kernel.cross_entropy_scaled_grad_(x, t, inv, block=block, num_warps=warps)
+    for cfg in configs:
+        if cfg["kernel"] == "one-pass":
+            def launch(cfg=cfg):
+                ce_kernel.cross_entropy_scaled_grad_(x, t, inv, block=cfg["block"], num_warps=cfg["num_warps"],
+                                                     prefetch=cfg["prefetch"], stream=cfg["stream"])
         else:
-            def launch():
-                ce_kernel.cross_entropy_grad_(x, t, inv, block=block, num_warps=warps, programs=per_sm * sms,
-                                              reverse=reverse)
+            def launch(cfg=cfg):
+                ce_kernel.cross_entropy_grad_(x, t, inv, block=cfg["block"], num_warps=cfg["num_warps"],
+                                              programs=cfg["programs_per_sm"] * sms, reverse=cfg["reverse"])
         try:
             ms = bench_ms(launch, device, rep)
-            # bytes the kernel must move: two reads and a write, or (one pass) a read and a write
-            gbs = (2 if one_pass else 3) * x.numel() * x.element_size() / (ms * 1e-3) / 1e9
+            # bytes the kernel must move: (one pass) a read and a write, or two reads and a write
+            gbs = (2 if cfg["kernel"] == "one-pass" else 3) * x.numel() * x.element_size() / (ms * 1e-3) / 1e9
             out.append(dict(cfg, ms=ms, gbs=gbs))
         except Exception as e:  # noqa: BLE001
             out.append(dict(cfg, error=f"{type(e).__name__}: {str(e)[:200]}"))
@@ -314,11 +312,14 @@ def main() -> None:
           + (f"; grad_weight accumulation: {info['grad_weight_accumulation']}" if device == "cuda" else ""))
     print()
     if sweep:
-        print("| kernel BLOCK | num_warps | programs per SM (0: one per row) | pass 2 reversed | ms "
-              "| GB/s (2 reads + 1 write) |")
-        print("|---:|---:|---:|---|---:|---:|")
+        print("| kernel | BLOCK | num_warps | launch | ms | GB/s (the bytes it must move) |")
+        print("|---|---:|---:|---|---:|---:|")
         for s in sweep:
-            head = f"| {s['block']} | {s['num_warps']} | {s['programs_per_sm']} | {s['reverse']} |"
+            if s["kernel"] == "one-pass":
+                launch = f"prefetch {s['prefetch']}, stream {s['stream']}"
+            else:
+                launch = f"{s['programs_per_sm']} programs per SM (0: one per row), reversed {s['reverse']}"
+            head = f"| {s['kernel']} | {s['block']} | {s['num_warps']} | {launch} |"
             print(f"{head} {s['ms']:.3f} | {s['gbs']:.0f} |" if "ms" in s else f"{head} - | {s['error'][:60]} |")
         print()
     print("| preset | d | method | ms | x floor | floor ms | peak extra GB | loss - reference |")
