@@ -177,22 +177,19 @@ def kernel_sweep(rows: int, V: int, device: str, rep: int) -> list[dict]:
     t = torch.randint(0, V, (rows,), device=device)
     inv = torch.full((1,), 1.0 / rows, device=device)
     sms = torch.cuda.get_device_properties(0).multi_processor_count if device == "cuda" else 1
-    # the one-pass kernel (cross_entropy_scaled_grad_, one program per row): (block, warps,
-    # prefetch, stream); the two-pass kernel's best launch of sessions 16-28 beside it
-    one_pass = [(b, w, p, st) for b, w in ((8192, 8), (4096, 4), (2048, 2), (1024, 1), (2048, 1), (4096, 2),
-                                           (4096, 8), (2048, 4))
-                for p in (False, True) for st in (False, True)]
+    # the one-pass kernel (cross_entropy_scaled_grad_, one program per row): (block, warps);
+    # the two-pass kernel's best launch of sessions 16-28 beside it
+    one_pass = [(8192, 8), (4096, 4), (2048, 2), (4096, 8), (2048, 4), (8192, 16)]
     two_pass = [(8192, 8, 0, True)]  # (block, warps, programs per SM, reverse)
     if device != "cuda":
-        one_pass, two_pass = [(128, 4, False, False), (128, 4, True, True)], [(128, 4, 1, True)]
-    configs = [dict(block=b, num_warps=w, kernel="one-pass", prefetch=p, stream=st) for b, w, p, st in one_pass]
+        one_pass, two_pass = [(128, 4)], [(128, 4, 1, True)]
+    configs = [dict(block=b, num_warps=w, kernel="one-pass") for b, w in one_pass]
     configs += [dict(block=b, num_warps=w, kernel="two-pass", programs_per_sm=n, reverse=r) for b, w, n, r in two_pass]
     out = []
     for cfg in configs:
         if cfg["kernel"] == "one-pass":
             def launch(cfg=cfg):
-                ce_kernel.cross_entropy_scaled_grad_(x, t, inv, block=cfg["block"], num_warps=cfg["num_warps"],
-                                                     prefetch=cfg["prefetch"], stream=cfg["stream"])
+                ce_kernel.cross_entropy_scaled_grad_(x, t, inv, block=cfg["block"], num_warps=cfg["num_warps"])
         else:
             def launch(cfg=cfg):
                 ce_kernel.cross_entropy_grad_(x, t, inv, block=cfg["block"], num_warps=cfg["num_warps"],
@@ -315,10 +312,8 @@ def main() -> None:
         print("| kernel | BLOCK | num_warps | launch | ms | GB/s (the bytes it must move) |")
         print("|---|---:|---:|---|---:|---:|")
         for s in sweep:
-            if s["kernel"] == "one-pass":
-                launch = f"prefetch {s['prefetch']}, stream {s['stream']}"
-            else:
-                launch = f"{s['programs_per_sm']} programs per SM (0: one per row), reversed {s['reverse']}"
+            launch = ("one program per row" if s["kernel"] == "one-pass" else
+                      f"{s['programs_per_sm']} programs per SM (0: one per row), reversed {s['reverse']}")
             head = f"| {s['kernel']} | {s['block']} | {s['num_warps']} | {launch} |"
             print(f"{head} {s['ms']:.3f} | {s['gbs']:.0f} |" if "ms" in s else f"{head} - | {s['error'][:60]} |")
         print()

@@ -59,10 +59,6 @@ PROGRAMS = int(os.environ.get("MHAR_CE_PROGRAMS", 0))
 REVERSE = os.environ.get("MHAR_CE_REVERSE", "1") == "1"
 # the one-pass kernel (cross_entropy_scaled_grad_) by default; 0: the two-pass one
 ONE_PASS = os.environ.get("MHAR_CE_ONE_PASS", "1") == "1"
-# the one-pass kernel's loads: PREFETCH issues the next tile's before this tile's
-# reductions; STREAM marks loads evict-first and stores streaming
-PREFETCH = os.environ.get("MHAR_CE_PREFETCH", "0") == "1"
-STREAM = os.environ.get("MHAR_CE_STREAM", "0") == "1"
 # how far (in nats) a row's max may pass its reference before the written tiles are
 # rescaled: e^20 per element keeps a 151,936-column sum near 7e13, far from fp32's limit
 HEADROOM = 20.0
@@ -130,11 +126,8 @@ def _ce_grad_kernel(X, stride_x, T, LOSS, LSE, INV_COUNT, ignore_index, z_loss, 
 
 @triton.jit
 def _ce_scaled_kernel(X, stride_x, T, LOSS, LSE, ROW_SCALE, INV_COUNT, ignore_index, z_loss,
-                      V: tl.constexpr, BLOCK: tl.constexpr, HEADROOM: tl.constexpr, WRITE_GRAD: tl.constexpr,
-                      PREFETCH: tl.constexpr = False, STREAM: tl.constexpr = False):
-    """One row per program, one pass over it (see the module docstring). PREFETCH: the
-    next tile's load is issued before this tile's reductions; STREAM: loads and stores
-    marked evict-first / streaming (each byte is touched once here)."""
+                      V: tl.constexpr, BLOCK: tl.constexpr, HEADROOM: tl.constexpr, WRITE_GRAD: tl.constexpr):
+    """One row per program, one pass over it (see the module docstring)."""
     row = tl.cast(tl.program_id(0), tl.int64)
     x_row = X + row * stride_x
     t = tl.load(T + row).to(tl.int64)
@@ -147,20 +140,10 @@ def _ce_scaled_kernel(X, stride_x, T, LOSS, LSE, ROW_SCALE, INV_COUNT, ignore_in
 
     b = tl.full([], float("-inf"), tl.float32)  # the reference: the first tile sets it
     s = tl.zeros([], tl.float32)  # sum of exp(x - b)
-    if PREFETCH:
-        x_next = tl.load(x_row + cols, mask=cols < V, other=float("-inf"),
-                         eviction_policy="evict_first" if STREAM else "")
     for i in range(0, n_tiles):
         c = i * BLOCK + cols
         cmask = c < V
-        if PREFETCH:
-            x = x_next.to(tl.float32)
-            c_next = c + BLOCK  # past the row's end on the last tile: fully masked, no traffic
-            x_next = tl.load(x_row + c_next, mask=c_next < V, other=float("-inf"),
-                             eviction_policy="evict_first" if STREAM else "")
-        else:
-            x = tl.load(x_row + c, mask=cmask, other=float("-inf"),
-                        eviction_policy="evict_first" if STREAM else "").to(tl.float32)
+        x = tl.load(x_row + c, mask=cmask, other=float("-inf")).to(tl.float32)
         m = tl.max(x, 0)
         if m > b + HEADROOM:
             r = tl.exp(b - m)  # 0 on the first tile
@@ -175,7 +158,7 @@ def _ce_scaled_kernel(X, stride_x, T, LOSS, LSE, ROW_SCALE, INV_COUNT, ignore_in
         e = tl.exp(x - b)
         s += tl.sum(e, 0)
         if WRITE_GRAD:
-            tl.store(x_row + c, e.to(X.dtype.element_ty), mask=cmask, cache_modifier=".cs" if STREAM else "")
+            tl.store(x_row + c, e.to(X.dtype.element_ty), mask=cmask)
     lse = b + tl.log(s)
     # (b - x_t) + log(s) rather than lse - x_t: no rounding of a large lse in the difference
     loss = tl.where(valid, (b - x_t) + tl.log(s) + z_loss * lse * lse, 0.0)
@@ -221,8 +204,7 @@ def cross_entropy_scaled_grad_(logits: Tensor, targets: Tensor, inv_count: Tenso
                                ignore_index: int = -100, loss_out: Tensor | None = None,
                                lse_out: Tensor | None = None, row_scale_out: Tensor | None = None,
                                write_grad: bool = True, block: int | None = None,
-                               num_warps: int | None = None, prefetch: bool | None = None,
-                               stream: bool | None = None) -> tuple[Tensor, Tensor, Tensor]:
+                               num_warps: int | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """Per-row (loss, lse, row_scale) in fp32; unless ``write_grad=False``, ``logits`` is
     overwritten with the gradient of ``loss.sum() * inv_count`` divided by ``row_scale``
     per row (the one-pass kernel; see the module docstring; ``row_scale`` is written
@@ -235,7 +217,6 @@ def cross_entropy_scaled_grad_(logits: Tensor, targets: Tensor, inv_count: Tenso
     _ce_scaled_kernel[(rows,)](
         logits, logits.stride(0), targets, loss_out, lse_out, row_scale_out, inv_count, int(ignore_index),
         float(z_loss), V=int(V), BLOCK=_block(block, V), HEADROOM=HEADROOM, WRITE_GRAD=bool(write_grad),
-        PREFETCH=PREFETCH if prefetch is None else bool(prefetch), STREAM=STREAM if stream is None else bool(stream),
         num_warps=num_warps or NUM_WARPS)
     return loss_out, lse_out, row_scale_out
 
