@@ -821,28 +821,9 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
         dw_parts.zero_()
         for g in dests[n_acc:]:
             g.zero_()
-    grad_q, grad_g = _weight_grads(dw_parts, queries, norm_weights)
-    return [grad_q, grad_g, *[None] * len(sums), *grads]
-
-
-_ONES: dict = {}  # (device, n): a vector of n fp32 ones, kept (it may live in a CUDA graph's pool)
-
-
-def _weight_grads(dw_parts: Tensor, queries: Tensor, norm_weights: Tensor) -> tuple[Tensor, Tensor]:
-    """The queries' and key-norm weights' gradients from the kernels' per-program partial
-    rows of dL/dw (programs, S, d), w = q * g: the rows' sum, as a product with a vector of
-    ones (cuBLAS's matrix-vector kernel, no atomics; torch's sum over the first dim is a
-    slower, split reduction with a zeroed workspace), times g and times q in one foreach
-    launch."""
-    n, S, d = dw_parts.shape
-    key = (dw_parts.device, n)
-    ones = _ONES.get(key)
-    if ones is None:
-        ones = _ONES[key] = torch.ones(n, dtype=torch.float32, device=dw_parts.device)
-    with torch.autocast(dw_parts.device.type, enabled=False):  # (autocast would run mv in bf16)
-        dw = torch.mv(dw_parts.view(n, S * d).t(), ones).view(S, d)
-    grad_q, grad_g = torch._foreach_mul([dw, dw], [norm_weights.float(), queries.float()])
-    return grad_q.to(queries.dtype), grad_g.to(norm_weights.dtype)
+    dw = dw_parts.sum(0)
+    return [(dw * norm_weights.float()).to(queries.dtype), (dw * queries.float()).to(norm_weights.dtype),
+            *[None] * len(sums), *grads]
 
 
 # finalize's kernels: elements per program tile (a chunk of the head's columns) and
