@@ -12,7 +12,7 @@ under bf16 autocast, as the trainer runs it) times one call of ``loss`` then
 * ``liger``: liger-kernel's ``LigerFusedLinearCrossEntropyLoss`` if it imports.
 
 The floor is 3 matmuls of 2*M*d*V FLOPs at the bf16 rate of an 8192^3 ``torch.mm``
-timed in the same run. A sweep of the kernels' launches (BLOCK, num_warps, rows per program) on one
+timed in the same run. A sweep of the kernels' launches (BLOCK, num_warps) on one
 (chunk x V) bf16 chunk reports their bandwidth (the one-pass kernel: a read and a write
 of the chunk; the two-pass one, ``MHAR_CE_ONE_PASS=0``: 2 reads + 1 write).
 Prints a Markdown table last and writes JSON to --out.
@@ -177,23 +177,19 @@ def kernel_sweep(rows: int, V: int, device: str, rep: int) -> list[dict]:
     t = torch.randint(0, V, (rows,), device=device)
     inv = torch.full((1,), 1.0 / rows, device=device)
     sms = torch.cuda.get_device_properties(0).multi_processor_count if device == "cuda" else 1
-    # the one-pass kernel (cross_entropy_scaled_grad_): (block, warps, rows per program),
-    # 16 to 64 elements of a tile per thread; the two-pass kernel's best launch of sessions
-    # 16-28 beside it
-    one_pass = [(8192, 8, 1), (4096, 4, 1), (4096, 8, 1),
-                (4096, 8, 2), (8192, 8, 2), (2048, 4, 2), (4096, 4, 2), (8192, 16, 2),
-                (2048, 8, 4), (4096, 8, 4), (1024, 4, 4), (2048, 4, 4), (4096, 16, 4)]
+    # the one-pass kernel (cross_entropy_scaled_grad_, one program per row): (block, warps);
+    # the two-pass kernel's best launch of sessions 16-28 beside it
+    one_pass = [(8192, 8), (4096, 4), (2048, 2), (4096, 8), (2048, 4), (8192, 16)]
     two_pass = [(8192, 8, 0, True)]  # (block, warps, programs per SM, reverse)
     if device != "cuda":
-        one_pass, two_pass = [(128, 4, 1), (64, 4, 2)], [(128, 4, 1, True)]
-    configs = [dict(block=b, num_warps=w, rows=r, kernel="one-pass") for b, w, r in one_pass]
+        one_pass, two_pass = [(128, 4)], [(128, 4, 1, True)]
+    configs = [dict(block=b, num_warps=w, kernel="one-pass") for b, w in one_pass]
     configs += [dict(block=b, num_warps=w, kernel="two-pass", programs_per_sm=n, reverse=r) for b, w, n, r in two_pass]
     out = []
     for cfg in configs:
         if cfg["kernel"] == "one-pass":
             def launch(cfg=cfg):
-                ce_kernel.cross_entropy_scaled_grad_(x, t, inv, block=cfg["block"], num_warps=cfg["num_warps"],
-                                                     rows_per_program=cfg["rows"])
+                ce_kernel.cross_entropy_scaled_grad_(x, t, inv, block=cfg["block"], num_warps=cfg["num_warps"])
         else:
             def launch(cfg=cfg):
                 ce_kernel.cross_entropy_grad_(x, t, inv, block=cfg["block"], num_warps=cfg["num_warps"],
@@ -316,7 +312,7 @@ def main() -> None:
         print("| kernel | BLOCK | num_warps | launch | ms | GB/s (the bytes it must move) |")
         print("|---|---:|---:|---|---:|---:|")
         for s in sweep:
-            launch = (f"{s['rows']} rows per program" if s["kernel"] == "one-pass" else
+            launch = ("one program per row" if s["kernel"] == "one-pass" else
                       f"{s['programs_per_sm']} programs per SM (0: one per row), reversed {s['reverse']}")
             head = f"| {s['kernel']} | {s['block']} | {s['num_warps']} | {launch} |"
             print(f"{head} {s['ms']:.3f} | {s['gbs']:.0f} |" if "ms" in s else f"{head} - | {s['error'][:60]} |")

@@ -163,14 +163,11 @@ def test_interp_kernel(V, block, z_loss, programs, reverse):
 
 @interp
 @pytest.mark.parametrize("V,block,z_loss", [(300, 64, 0.0), (300, 64, 1e-2), (97, 32, 1e-3), (256, 64, 0.0)])
-@pytest.mark.parametrize("per", [1, 2, 4])
-def test_interp_one_pass_kernel(V, block, z_loss, per):
+def test_interp_one_pass_kernel(V, block, z_loss):
     """The one-pass kernel against fp64 torch: loss, lse, and the chunk it leaves, which
     times the row scale is the gradient. Rows whose max lies far past their first tile's
     (once, twice, and at the masked last tile) take the rescaling branch; one row's
-    logits are large (around 5000, no overflow); ignored rows get a zero row scale. ``per``
-    rows a program: rows that rescale at different tiles share one (4 and 5 with two; 3, 4
-    and 5 with four), and with four the last program's rows run past the chunk."""
+    logits are large (around 5000, no overflow); ignored rows get a zero row scale."""
     from mhar.model.ce_kernel import HEADROOM, cross_entropy_scaled_grad_
     rows = 10
     x, t = _logits_chunk(rows, V)
@@ -183,8 +180,7 @@ def test_interp_one_pass_kernel(V, block, z_loss, per):
     x[8, t[8]] = x[8].max() + 5  # a confident row: p - 1 at the target is about -0.02
     inv_count = torch.tensor([1 / 13.0])  # count of the whole batch, not this chunk
     xx = x.clone()
-    loss, lse, row_scale = cross_entropy_scaled_grad_(xx, t, inv_count, z_loss, -100, block=block,
-                                                      rows_per_program=per)
+    loss, lse, row_scale = cross_entropy_scaled_grad_(xx, t, inv_count, z_loss, -100, block=block)
     want_loss, want_lse, want_g = _want_ce(x, t, z_loss, 13.0)
     got_g = xx.double() * row_scale.double()[:, None]
     assert rel(lse, want_lse) <= 1e-6
@@ -201,8 +197,7 @@ def test_interp_one_pass_kernel(V, block, z_loss, per):
     assert (loss[~v] == 0).all() and (row_scale[~v] == 0).all() and torch.isfinite(xx).all()
     # without the gradient: the same statistics, the chunk untouched
     x2 = x.clone()
-    loss2, lse2, _ = cross_entropy_scaled_grad_(x2, t, inv_count, z_loss, -100, block=block, write_grad=False,
-                                                rows_per_program=per)
+    loss2, lse2, _ = cross_entropy_scaled_grad_(x2, t, inv_count, z_loss, -100, block=block, write_grad=False)
     assert torch.equal(x2, x) and rel(lse2, want_lse) <= 1e-6 and rel(loss2, want_loss) <= 1e-6
 
 
@@ -213,12 +208,11 @@ def test_interp_one_pass_kernel(V, block, z_loss, per):
     (50, 16, 130, 64, 1e-3),   # one chunk larger than n
     (33, 8, 64, 11, 0.0),      # V a multiple of the tile
 ])
-@pytest.mark.parametrize("one_pass,rows", [(True, 1), (True, 2), (False, 1)])
-def test_interp_fused_matches_plain(n, d, V, chunk, z_loss, one_pass, rows, monkeypatch):
+@pytest.mark.parametrize("one_pass", [True, False])
+def test_interp_fused_matches_plain(n, d, V, chunk, z_loss, one_pass, monkeypatch):
     from mhar.model import ce_kernel
     monkeypatch.setattr(ce_kernel, "BLOCK", 64)  # several tiles, the last one masked
     monkeypatch.setattr(ce_kernel, "ONE_PASS", one_pass)
-    monkeypatch.setattr(ce_kernel, "ROWS", rows)  # one-pass: rows per program
     h, w, t = make(n, d, V, ignore=(1, 5, n - 1), seed=n + V)
     want = loss_and_grads(h.double(), w.double(), t, 0, z_loss)
     got = loss_and_grads(h, w, t, chunk, z_loss, backend="triton")

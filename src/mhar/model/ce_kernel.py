@@ -21,9 +21,8 @@ onehot(target)) * valid / count``:
   row's tiles, last first (those most likely still in L2), and writes the gradient: two
   reads and one write.
 
-One program per row (the one-pass kernel: ``ROWS`` rows, their tiles read side by side),
-looping over vocabulary tiles of ``BLOCK`` columns (the last one masked, so any ``V``
-works). Nothing else of the chunk's size is allocated. ``1 / count``
+One program per row, looping over vocabulary tiles of ``BLOCK`` columns (the last one
+masked, so any ``V`` works). Nothing else of the chunk's size is allocated. ``1 / count``
 is read from a device scalar, so the caller never synchronises with the device.
 
 ``V`` is a compile-time constant (one compiled kernel per vocabulary size; a model has
@@ -58,8 +57,6 @@ NUM_WARPS = int(os.environ.get("MHAR_CE_WARPS", 8))
 # bandwidth); bench/results/loss_bench_h200.md.
 PROGRAMS = int(os.environ.get("MHAR_CE_PROGRAMS", 0))
 REVERSE = os.environ.get("MHAR_CE_REVERSE", "1") == "1"
-# rows per program of the one-pass kernel, read side by side (MHAR_CE_ROWS)
-ROWS = int(os.environ.get("MHAR_CE_ROWS", 1))
 # the one-pass kernel (cross_entropy_scaled_grad_) by default; 0: the two-pass one
 ONE_PASS = os.environ.get("MHAR_CE_ONE_PASS", "1") == "1"
 # how far (in nats) a row's max may pass its reference before the written tiles are
@@ -128,52 +125,45 @@ def _ce_grad_kernel(X, stride_x, T, LOSS, LSE, INV_COUNT, ignore_index, z_loss, 
 
 
 @triton.jit
-def _ce_scaled_kernel(X, stride_x, T, LOSS, LSE, ROW_SCALE, INV_COUNT, ignore_index, z_loss, n_rows,
-                      V: tl.constexpr, BLOCK: tl.constexpr, ROWS: tl.constexpr, HEADROOM: tl.constexpr,
-                      WRITE_GRAD: tl.constexpr):
-    """ROWS rows per program, one pass over them, their tiles read side by side (one
-    reduction of a (ROWS, BLOCK) tile per step serves every row; see the module docstring)."""
-    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
-    rmask = rows < n_rows
-    x_rows = X + rows.to(tl.int64) * stride_x  # (ROWS,) row starts
-    t = tl.load(T + rows, mask=rmask, other=ignore_index).to(tl.int64)
-    valid = rmask & (t != ignore_index)
+def _ce_scaled_kernel(X, stride_x, T, LOSS, LSE, ROW_SCALE, INV_COUNT, ignore_index, z_loss,
+                      V: tl.constexpr, BLOCK: tl.constexpr, HEADROOM: tl.constexpr, WRITE_GRAD: tl.constexpr):
+    """One row per program, one pass over it (see the module docstring)."""
+    row = tl.cast(tl.program_id(0), tl.int64)
+    x_row = X + row * stride_x
+    t = tl.load(T + row).to(tl.int64)
+    valid = t != ignore_index
     t_ok = valid & (t >= 0) & (t < V)
     # the target's logit, read before the pass overwrites it; an out-of-range target reads NaN
-    x_t = tl.load(x_rows + tl.where(t_ok, t, 0), mask=t_ok, other=float("nan")).to(tl.float32)
+    x_t = tl.load(x_row + tl.where(t_ok, t, 0), mask=t_ok, other=float("nan")).to(tl.float32)
     cols = tl.arange(0, BLOCK)
     n_tiles: tl.constexpr = (V + BLOCK - 1) // BLOCK
 
-    # each row's reference (its first tile sets it) and sum of exp(x - b); rows past the
-    # chunk keep 0 and 1, which no -inf - inf or log(0) reaches (nothing of them is stored)
-    b = tl.where(rmask, float("-inf"), 0.0)
-    s = tl.where(rmask, 0.0, 1.0)
+    b = tl.full([], float("-inf"), tl.float32)  # the reference: the first tile sets it
+    s = tl.zeros([], tl.float32)  # sum of exp(x - b)
     for i in range(0, n_tiles):
         c = i * BLOCK + cols
-        tile = rmask[:, None] & (c < V)[None, :]
-        x = tl.load(x_rows[:, None] + c[None, :], mask=tile, other=float("-inf")).to(tl.float32)
-        m = tl.max(x, 1)
-        move = m > b + HEADROOM  # (rows past the chunk: -inf > -inf, never)
-        if tl.max(move.to(tl.int32), 0) > 0:  # every row on its first tile; rarely after
-            r = tl.where(move, tl.exp(b - m), 1.0)  # 0 on a row's first tile
+        cmask = c < V
+        x = tl.load(x_row + c, mask=cmask, other=float("-inf")).to(tl.float32)
+        m = tl.max(x, 0)
+        if m > b + HEADROOM:
+            r = tl.exp(b - m)  # 0 on the first tile
             s = s * r
-            if WRITE_GRAD:  # the tiles already written of the rows that move, to their new reference
+            if WRITE_GRAD:  # rare after the first tile: the written tiles to the new reference
                 tl.debug_barrier()
                 for j in range(0, i):
                     cj = j * BLOCK + cols  # whole tiles (only the last one is masked)
-                    moved = (rmask & move)[:, None] & (cj < V)[None, :]
-                    e_j = tl.load(x_rows[:, None] + cj[None, :], mask=moved).to(tl.float32)
-                    tl.store(x_rows[:, None] + cj[None, :], (e_j * r[:, None]).to(X.dtype.element_ty), mask=moved)
-            b = tl.where(move, m, b)
-        e = tl.exp(x - b[:, None])
-        s += tl.sum(e, 1)
+                    e_j = tl.load(x_row + cj).to(tl.float32)
+                    tl.store(x_row + cj, (e_j * r).to(X.dtype.element_ty))
+            b = m
+        e = tl.exp(x - b)
+        s += tl.sum(e, 0)
         if WRITE_GRAD:
-            tl.store(x_rows[:, None] + c[None, :], e.to(X.dtype.element_ty), mask=tile)
+            tl.store(x_row + c, e.to(X.dtype.element_ty), mask=cmask)
     lse = b + tl.log(s)
     # (b - x_t) + log(s) rather than lse - x_t: no rounding of a large lse in the difference
     loss = tl.where(valid, (b - x_t) + tl.log(s) + z_loss * lse * lse, 0.0)
-    tl.store(LOSS + rows, loss, mask=rmask)
-    tl.store(LSE + rows, lse, mask=rmask)
+    tl.store(LOSS + row, loss)
+    tl.store(LSE + row, lse)
 
     if WRITE_GRAD:
         # g = exp(x - lse) * (1 + 2 z lse) * scale - onehot * scale = row_scale * exp(x - b)
@@ -181,10 +171,10 @@ def _ce_scaled_kernel(X, stride_x, T, LOSS, LSE, ROW_SCALE, INV_COUNT, ignore_in
         # g / row_scale = exp(x_t - b) - s / (1 + 2 z lse), computed here in fp32
         scale = tl.where(valid, tl.load(INV_COUNT).to(tl.float32), 0.0)
         growth = 1.0 + 2.0 * z_loss * lse
-        tl.store(ROW_SCALE + rows, growth * scale / s, mask=rmask)
-        tl.debug_barrier()  # after every thread's store of the targets' tiles
+        tl.store(ROW_SCALE + row, growth * scale / s)
+        tl.debug_barrier()  # after every thread's store of the target's tile
         at_t = tl.exp(x_t - b) - tl.where(growth != 0.0, s / growth, 0.0)
-        tl.store(x_rows + tl.where(t_ok, t, 0), at_t.to(X.dtype.element_ty), mask=t_ok)
+        tl.store(x_row + tl.where(t_ok, t, 0), at_t.to(X.dtype.element_ty), mask=t_ok)
 
 
 def _check_chunk(logits: Tensor, targets: Tensor, inv_count: Tensor) -> tuple[int, int]:
@@ -214,8 +204,7 @@ def cross_entropy_scaled_grad_(logits: Tensor, targets: Tensor, inv_count: Tenso
                                ignore_index: int = -100, loss_out: Tensor | None = None,
                                lse_out: Tensor | None = None, row_scale_out: Tensor | None = None,
                                write_grad: bool = True, block: int | None = None,
-                               num_warps: int | None = None, rows_per_program: int | None = None
-                               ) -> tuple[Tensor, Tensor, Tensor]:
+                               num_warps: int | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """Per-row (loss, lse, row_scale) in fp32; unless ``write_grad=False``, ``logits`` is
     overwritten with the gradient of ``loss.sum() * inv_count`` divided by ``row_scale``
     per row (the one-pass kernel; see the module docstring; ``row_scale`` is written
@@ -225,13 +214,10 @@ def cross_entropy_scaled_grad_(logits: Tensor, targets: Tensor, inv_count: Tenso
     row_scale_out = _row_out(row_scale_out, rows, logits.device)
     if rows == 0:
         return loss_out, lse_out, row_scale_out
-    per = rows_per_program or ROWS
-    if per & (per - 1):
-        raise ValueError(f"rows_per_program must be a power of two; got {per}")
-    _ce_scaled_kernel[(-(-rows // per),)](
+    _ce_scaled_kernel[(rows,)](
         logits, logits.stride(0), targets, loss_out, lse_out, row_scale_out, inv_count, int(ignore_index),
-        float(z_loss), rows, V=int(V), BLOCK=_block(block, V), ROWS=per, HEADROOM=HEADROOM,
-        WRITE_GRAD=bool(write_grad), num_warps=num_warps or NUM_WARPS)
+        float(z_loss), V=int(V), BLOCK=_block(block, V), HEADROOM=HEADROOM, WRITE_GRAD=bool(write_grad),
+        num_warps=num_warps or NUM_WARPS)
     return loss_out, lse_out, row_scale_out
 
 
