@@ -31,6 +31,13 @@ microbatch, as sessions 6-15 measured. On the H200 the recipe's accumulation was
 faster per token (session 16, bench/results/step_h200.md): the accumulating replays add
 into the gradients, and every kernel ran about 10% slower over the longer runs of
 back-to-back work.
+
+``--processes N`` runs the whole benchmark N times, each in a fresh Python process, one
+after the other, and writes the median and range of every row over them
+(``step_<tag>.json`` / ``.md``; each process's own files are ``step_<tag>_p<k>.*``). On
+the H200 the same code's step time differs by up to 1% between processes and between
+machines (compilation choices, clocks; bench/results/step_h200.md, session 29), as much
+as a bar's margin, and one process cannot show that.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ import contextlib
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -243,6 +251,10 @@ def _commit() -> str:
 
 
 def run_bench_step(args: argparse.Namespace) -> int:
+    if args.processes < 1:
+        raise ValueError(f"--processes must be at least 1; got {args.processes}")
+    if args.processes > 1:
+        return run_in_processes(args)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     adamw = args.adamw if args.adamw != "auto" else ("triton" if device == "cuda" else "torch")  # as the trainer
     methods = args.methods.split(",")
@@ -323,6 +335,88 @@ def run_bench_step(args: argparse.Namespace) -> int:
     return 0
 
 
+_STEP_PARSER: list[argparse.ArgumentParser] = []  # `bench step`'s parser, set by register()
+
+
+def step_argv(args: argparse.Namespace, **changes) -> list[str]:
+    """The `mhar bench step` arguments that parse back to ``args`` with ``changes``."""
+    values = {**vars(args), **changes}
+    argv, positional = [], []
+    for action in _STEP_PARSER[0]._actions:
+        value = values.get(action.dest)
+        if isinstance(action, argparse._HelpAction):
+            continue
+        if not action.option_strings:
+            positional += list(value or [])
+        elif isinstance(action, argparse._StoreTrueAction):
+            argv += [action.option_strings[0]] if value else []
+        elif value is not None:
+            argv += [action.option_strings[0], str(value)]
+    return argv + positional  # (overrides are KEY=VALUE: none starts with a dash)
+
+
+# the per-row numbers whose median and range --processes reports
+_SPREAD_KEYS = ("step_ms", "tokens_per_s", "mfu", "peak_mem_gb", "throughput_vs_baseline", "memory_vs_baseline")
+
+
+def run_in_processes(args: argparse.Namespace) -> int:
+    """``--processes N``: the benchmark N times, each in a fresh process, then every row's
+    median and range over them."""
+    stem = args.tag or "_".join(args.preset.split(","))
+    out_dir = Path(args.out)
+    runs = []
+    for k in range(1, args.processes + 1):
+        tag = f"{stem}_p{k}"
+        print(f"== process {k}/{args.processes}: mhar bench step ... --tag {tag}", file=sys.stderr, flush=True)
+        cmd = [sys.executable, "-m", "mhar", "bench", "step", *step_argv(args, processes=1, tag=tag)]
+        rc = subprocess.run(cmd).returncode
+        if rc != 0:
+            raise SystemExit(f"mhar bench step: process {k} of {args.processes} exited with {rc}")
+        runs.append(json.loads((out_dir / f"step_{tag}.json").read_text()))
+    rows: dict[tuple, list[dict]] = {}
+    for run in runs:
+        for r in run["results"]:
+            rows.setdefault((r["preset"], r["method"], r["cuda_graphs"]), []).append(r)
+    results = []
+    for (preset, method, graphs), rs in rows.items():
+        ok = [r for r in rs if "error" not in r]
+        row = {k: rs[0][k] for k in ("preset", "method", "batch", "seq_len", "cuda_graphs", "accum")}
+        row["processes"] = len(ok)
+        if len(ok) < len(rs):
+            row["errors"] = [r["error"] for r in rs if "error" in r]
+        for key in _SPREAD_KEYS:
+            values = [r[key] for r in ok if key in r and r[key] == r[key]]  # (NaN: no memory ratio on the CPU)
+            if values:
+                row[key], row[key + "_min"], row[key + "_max"] = statistics.median(values), min(values), max(values)
+            elif any(key in r for r in ok):
+                row[key] = float("nan")
+        results.append(row)
+    meta = {**runs[0]["meta"], "command": " ".join(["mhar"] + sys.argv[1:]), "processes": args.processes,
+            "runs": [f"step_{stem}_p{k}.json" for k in range(1, args.processes + 1)]}
+    (out_dir / f"step_{stem}.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+
+    def cell(r, key, fmt, scale=1.0):
+        if key + "_min" not in r:
+            return "-"
+        lo, mid, hi = (scale * r[key + s] for s in ("_min", "", "_max"))
+        return f"{mid:{fmt}} ({lo:{fmt}}-{hi:{fmt}})"
+
+    lines = [f"# Training-step benchmark ({meta['device']}), {args.processes} processes: median (min-max)", "",
+             "| " + " | ".join(f"{k}: {v}" for k, v in meta.items() if k != "runs") + " |", "",
+             "| preset | method | batch x seq x accum | step ms | MFU % | peak GB | x baseline tput "
+             "| x baseline mem | processes |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        label = r["method"] + (" (graph)" if r["cuda_graphs"] else "")
+        lines.append(f"| {r['preset']} | {label} | {r['batch']}x{r['seq_len']}x{r['accum']} | "
+                     f"{cell(r, 'step_ms', '.1f')} | {cell(r, 'mfu', '.1f', 100.0)} | {cell(r, 'peak_mem_gb', '.2f')} | "
+                     f"{cell(r, 'throughput_vs_baseline', '.3f')} | {cell(r, 'memory_vs_baseline', '.3f')} | "
+                     f"{r['processes']}{' (' + str(len(r['errors'])) + ' failed)' if 'errors' in r else ''} |")
+    (out_dir / f"step_{stem}.md").write_text("\n".join(lines) + "\n")
+    plot_ratios(results, out_dir / f"step_{stem}.png", meta)
+    print("\n".join(lines))
+    return 0
+
+
 def plot_ratios(results: list[dict], path: Path, meta: dict) -> None:
     """Throughput and peak memory of each method as a multiple of its preset's baseline,
     one panel each, a group of bars per preset."""
@@ -389,6 +483,10 @@ def register(sub) -> None:
                         "auto: on with a GPU; both: every method twice, eager then graphed")
     s.add_argument("--out", default="bench/results")
     s.add_argument("--tag", default="")
+    s.add_argument("--processes", type=int, default=1,
+                   help="run the benchmark this many times, each in a fresh process, and report every row's "
+                        "median and range (the spread between processes is as large as some bars' margins)")
     s.add_argument("overrides", nargs="*", help="dotted model overrides")
     s.set_defaults(func=run_bench_step)
+    _STEP_PARSER[:] = [s]
     p.set_defaults(func=lambda a: (p.print_help(), 2)[1])

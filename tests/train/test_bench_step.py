@@ -78,6 +78,50 @@ def test_bench_step_accumulates_microbatches(tmp_path):
     assert "| 4x128x3 |" in (tmp_path / "step_acc.md").read_text()
 
 
+TINY = ["n_layers=2", "d_model=64", "n_heads=2", "n_kv_heads=1", "d_ff=128", "vocab_size=256"]
+
+
+def test_bench_step_argv_round_trip():
+    """--processes reruns the benchmark from the parsed options: every option (a new one
+    included) must come back as it was given, whatever it is."""
+    from mhar.bench_cli import step_argv
+    from mhar.cli import build_parser
+
+    parser = build_parser()
+    given = ["bench", "step", "--preset", "tiny,paper-100m", "--methods", "baseline,mhar@two-phase", "--batch", "3",
+             "--accum", "recipe", "--steps", "2", "--compile", "off", "--activation-checkpointing",
+             "--adamw", "torch", "--loss-chunk", "0", "--out", "/tmp/x", "--tag", "t", "--processes", "4", *TINY]
+    args = parser.parse_args(given)
+    again = parser.parse_args(["bench", "step", *step_argv(args)])
+    assert vars(again) == vars(args)
+    child = parser.parse_args(["bench", "step", *step_argv(args, processes=1, tag="t_p2")])
+    assert (child.processes, child.tag) == (1, "t_p2")
+    assert {k: v for k, v in vars(child).items() if k not in ("processes", "tag")} == \
+        {k: v for k, v in vars(args).items() if k not in ("processes", "tag")}
+
+
+def test_bench_step_in_fresh_processes(tmp_path, capsys):
+    """--processes 2: the benchmark twice, each in its own process, then every row's
+    median and range over the two."""
+    rc = main(["bench", "step", "--preset", "tiny", "--methods", "baseline,mhar", "--steps", "1", "--warmup", "1",
+               "--compile", "off", "--out", str(tmp_path), "--tag", "s", "--processes", "2", *TINY])
+    assert rc == 0
+    runs = [json.loads((tmp_path / f"step_s_p{k}.json").read_text())["results"] for k in (1, 2)]
+    spread = json.loads((tmp_path / "step_s.json").read_text())
+    assert spread["meta"]["processes"] == 2 and spread["meta"]["runs"] == ["step_s_p1.json", "step_s_p2.json"]
+    for i, row in enumerate(spread["results"]):
+        times = [run[i]["step_ms"] for run in runs]
+        assert row["method"] == runs[0][i]["method"] and row["processes"] == 2
+        assert row["step_ms_min"] == min(times) and row["step_ms_max"] == max(times)
+        assert row["step_ms"] == pytest.approx(sum(times) / 2)  # the median of two
+        ratios = [run[i]["throughput_vs_baseline"] for run in runs]
+        assert row["throughput_vs_baseline"] == pytest.approx(sum(ratios) / 2)
+    md = (tmp_path / "step_s.md").read_text()
+    assert "2 processes: median (min-max)" in md and "| tiny | mhar |" in md
+    assert main(["bench", "step", "--preset", "tiny", "--processes", "0", "--out", str(tmp_path)]) == 2
+    assert "--processes must be at least 1" in capsys.readouterr().err
+
+
 def bench_module(name: str):
     """A script of bench/ imported as a module."""
     import importlib
