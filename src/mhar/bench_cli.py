@@ -339,13 +339,14 @@ _STEP_PARSER: list[argparse.ArgumentParser] = []  # `bench step`'s parser, set b
 
 
 def step_argv(args: argparse.Namespace, **changes) -> list[str]:
-    """The `mhar bench step` arguments that parse back to ``args`` with ``changes``."""
+    """The `mhar bench step` arguments that parse back to ``args`` with ``changes``, read
+    off the parser's own actions (so an option added later is carried along)."""
     values = {**vars(args), **changes}
     argv, positional = [], []
     for action in _STEP_PARSER[0]._actions:
-        value = values.get(action.dest)
         if isinstance(action, argparse._HelpAction):
             continue
+        value = values.get(action.dest)
         if not action.option_strings:
             positional += list(value or [])
         elif isinstance(action, argparse._StoreTrueAction):
@@ -391,7 +392,8 @@ def run_in_processes(args: argparse.Namespace) -> int:
             elif any(key in r for r in ok):
                 row[key] = float("nan")
         results.append(row)
-    meta = {**runs[0]["meta"], "command": " ".join(["mhar"] + sys.argv[1:]), "processes": args.processes,
+    meta = {**runs[0]["meta"], "command": " ".join(["mhar", "bench", "step", *step_argv(args)]),
+            "processes": args.processes,
             "runs": [f"step_{stem}_p{k}.json" for k in range(1, args.processes + 1)]}
     (out_dir / f"step_{stem}.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
 

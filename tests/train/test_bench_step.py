@@ -82,8 +82,8 @@ TINY = ["n_layers=2", "d_model=64", "n_heads=2", "n_kv_heads=1", "d_ff=128", "vo
 
 
 def test_bench_step_argv_round_trip():
-    """--processes reruns the benchmark from the parsed options: every option (a new one
-    included) must come back as it was given, whatever it is."""
+    """--processes reruns the benchmark from the parsed options: each option comes back
+    as given, and a child differs only in its own tag and process count."""
     from mhar.bench_cli import step_argv
     from mhar.cli import build_parser
 
@@ -109,6 +109,7 @@ def test_bench_step_in_fresh_processes(tmp_path, capsys):
     runs = [json.loads((tmp_path / f"step_s_p{k}.json").read_text())["results"] for k in (1, 2)]
     spread = json.loads((tmp_path / "step_s.json").read_text())
     assert spread["meta"]["processes"] == 2 and spread["meta"]["runs"] == ["step_s_p1.json", "step_s_p2.json"]
+    assert spread["meta"]["command"].startswith("mhar bench step --preset tiny --methods baseline,mhar")
     for i, row in enumerate(spread["results"]):
         times = [run[i]["step_ms"] for run in runs]
         assert row["method"] == runs[0][i]["method"] and row["processes"] == 2
