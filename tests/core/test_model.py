@@ -218,3 +218,50 @@ def test_sublayer_kinds_have_their_own_compile_budget(caplog):
             loss.backward()
     torch._dynamo.reset()
     assert not [r for r in caplog.records if "recompile_limit" in r.getMessage()]
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("name", ["standard", "mhar"])
+def test_weight_copies_reproduce_autocast(name, compiled):
+    """With bf16 weight copies attached (Decoder.attach_weight_copies) the projections
+    multiply with the copies instead of casting their fp32 weights under bf16 autocast:
+    the loss and every gradient equal autocast's own casts bit for bit, the copies are
+    what runs (zeroed, the loss changes; refreshed, it is back), and detached the model
+    casts again. Without autocast the copies are not used."""
+    torch.manual_seed(3)
+    model = Decoder(tiny(METHODS[name]))
+    if compiled:
+        torch._dynamo.reset()
+        model.compile_regions()
+    x = torch.randint(0, 64, (2, 17))
+
+    def loss_and_grads(autocast=True):
+        model.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            loss = model.loss(x[:, :-1], x[:, 1:])
+        loss.backward()
+        return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    ref_loss, ref_grads = loss_and_grads()
+    fp32_loss, _ = loss_and_grads(autocast=False)
+    pairs = model.attach_weight_copies(torch.bfloat16)
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    assert len(pairs) == len(linears) + 1  # every projection and the tied head
+    assert all(c.dtype == torch.bfloat16 and torch.equal(c, w.to(torch.bfloat16)) for w, c in pairs)
+    loss, grads = loss_and_grads()
+    assert torch.equal(loss, ref_loss)
+    for n, g in grads.items():
+        assert torch.equal(g, ref_grads[n]), n
+    assert torch.equal(loss_and_grads(autocast=False)[0], fp32_loss)
+
+    with torch.no_grad():
+        for _, c in pairs[:-1]:
+            c.zero_()
+    assert not torch.equal(loss_and_grads()[0], ref_loss)
+    model.refresh_weight_copies()
+    assert torch.equal(loss_and_grads()[0], ref_loss)
+    model.detach_weight_copies()
+    assert model.weight_copies() == []
+    assert torch.equal(loss_and_grads()[0], ref_loss)
+    if compiled:
+        torch._dynamo.reset()
