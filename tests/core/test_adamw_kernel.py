@@ -241,10 +241,11 @@ def test_cuda_trainer_auto_is_the_kernel_and_follows_torch(tmp_path):
     _check_trainer_follows_torch(tmp_path, "cuda", "auto")
 
 
-def _check_weight_copies_change_nothing(tmp_path, device: str, tol: float) -> None:
+def _check_weight_copies_follow(tmp_path, device: str, tol: float) -> None:
     """adamw=triton under bf16 autocast with weight_copies off and on: the same losses and
-    gradient norms (bit for bit on the CPU), and at the end every copy is its weight cast
-    to bf16 (the kernel kept them current)."""
+    gradient norms (bit for bit on the CPU; on CUDA the weight gradients come out of their
+    products in fp32, unrounded), and at the end every copy is its weight cast to bf16
+    (the kernel kept them current)."""
     from mhar.train import Trainer, apply_train_overrides, train_preset
     from mhar.train.metrics import read_metrics
 
@@ -269,13 +270,13 @@ def _check_weight_copies_change_nothing(tmp_path, device: str, tol: float) -> No
 
 @interp
 def test_interp_trainer_weight_copies_change_nothing(tmp_path):
-    _check_weight_copies_change_nothing(tmp_path, "cpu", 0.0)
+    _check_weight_copies_follow(tmp_path, "cpu", 0.0)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_cuda_trainer_weight_copies_change_nothing(tmp_path):
+def test_cuda_trainer_weight_copies_follow(tmp_path):
     """On CUDA, graphed and compiled as the trainer runs by default."""
-    _check_weight_copies_change_nothing(tmp_path, "cuda", 1e-5)
+    _check_weight_copies_follow(tmp_path, "cuda", 2e-3)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

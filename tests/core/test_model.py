@@ -265,3 +265,43 @@ def test_weight_copies_reproduce_autocast(name, compiled):
     assert torch.equal(loss_and_grads()[0], ref_loss)
     if compiled:
         torch._dynamo.reset()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("compiled", [False, True])
+def test_cuda_weight_copies_follow_autocast(compiled):
+    """On CUDA the layers with weight copies write their weight gradients in fp32 straight
+    from the product (layers.FP32_WEIGHT_GRAD): the loss and the inputs' gradients equal
+    autocast's bit for bit, and every weight gradient is at least as close to fp64's as
+    autocast's (which rounds it to bf16 first)."""
+    torch.manual_seed(3)
+    model = Decoder(tiny(METHODS["standard"])).cuda()
+    if compiled:
+        torch._dynamo.reset()
+        model.compile_regions()
+    x = torch.randint(0, 64, (2, 17), device="cuda")
+
+    def loss_and_grads(dtype=torch.bfloat16, m=model):
+        m.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+            loss = m.loss(x[:, :-1], x[:, 1:])
+        loss.backward()
+        return loss.detach(), {n: p.grad.clone() for n, p in m.named_parameters()}
+
+    ref_loss, ref_grads = loss_and_grads()
+    exact = Decoder(tiny(METHODS["standard"])).cuda().double()
+    exact.load_state_dict(model.state_dict())
+    _, fp64 = loss_and_grads(torch.float64, exact)
+    model.attach_weight_copies(torch.bfloat16)
+    loss, grads = loss_and_grads()
+    assert torch.equal(loss, ref_loss)
+    copied = {n + ".weight" for n, m in model.named_modules() if getattr(m, "weight_copy", None) is not None}
+    assert copied
+    for n, g in grads.items():
+        if n in copied:
+            err, ref_err = (g.double() - fp64[n]).norm(), (ref_grads[n].double() - fp64[n]).norm()
+            assert err <= ref_err * 1.01 + 1e-12, (n, float(err), float(ref_err))
+        else:
+            torch.testing.assert_close(g, ref_grads[n], rtol=1e-3, atol=1e-6, msg=n)
+    if compiled:
+        torch._dynamo.reset()

@@ -83,12 +83,19 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return x * cos + _rotate_half(x) * sin
 
 
+# On CUDA the weight gradient of a layer with a weight copy comes out of its product in
+# fp32 (cuBLAS's out_dtype), where autocast rounds the product to bf16 and casts that to
+# fp32 in a kernel of its own: one launch and 6 bytes a parameter less, and no rounding.
+FP32_WEIGHT_GRAD = True
+
+
 class _LinearFromCopy(torch.autograd.Function):
     """``F.linear(x, weight)`` under autocast, computed from ``copy``, a low-precision copy
     of ``weight`` kept current by the optimiser (:meth:`Linear.attach_weight_copy`), so the
     fp32 weight is not cast again in every forward and backward. The arithmetic is
     autocast's, operation for operation: the same products of the same low-precision
-    operands, the gradients cast back to the inputs' dtypes."""
+    operands, the gradients cast back to the inputs' dtypes; except, on CUDA, the weight
+    gradient's product written in fp32 directly (FP32_WEIGHT_GRAD)."""
 
     @staticmethod
     def forward(ctx, x: Tensor, weight: Tensor, copy: Tensor) -> Tensor:
@@ -104,8 +111,11 @@ class _LinearFromCopy(torch.autograd.Function):
         grad_x = (grad @ copy).to(ctx.x_dtype) if ctx.needs_input_grad[0] else None
         grad_weight = None
         if ctx.needs_input_grad[1]:
-            rows = grad.reshape(-1, grad.shape[-1])
-            grad_weight = (rows.t() @ x_low.reshape(-1, x_low.shape[-1])).to(ctx.weight_dtype)
+            rows, cols = grad.reshape(-1, grad.shape[-1]).t(), x_low.reshape(-1, x_low.shape[-1])
+            if FP32_WEIGHT_GRAD and rows.is_cuda and ctx.weight_dtype == torch.float32:
+                grad_weight = torch.mm(rows, cols, out_dtype=torch.float32)
+            else:
+                grad_weight = (rows @ cols).to(ctx.weight_dtype)
         return grad_x, grad_weight, None
 
 

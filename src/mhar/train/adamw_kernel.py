@@ -41,11 +41,16 @@ fix_interpreter_index()
 # speed of torch's fused AdamW on the H200 (bench/results/session10/).
 BLOCK = 1024
 WARPS = 4
+# How the weight copies are rounded to bf16: None picks the hardware's conversion on a
+# GPU and integer arithmetic under Triton's interpreter (whose conversion truncates);
+# both round to nearest even, as torch does. True / False force one (benchmarks).
+BF16_BY_BITS: bool | None = None
 
 
 @triton.jit
 def _update(p_ptr, g_ptr, m_ptr, v_ptr, C, i, offs, mask, decay, beta1, one_minus_beta1, beta2, one_minus_beta2,
-            eps, step_size, bc2_sqrt, grad_scale, MASKED: tl.constexpr, ALIGN: tl.constexpr, COPIES: tl.constexpr):
+            eps, step_size, bc2_sqrt, grad_scale, MASKED: tl.constexpr, ALIGN: tl.constexpr, COPIES: tl.constexpr,
+            BY_BITS: tl.constexpr):
     if MASKED:
         g = tl.load(g_ptr + offs, mask=mask, other=0.0)
         m = tl.load(m_ptr + offs, mask=mask, other=0.0)
@@ -72,17 +77,22 @@ def _update(p_ptr, g_ptr, m_ptr, v_ptr, C, i, offs, mask, decay, beta1, one_minu
     if COPIES:  # the parameter's bf16 copy, where it has one (address 0: none)
         c_addr = tl.load(C + i)
         if c_addr != 0:
-            c_ptr = tl.multiple_of(c_addr.to(tl.pointer_type(tl.uint16)), ALIGN)
-            if MASKED:
-                tl.store(c_ptr + offs, _bf16_bits(p), mask=mask)
+            if BY_BITS:
+                c_ptr = tl.multiple_of(c_addr.to(tl.pointer_type(tl.uint16)), ALIGN)
+                low = _bf16_bits(p)
             else:
-                tl.store(c_ptr + offs, _bf16_bits(p))
+                c_ptr = tl.multiple_of(c_addr.to(tl.pointer_type(tl.bfloat16)), ALIGN)
+                low = p.to(tl.bfloat16)
+            if MASKED:
+                tl.store(c_ptr + offs, low, mask=mask)
+            else:
+                tl.store(c_ptr + offs, low)
 
 
 @triton.jit
 def _bf16_bits(x):
     """fp32 x rounded to bf16, nearest even, as torch's cast rounds (NaN to its quiet NaN),
-    as the bits. By hand: Triton's interpreter truncates in its own cast."""
+    as the bits. By hand for Triton's interpreter, whose own cast truncates."""
     bits = x.to(tl.uint32, bitcast=True)
     rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
     return tl.where(x != x, 0x7FC0, rounded).to(tl.uint16)
@@ -91,7 +101,7 @@ def _bf16_bits(x):
 @triton.jit
 def _adamw_kernel(CHUNK_T, CHUNK_S, P, G, M, V, C, NUMEL, SCALE, decay, beta1, one_minus_beta1, beta2,
                   one_minus_beta2, eps, step_size, bc2_sqrt, BLOCK: tl.constexpr, ALIGN: tl.constexpr,
-                  COPIES: tl.constexpr):
+                  COPIES: tl.constexpr, BY_BITS: tl.constexpr):
     """One chunk of BLOCK elements of one tensor. A chunk that the tensor fills takes the
     unmasked path: with the start a known multiple of BLOCK and no mask, the loads and
     stores are 16-byte vectors (a mask against a size read from memory would make them
@@ -115,10 +125,10 @@ def _adamw_kernel(CHUNK_T, CHUNK_S, P, G, M, V, C, NUMEL, SCALE, decay, beta1, o
         return
     if start + BLOCK <= n:
         _update(p_ptr, g_ptr, m_ptr, v_ptr, C, i, offs, None, decay, beta1, one_minus_beta1, beta2, one_minus_beta2,
-                eps, step_size, bc2_sqrt, scale, False, ALIGN, COPIES)
+                eps, step_size, bc2_sqrt, scale, False, ALIGN, COPIES, BY_BITS)
     else:
         _update(p_ptr, g_ptr, m_ptr, v_ptr, C, i, offs, offs < n, decay, beta1, one_minus_beta1, beta2,
-                one_minus_beta2, eps, step_size, bc2_sqrt, scale, True, ALIGN, COPIES)
+                one_minus_beta2, eps, step_size, bc2_sqrt, scale, True, ALIGN, COPIES, BY_BITS)
 
 
 def clip_scale(norm: Tensor, max_norm: float) -> Tensor:
@@ -251,7 +261,9 @@ class TritonAdamW(torch.optim.AdamW):
         _adamw_kernel[(chunk_t.numel(),)](chunk_t, chunk_s, p_tab, g_tab, m_tab, v_tab, c_tab, numel, scale,
                                           1.0 - lr * float(group["weight_decay"]), b1, 1.0 - b1, b2, 1.0 - b2,
                                           group["eps"], lr / (1 - b1 ** step), (1 - b2 ** step) ** 0.5,
-                                          BLOCK=BLOCK, ALIGN=align, COPIES=copies, num_warps=WARPS)
+                                          BLOCK=BLOCK, ALIGN=align, COPIES=copies,
+                                          BY_BITS=_interpreting() if BF16_BY_BITS is None else BF16_BY_BITS,
+                                          num_warps=WARPS)
 
     def rewind_step(self) -> None:
         """Take back the last step's count where a NaN scale skipped its update (parameters,
