@@ -83,21 +83,6 @@ def triton_alone(params, block: int, warps: int):
     return step
 
 
-def triton_with_copies(params, pairs, by_bits: bool):
-    """The Triton step also writing the model's bf16 weight copies (the trainer's
-    weight_copies), rounded by the hardware's conversion or by integer arithmetic."""
-    opt = TritonAdamW(params, lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
-    opt.set_weight_copies(pairs)
-
-    def step():
-        saved, AK.BF16_BY_BITS = AK.BF16_BY_BITS, by_bits
-        try:
-            opt.step()
-        finally:
-            AK.BF16_BY_BITS = saved
-    return step
-
-
 def bench_preset(preset: str, bw: float, configs: list[tuple[int, int]]) -> list[tuple[str, str, float, float, float]]:
     model = build(preset, "baseline", PAPER_MICROBATCH[preset][1], [], 8, "cuda")
     params = [p for p in model.parameters() if p.requires_grad]
@@ -108,8 +93,6 @@ def bench_preset(preset: str, bw: float, configs: list[tuple[int, int]]) -> list
     fused = torch.optim.AdamW(params, lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
     foreach = torch.optim.AdamW(params, lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1, foreach=True)
     triton_adamw = TritonAdamW(params, lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
-    pairs = model.attach_weight_copies(torch.bfloat16)
-    copied = sum(c.numel() for _, c in pairs) * 2 / 1e9  # the copies' bytes
 
     def norm_and_triton():  # what the trainer runs with adamw=triton: the scale stays on the device, the
         # norm is read back after the update is queued
@@ -134,10 +117,6 @@ def bench_preset(preset: str, bw: float, configs: list[tuple[int, int]]) -> list
         ("clip folded into the fused step + zero", lambda: (folded(), torch._foreach_zero_(grads)), 9 * gb),
         (f"Triton AdamW step alone ({AK.BLOCK} elements / {AK.WARPS} warps, the default)", triton_adamw.step, 7 * gb),
         ("norm + Triton AdamW with the clip folded in (adamw=triton)", norm_and_triton, 8 * gb),
-        ("Triton AdamW step writing the bf16 weight copies (hardware cast)",
-         triton_with_copies(params, pairs, False), 7 * gb + copied),
-        ("Triton AdamW step writing the bf16 weight copies (cast by integer arithmetic)",
-         triton_with_copies(params, pairs, True), 7 * gb + copied),
         ("clip, its norm read, fused step (the same phase with adamw=torch)",
          lambda: (float(torch.nn.utils.clip_grad_norm_(params, 1.0)), fused.step()), 10 * gb),
         *((f"Triton AdamW step alone, {b} elements / {w} warps", triton_alone(params, b, w), 7 * gb)

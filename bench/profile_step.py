@@ -106,9 +106,6 @@ def main() -> None:
     ap.add_argument("--adamw", choices=("triton", "torch"), default="triton",
                     help="the optimiser phase, as mhar bench step's --adamw (its default on CUDA: triton; "
                          "profiles before session 16 ran torch's)")
-    ap.add_argument("--weight-copies", choices=("on", "off"), default="on",
-                    help="bf16 weight copies kept by the Triton AdamW, as mhar bench step's --weight-copies "
-                         "(its default with triton on CUDA: on; profiles before session 30 ran without)")
     ap.add_argument("--rows", type=int, default=30)
     ap.add_argument("--eager", action="store_true", help="no CUDA graph (the profile then shows the host too)")
     ap.add_argument("--activation-checkpointing", action="store_true",
@@ -128,8 +125,7 @@ def main() -> None:
         with fail_on_recompile_limit():  # never profile a region that fell back to uncompiled
             timed = time_step(model, batch, seq, steps=4, warmup=3, compile_mode=args.compile,
                               loss_chunk=args.loss_chunk, device="cuda", cuda_graphs=not args.eager, trace_steps=2,
-                              accum=args.accum, adamw=args.adamw,
-                              weight_copies=args.weight_copies == "on" and args.adamw == "triton")
+                              accum=args.accum, adamw=args.adamw)
         prof = timed.pop("profiler")
         table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=args.rows, max_name_column_width=70)
         counts: dict[str, int] = {}
@@ -138,7 +134,7 @@ def main() -> None:
         launches[method]["total"] = sum(launches[method].values())
         by_kind = "\n".join(f"  {k:12s} {ms:8.2f} ms" for k, ms in kinds[method].items())
         by_kind += "\n\nthe longest kernels of each kind (ms per step):\n" + top_names(names, 10)
-        tags = ("_eager" if args.eager else "") + ("_nocopies" if args.weight_copies == "off" else "") + ("_ckpt" if args.activation_checkpointing else "") \
+        tags = ("_eager" if args.eager else "") + ("_ckpt" if args.activation_checkpointing else "") \
             + (f"_accum{args.accum}" if args.accum > 1 else "")
         path = out / f"profile_{args.preset}_{method}_{args.compile}{tags}.txt"
         how = ("" if args.eager else " graphed") + (", checkpointed" if args.activation_checkpointing else "")

@@ -104,24 +104,18 @@ def fail_on_recompile_limit():
 
 def time_step(model: Decoder, batch: int, seq_len: int, steps: int, warmup: int, compile_mode: str,
               loss_chunk: int, device: str, cuda_graphs: bool = False, trace_steps: int = 0,
-              adamw: str = "torch", accum: int = 1, weight_copies: bool = False) -> dict:
+              adamw: str = "torch", accum: int = 1) -> dict:
     """Median step time, MFU and peak memory of a step of ``accum`` microbatches (forward
     and backward each, the gradients accumulated) and one update. ``trace_steps``: that many more steps run,
     the same way, under ``torch.profiler`` (returned as "profiler"; bench/profile_step.py).
     ``adamw``: "torch" (clip_grad_norm_, then torch's fused AdamW) or "triton" (the
-    norm, then :class:`~mhar.train.adamw_kernel.TritonAdamW` with the clip folded in).
-    ``weight_copies``: the model's bf16 weight copies, kept by the Triton AdamW (as the
-    trainer's ``weight_copies``; needs ``adamw="triton"``)."""
+    norm, then :class:`~mhar.train.adamw_kernel.TritonAdamW` with the clip folded in)."""
     torch.manual_seed(0)
     hyper = dict(lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
-    if weight_copies and adamw != "triton":
-        raise ValueError("weight copies are kept by the Triton AdamW: they need adamw='triton'")
     if adamw == "triton":
         from mhar.train.adamw_kernel import TritonAdamW, clip_scale
 
         opt = TritonAdamW(model.parameters(), **hyper)
-        if weight_copies:
-            opt.set_weight_copies(model.attach_weight_copies(torch.bfloat16))
     else:
         opt = torch.optim.AdamW(model.parameters(), **hyper, fused=device == "cuda")
     body = model.hidden_states
@@ -138,8 +132,7 @@ def time_step(model: Decoder, batch: int, seq_len: int, steps: int, warmup: int,
             # a whole-model compile of hidden_states gets no hand-off to trace
             tied = model.tied_head_gradient(loss_chunk) if compile_mode != "full" else None
             h = body(x, tied=tied).flatten(0, 1)
-            return linear_cross_entropy(h, model.output_weight, y.flatten(), loss_chunk, tied=tied,
-                                        weight_copy=model.output_weight_copy)
+            return linear_cross_entropy(h, model.output_weight, y.flatten(), loss_chunk, tied=tied)
 
     def update():
         if adamw == "triton":  # the norm, and its clip scale into the kernel (left on the device, as
@@ -264,9 +257,6 @@ def run_bench_step(args: argparse.Namespace) -> int:
         return run_in_processes(args)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     adamw = args.adamw if args.adamw != "auto" else ("triton" if device == "cuda" else "torch")  # as the trainer
-    # as the trainer: bf16 weight copies where the Triton AdamW keeps them under bf16 autocast (CUDA)
-    weight_copies = args.weight_copies == "on" or (args.weight_copies == "auto" and adamw == "triton"
-                                                   and device == "cuda")
     methods = args.methods.split(",")
     graph_mode = ("on" if device == "cuda" else "off") if args.cuda_graphs == "auto" else args.cuda_graphs
     if graph_mode != "off" and device != "cuda":
@@ -295,8 +285,7 @@ def run_bench_step(args: argparse.Namespace) -> int:
                 # and be timed as if compiled: that row fails instead (session 8)
                 with fail_on_recompile_limit():
                     r = time_step(model, batch, seq_len, args.steps, args.warmup, args.compile, args.loss_chunk,
-                                  device, cuda_graphs=graphs, adamw=adamw, accum=accum,
-                                  weight_copies=weight_copies)
+                                  device, cuda_graphs=graphs, adamw=adamw, accum=accum)
             except torch.OutOfMemoryError as err:
                 r = {"error": f"out of memory: {err}"[:200]}
             except _RECOMPILE_LIMIT_ERRORS as err:
@@ -317,7 +306,6 @@ def run_bench_step(args: argparse.Namespace) -> int:
         "device": torch.cuda.get_device_name() if device == "cuda" else platform.processor() or "cpu",
         "torch": torch.__version__, "python": platform.python_version(), "commit": _commit(),
         "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "adamw": adamw,
-        "weight_copies": weight_copies,
     }
     try:
         import triton
@@ -492,10 +480,6 @@ def register(sub) -> None:
                    help="the optimiser phase: clip_grad_norm_ + torch's fused AdamW, or the norm + one Triton "
                         "kernel with the clip folded in (mhar.train.adamw_kernel); auto: triton on CUDA, "
                         "as the trainer")
-    s.add_argument("--weight-copies", choices=("auto", "on", "off"), default="auto",
-                   help="bf16 copies of the weights, rewritten by the Triton AdamW, that bf16 autocast multiplies "
-                        "with instead of casting the fp32 weights at every use; auto: on with adamw triton on "
-                        "CUDA, as the trainer")
     s.add_argument("--cuda-graphs", choices=("auto", *GRAPH_MODES), default="auto",
                    help="replay each step's forward and backward as a CUDA graph (no host time); "
                         "auto: on with a GPU; both: every method twice, eager then graphed")

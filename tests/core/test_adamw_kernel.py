@@ -173,35 +173,6 @@ def test_interp_nan_scale_skips_the_update():
                 assert torch.equal(now["state"][i][key], s[key]), key
 
 
-def _with_copies(params, which=(0, 2, 4)):
-    """bf16 copies for some of the parameters (a full block, a masked tail, one element)."""
-    return [(params[i], params[i].detach().to(torch.bfloat16)) for i in which]
-
-
-@interp
-def test_interp_weight_copies_follow_the_update():
-    """Parameters given bf16 copies (set_weight_copies): each step rewrites every copy as
-    its updated parameter cast to bf16, bit for bit, and the update itself is the same as
-    without copies; a NaN scale leaves the copies too."""
-    mine, ref = _params(), _params()
-    pairs = _with_copies(mine)
-    gen = torch.Generator().manual_seed(7)
-    opt, opt_ref = AK.TritonAdamW(_groups(mine), **KW), AK.TritonAdamW(_groups(ref), **KW)
-    opt.set_weight_copies(pairs)
-    for scale in (1.0, 0.3, float("nan"), 0.05):
-        for p, q in zip(mine, ref):
-            p.grad = torch.randn(p.shape, generator=gen)
-            q.grad = p.grad.clone()
-        opt.step(grad_scale=scale)
-        opt_ref.step(grad_scale=scale)
-        if scale != scale:
-            opt.rewind_step()
-            opt_ref.rewind_step()
-        assert all(torch.equal(p, q) for p, q in zip(mine, ref))
-        for p, c in pairs:
-            assert torch.equal(c, p.detach().to(torch.bfloat16))
-
-
 @interp
 def test_interp_trainer_stops_before_the_update_on_a_nan_loss(tmp_path):
     """adamw=triton queues the update before it reads the loss: a NaN loss still stops
@@ -241,44 +212,6 @@ def test_cuda_trainer_auto_is_the_kernel_and_follows_torch(tmp_path):
     _check_trainer_follows_torch(tmp_path, "cuda", "auto")
 
 
-def _check_weight_copies_follow(tmp_path, device: str, tol: float) -> None:
-    """adamw=triton under bf16 autocast with weight_copies off and on: the same losses and
-    gradient norms (bit for bit on the CPU; on CUDA the weight gradients come out of their
-    products in fp32, unrounded), and at the end every copy is its weight cast to bf16
-    (the kernel kept them current)."""
-    from mhar.train import Trainer, apply_train_overrides, train_preset
-    from mhar.train.metrics import read_metrics
-
-    logs = {}
-    for setting in ("off", "on"):
-        cfg = apply_train_overrides(train_preset("tiny", "mhar"),
-                                    SMALL_RUN + [f"device={device}", "adamw=triton", "dtype=bfloat16",
-                                                 "grad_clip=0.05", f"weight_copies={setting}"])
-        trainer = Trainer(cfg, tmp_path / setting, progress=False)
-        assert trainer.summary()["weight_copies"] == (setting == "on")
-        trainer.fit()
-        logs[setting] = read_metrics(tmp_path / setting)
-        pairs = trainer.model.weight_copies()
-        assert bool(pairs) == (setting == "on")
-        for w, c in pairs:
-            assert torch.equal(c, w.detach().to(torch.bfloat16))
-    assert len(logs["on"]) == len(logs["off"]) > 1
-    for a, b in zip(logs["on"], logs["off"]):
-        for key in ("loss", "grad_norm"):
-            assert abs(a[key] - b[key]) <= tol * abs(b[key]), (key, a, b)
-
-
-@interp
-def test_interp_trainer_weight_copies_change_nothing(tmp_path):
-    _check_weight_copies_follow(tmp_path, "cpu", 0.0)
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_cuda_trainer_weight_copies_follow(tmp_path):
-    """On CUDA, graphed and compiled as the trainer runs by default."""
-    _check_weight_copies_follow(tmp_path, "cuda", 2e-3)
-
-
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("skip_grad,tensor_scale", [(None, False), (4, True)])
 def test_cuda_kernel_matches_torch(skip_grad, tensor_scale):
@@ -311,36 +244,6 @@ def test_falls_back_to_torch_off_the_kernel(tensor_scale):
     finally:
         handle.remove()
     _compare(mine, a, ref, b, 1e-12)
-
-
-def test_weight_copies_follow_torchs_step_in_the_fallback():
-    """Off the kernel (fp64 parameters, the CPU without the interpreter) the copies are
-    rewritten after torch's step; copies of the wrong dtype or shape are refused."""
-    params = _params(torch.float64)
-    pairs = _with_copies(params)
-    before = [c.clone() for _, c in pairs]
-    opt = AK.TritonAdamW(_groups(params), **KW)
-    opt.set_weight_copies(pairs)
-    for p in params:
-        p.grad = torch.randn_like(p)
-    opt.step(grad_scale=0.5)
-    for (p, c), old in zip(pairs, before):
-        assert not torch.equal(c, old)
-        assert torch.equal(c, p.detach().to(torch.bfloat16))
-    with pytest.raises(ValueError, match="contiguous bf16 tensor of its parameter's shape"):
-        opt.set_weight_copies([(params[0], params[0].detach().half())])
-    with pytest.raises(ValueError, match="contiguous bf16 tensor of its parameter's shape"):
-        opt.set_weight_copies([(params[2], params[2].detach().to(torch.bfloat16).t())])
-
-
-def test_weight_copies_config_is_checked(tmp_path):
-    from mhar.train import Trainer, apply_train_overrides, train_preset
-
-    with pytest.raises(ValueError, match="weight_copies='yes' is not one of auto, on, off"):
-        apply_train_overrides(train_preset("tiny", "mhar"), ["weight_copies=yes"])
-    cfg = apply_train_overrides(train_preset("tiny", "mhar"), SMALL_RUN + ["device=cpu", "weight_copies=on"])
-    with pytest.raises(ValueError, match="weight_copies=on needs adamw=triton"):
-        Trainer(cfg, tmp_path, progress=False)
 
 
 def test_adamw_config_is_checked():

@@ -11,7 +11,7 @@ from torch import Tensor, nn
 
 from mhar.model.config import ModelConfig
 from mhar.model.loss import TiedHeadGradient, linear_cross_entropy, tied_embedding
-from mhar.model.layers import AttentionSublayer, KVCache, Linear, MLPSublayer, RMSNorm, rope_cos_sin
+from mhar.model.layers import AttentionSublayer, KVCache, MLPSublayer, RMSNorm, rope_cos_sin
 from mhar.streams import build_stream
 
 
@@ -34,8 +34,6 @@ class Decoder(nn.Module):
         # Recompute each sublayer in backward instead of keeping its activations (the
         # stream's sources are kept either way: they are the sublayers' inputs/outputs).
         self.activation_checkpointing = False
-        # the LM head's weight in the autocast dtype, kept by the optimiser (attach_weight_copies)
-        self.register_buffer("output_weight_copy", None, persistent=False)
         self.reset_parameters()
 
     @property
@@ -76,44 +74,6 @@ class Decoder(nn.Module):
     def output_weight(self) -> Tensor:
         return self.embed.weight if self.lm_head is None else self.lm_head.weight
 
-    def attach_weight_copies(self, dtype: torch.dtype = torch.bfloat16) -> list[tuple[Tensor, Tensor]]:
-        """Give every bias-free projection and the LM head a ``dtype`` copy of its weight,
-        which they multiply with under ``dtype`` autocast instead of casting the fp32
-        weight at every use (:class:`mhar.model.layers.Linear`). Returns the (weight,
-        copy) pairs: whoever changes a weight must rewrite its copy, as
-        :class:`mhar.train.adamw_kernel.TritonAdamW` does in its update
-        (``set_weight_copies``) and :meth:`refresh_weight_copies` does for all of them.
-        Attach after moving the model: ``.to()`` replaces the copies."""
-        pairs = []
-        for module in self.modules():
-            if isinstance(module, Linear) and module.attach_weight_copy(dtype) is not None:
-                pairs.append((module.weight, module.weight_copy))
-        self.output_weight_copy = self.output_weight.detach().to(dtype)
-        pairs.append((self.output_weight, self.output_weight_copy))
-        return pairs
-
-    def weight_copies(self) -> list[tuple[Tensor, Tensor]]:
-        """The (weight, copy) pairs attached now (none by default)."""
-        pairs = [(m.weight, m.weight_copy) for m in self.modules()
-                 if isinstance(m, Linear) and m.weight_copy is not None]
-        if self.output_weight_copy is not None:
-            pairs.append((self.output_weight, self.output_weight_copy))
-        return pairs
-
-    @torch.no_grad()
-    def refresh_weight_copies(self) -> None:
-        """Rewrite every attached copy from its weight (after loading weights, say)."""
-        pairs = self.weight_copies()
-        if pairs:
-            torch._foreach_copy_([c for _, c in pairs], [w for w, _ in pairs])
-
-    def detach_weight_copies(self) -> None:
-        """Back to casting the weights at every use."""
-        for module in self.modules():
-            if isinstance(module, Linear):
-                module.weight_copy = None
-        self.output_weight_copy = None
-
     def hidden_states(self, input_ids: Tensor, cache: KVCache | None = None,
                       tied: TiedHeadGradient | None = None) -> Tensor:
         """Final normed hidden states (B, T, d). ``tied``: the embedding's gradient goes
@@ -149,8 +109,7 @@ class Decoder(nn.Module):
         vocab) logits never exist (see :mod:`mhar.model.loss`)."""
         tied = self.tied_head_gradient(chunk_size)
         h = self.hidden_states(input_ids, tied=tied).flatten(0, 1)
-        return linear_cross_entropy(h, self.output_weight, targets.flatten(), chunk_size, z_loss, tied=tied,
-                                    weight_copy=self.output_weight_copy)
+        return linear_cross_entropy(h, self.output_weight, targets.flatten(), chunk_size, z_loss, tied=tied)
 
     def tied_head_gradient(self, chunk_size: int) -> TiedHeadGradient | None:
         """For one forward of :meth:`hidden_states` and the chunked loss on its output:

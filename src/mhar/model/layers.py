@@ -83,73 +83,6 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return x * cos + _rotate_half(x) * sin
 
 
-# On CUDA the weight gradient of a layer with a weight copy comes out of its product in
-# fp32 (cuBLAS's out_dtype), where autocast rounds the product to bf16 and casts that to
-# fp32 in a kernel of its own: one launch and 6 bytes a parameter less, and no rounding.
-FP32_WEIGHT_GRAD = True
-
-
-class _LinearFromCopy(torch.autograd.Function):
-    """``F.linear(x, weight)`` under autocast, computed from ``copy``, a low-precision copy
-    of ``weight`` kept current by the optimiser (:meth:`Linear.attach_weight_copy`), so the
-    fp32 weight is not cast again in every forward and backward. The arithmetic is
-    autocast's, operation for operation: the same products of the same low-precision
-    operands, the gradients cast back to the inputs' dtypes; except, on CUDA, the weight
-    gradient's product written in fp32 directly (FP32_WEIGHT_GRAD)."""
-
-    @staticmethod
-    def forward(ctx, x: Tensor, weight: Tensor, copy: Tensor) -> Tensor:
-        x_low = x.to(copy.dtype)
-        ctx.save_for_backward(x_low, copy)
-        ctx.x_dtype, ctx.weight_dtype = x.dtype, weight.dtype
-        return F.linear(x_low, copy)
-
-    @staticmethod
-    def backward(ctx, grad: Tensor):
-        x_low, copy = ctx.saved_tensors
-        grad = grad.to(copy.dtype)
-        grad_x = (grad @ copy).to(ctx.x_dtype) if ctx.needs_input_grad[0] else None
-        grad_weight = None
-        if ctx.needs_input_grad[1]:
-            rows, cols = grad.reshape(-1, grad.shape[-1]).t(), x_low.reshape(-1, x_low.shape[-1])
-            if FP32_WEIGHT_GRAD and rows.is_cuda and ctx.weight_dtype == torch.float32:
-                grad_weight = torch.mm(rows, cols, out_dtype=torch.float32)
-            else:
-                grad_weight = (rows @ cols).to(ctx.weight_dtype)
-        return grad_x, grad_weight, None
-
-
-class Linear(nn.Linear):
-    """``nn.Linear`` (same parameters and state-dict keys) that can multiply with a
-    low-precision copy of its weight under autocast.
-
-    Under bf16 autocast every forward casts the fp32 weight to bf16, and inside a
-    compiled region the backward casts it again (12 bytes a parameter a step, and two
-    launches per layer: 3.2 ms of the 1B step on an H200, bench/results/step_h200.md,
-    session 26). With a copy attached, which the Triton AdamW rewrites as it updates the
-    weight (2 bytes a parameter), neither cast runs. The copy is used only while
-    autocast is on with the copy's dtype, and only for a layer without bias; otherwise
-    this is ``nn.Linear``. Whoever attaches a copy keeps it current
-    (:meth:`mhar.model.decoder.Decoder.attach_weight_copies`)."""
-
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None):
-        super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
-        self.register_buffer("weight_copy", None, persistent=False)
-
-    def attach_weight_copy(self, dtype: torch.dtype) -> Tensor | None:
-        """A fresh ``dtype`` copy of the weight, used from now on (None for a layer with
-        bias, which keeps autocast's casts)."""
-        self.weight_copy = None if self.bias is not None else self.weight.detach().to(dtype)
-        return self.weight_copy
-
-    def forward(self, x: Tensor) -> Tensor:
-        copy = self.weight_copy
-        if copy is None or not torch.is_autocast_enabled(x.device.type) or \
-                torch.get_autocast_dtype(x.device.type) != copy.dtype:
-            return F.linear(x, self.weight, self.bias)
-        return _LinearFromCopy.apply(x, self.weight, copy)
-
-
 class KVCache:
     """Per-layer key/value cache for incremental decoding: tensors (B, kv_heads, T, hd)."""
 
@@ -182,10 +115,10 @@ class Attention(nn.Module):
         self.layer_index = layer_index
         self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, cfg.attn_head_dim
         d, hd = cfg.d_model, self.head_dim
-        self.q_proj = Linear(d, cfg.n_heads * hd, bias=cfg.attention_bias)
-        self.k_proj = Linear(d, cfg.n_kv_heads * hd, bias=cfg.attention_bias)
-        self.v_proj = Linear(d, cfg.n_kv_heads * hd, bias=cfg.attention_bias)
-        self.o_proj = Linear(cfg.n_heads * hd, d, bias=False)
+        self.q_proj = nn.Linear(d, cfg.n_heads * hd, bias=cfg.attention_bias)
+        self.k_proj = nn.Linear(d, cfg.n_kv_heads * hd, bias=cfg.attention_bias)
+        self.v_proj = nn.Linear(d, cfg.n_kv_heads * hd, bias=cfg.attention_bias)
+        self.o_proj = nn.Linear(cfg.n_heads * hd, d, bias=False)
         self.q_norm = RMSNorm(hd, cfg.norm_eps) if cfg.qk_norm else None
         self.k_norm = RMSNorm(hd, cfg.norm_eps) if cfg.qk_norm else None
 
@@ -225,9 +158,9 @@ class Attention(nn.Module):
 class MLP(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.gate_proj = Linear(cfg.d_model, cfg.d_ff, bias=False)
-        self.up_proj = Linear(cfg.d_model, cfg.d_ff, bias=False)
-        self.down_proj = Linear(cfg.d_ff, cfg.d_model, bias=False)
+        self.gate_proj = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
+        self.up_proj = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
+        self.down_proj = nn.Linear(cfg.d_ff, cfg.d_model, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))

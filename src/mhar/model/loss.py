@@ -208,12 +208,11 @@ def tied_embedding(ids: Tensor, weight: Tensor, tied: TiedHeadGradient | None) -
 class ChunkedLinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden: Tensor, weight: Tensor, targets: Tensor, chunk_size: int, z_loss: float,
-                ignore_index: int, fused: bool = False, tied: TiedHeadGradient | None = None,
-                weight_copy: Tensor | None = None):
+                ignore_index: int, fused: bool = False, tied: TiedHeadGradient | None = None):
         if fused:
             total, grad_hidden, grad_weight = _fused_forward(hidden, weight, targets, chunk_size, z_loss,
                                                              ignore_index, hidden.requires_grad,
-                                                             weight.requires_grad, weight_copy)
+                                                             weight.requires_grad)
         else:
             total, grad_hidden, grad_weight = _reference_forward(hidden, weight, targets, chunk_size, z_loss,
                                                                  ignore_index)
@@ -230,7 +229,7 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
         gw = torch._foreach_mul([grad_weight], grad_out)[0].to(ctx.weight_dtype) if ctx.needs_input_grad[1] else None
         if gw is not None and ctx.tied is not None:
             ctx.tied.put(gw)  # a fresh tensor: the tied lookup's backward adds into it
-        return gh, gw, None, None, None, None, None, None, None
+        return gh, gw, None, None, None, None, None, None
 
 
 def _reference_forward(hidden: Tensor, weight: Tensor, targets: Tensor, chunk_size: int, z_loss: float,
@@ -267,19 +266,15 @@ def _reference_forward(hidden: Tensor, weight: Tensor, targets: Tensor, chunk_si
 
 
 def _fused_forward(hidden: Tensor, weight: Tensor, targets: Tensor, chunk_size: int, z_loss: float,
-                   ignore_index: int, need_gh: bool, need_gw: bool, weight_copy: Tensor | None = None):
-    """Matmul in the compute dtype + Triton CE kernel in place + two matmuls per chunk.
-    ``weight_copy``: ``weight`` already in the compute dtype (kept current by the
-    optimiser, :meth:`mhar.model.decoder.Decoder.attach_weight_copies`), used instead of
-    casting it."""
+                   ignore_index: int, need_gh: bool, need_gw: bool):
+    """Matmul in the compute dtype + Triton CE kernel in place + two matmuls per chunk."""
     from mhar.model import ce_kernel
 
     n, dev = hidden.shape[0], hidden.device
     cdt = _compute_dtype(hidden, weight)
     with torch.autocast(dev.type, enabled=False):
         h_all = hidden.to(cdt)
-        # once per call, not per chunk
-        w = weight_copy if weight_copy is not None and weight_copy.dtype == cdt else weight.to(cdt)
+        w = weight.to(cdt)  # once per call, not per chunk
         targets = targets.contiguous()
         count = (targets != ignore_index).sum().clamp(min=1)
         inv_count = (1.0 / count.to(torch.float32)).reshape(1)
@@ -331,12 +326,10 @@ def _fused_forward(hidden: Tensor, weight: Tensor, targets: Tensor, chunk_size: 
 
 def linear_cross_entropy(hidden: Tensor, weight: Tensor, targets: Tensor, chunk_size: int = 4096,
                          z_loss: float = 0.0, ignore_index: int = -100,
-                         tied: TiedHeadGradient | None = None, weight_copy: Tensor | None = None) -> Tensor:
+                         tied: TiedHeadGradient | None = None) -> Tensor:
     """Mean of CE(hidden @ weight.T, targets) (+ z_loss * logsumexp^2) over valid targets.
     ``hidden`` (n, d), ``targets`` (n,). ``chunk_size <= 0`` uses the plain path.
-    ``tied``: the one given to :func:`tied_embedding` for the same weight (chunked paths).
-    ``weight_copy``: a current copy of ``weight`` in the autocast dtype, which the fused
-    path multiplies with instead of casting ``weight`` (the others ignore it)."""
+    ``tied``: the one given to :func:`tied_embedding` for the same weight (chunked paths)."""
     if chunk_size <= 0:
         logits = F.linear(hidden, weight).to(torch.promote_types(hidden.dtype, torch.float32))
         valid = targets != ignore_index
@@ -344,13 +337,12 @@ def linear_cross_entropy(hidden: Tensor, weight: Tensor, targets: Tensor, chunk_
         ce = F.cross_entropy(logits, targets, ignore_index=ignore_index, reduction="none")
         return ((ce + z_loss * lse.square()) * valid).sum() / valid.sum().clamp(min=1)
     if _use_fused(hidden, weight):
-        return _fused_apply(hidden, weight, targets, chunk_size, z_loss, ignore_index, tied, weight_copy)
+        return _fused_apply(hidden, weight, targets, chunk_size, z_loss, ignore_index, tied)
     return ChunkedLinearCrossEntropy.apply(hidden, weight, targets, chunk_size, z_loss, ignore_index, False, tied)
 
 
 @torch.compiler.disable
-def _fused_apply(hidden, weight, targets, chunk_size, z_loss, ignore_index, tied, weight_copy):
+def _fused_apply(hidden, weight, targets, chunk_size, z_loss, ignore_index, tied):
     # opaque to torch.compile (the trainer may compile the loss module): the Triton
     # launch, the in-place chunk and the one-time cuBLAS probe run eagerly
-    return ChunkedLinearCrossEntropy.apply(hidden, weight, targets, chunk_size, z_loss, ignore_index, True, tied,
-                                           weight_copy)
+    return ChunkedLinearCrossEntropy.apply(hidden, weight, targets, chunk_size, z_loss, ignore_index, True, tied)

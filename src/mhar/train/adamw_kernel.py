@@ -41,16 +41,11 @@ fix_interpreter_index()
 # speed of torch's fused AdamW on the H200 (bench/results/session10/).
 BLOCK = 1024
 WARPS = 4
-# How the weight copies are rounded to bf16: None picks the hardware's conversion on a
-# GPU and integer arithmetic under Triton's interpreter (whose conversion truncates);
-# both round to nearest even, as torch does. True / False force one (benchmarks).
-BF16_BY_BITS: bool | None = None
 
 
 @triton.jit
-def _update(p_ptr, g_ptr, m_ptr, v_ptr, C, i, offs, mask, decay, beta1, one_minus_beta1, beta2, one_minus_beta2,
-            eps, step_size, bc2_sqrt, grad_scale, MASKED: tl.constexpr, ALIGN: tl.constexpr, COPIES: tl.constexpr,
-            BY_BITS: tl.constexpr):
+def _update(p_ptr, g_ptr, m_ptr, v_ptr, offs, mask, decay, beta1, one_minus_beta1, beta2, one_minus_beta2, eps,
+            step_size, bc2_sqrt, grad_scale, MASKED: tl.constexpr):
     if MASKED:
         g = tl.load(g_ptr + offs, mask=mask, other=0.0)
         m = tl.load(m_ptr + offs, mask=mask, other=0.0)
@@ -74,42 +69,18 @@ def _update(p_ptr, g_ptr, m_ptr, v_ptr, C, i, offs, mask, decay, beta1, one_minu
         tl.store(p_ptr + offs, p)
         tl.store(m_ptr + offs, m)
         tl.store(v_ptr + offs, v)
-    if COPIES:  # the parameter's bf16 copy, where it has one (address 0: none)
-        c_addr = tl.load(C + i)
-        if c_addr != 0:
-            if BY_BITS:
-                c_ptr = tl.multiple_of(c_addr.to(tl.pointer_type(tl.uint16)), ALIGN)
-                low = _bf16_bits(p)
-            else:
-                c_ptr = tl.multiple_of(c_addr.to(tl.pointer_type(tl.bfloat16)), ALIGN)
-                low = p.to(tl.bfloat16)
-            if MASKED:
-                tl.store(c_ptr + offs, low, mask=mask)
-            else:
-                tl.store(c_ptr + offs, low)
 
 
 @triton.jit
-def _bf16_bits(x):
-    """fp32 x rounded to bf16, nearest even, as torch's cast rounds (NaN to its quiet NaN),
-    as the bits. By hand for Triton's interpreter, whose own cast truncates."""
-    bits = x.to(tl.uint32, bitcast=True)
-    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
-    return tl.where(x != x, 0x7FC0, rounded).to(tl.uint16)
-
-
-@triton.jit
-def _adamw_kernel(CHUNK_T, CHUNK_S, P, G, M, V, C, NUMEL, SCALE, decay, beta1, one_minus_beta1, beta2,
-                  one_minus_beta2, eps, step_size, bc2_sqrt, BLOCK: tl.constexpr, ALIGN: tl.constexpr,
-                  COPIES: tl.constexpr, BY_BITS: tl.constexpr):
+def _adamw_kernel(CHUNK_T, CHUNK_S, P, G, M, V, NUMEL, SCALE, decay, beta1, one_minus_beta1, beta2, one_minus_beta2,
+                  eps, step_size, bc2_sqrt, BLOCK: tl.constexpr, ALIGN: tl.constexpr):
     """One chunk of BLOCK elements of one tensor. A chunk that the tensor fills takes the
     unmasked path: with the start a known multiple of BLOCK and no mask, the loads and
     stores are 16-byte vectors (a mask against a size read from memory would make them
     4-byte ones). SCALE: the gradients' multiplier, a device scalar (no host sync to
     form it); NaN skips the update (the caller found the loss or the norm not finite
     without waiting for the device). The other factors are formed on the host in
-    double, as torch does. COPIES: C holds, per tensor, the address of a bf16 copy of
-    the parameter, rewritten from the updated values (0: none; see set_weight_copies)."""
+    double, as torch does."""
     pid = tl.program_id(0)
     i = tl.load(CHUNK_T + pid)
     start = tl.multiple_of(tl.load(CHUNK_S + pid), BLOCK)
@@ -124,11 +95,11 @@ def _adamw_kernel(CHUNK_T, CHUNK_S, P, G, M, V, C, NUMEL, SCALE, decay, beta1, o
     if scale != scale:  # NaN: no update
         return
     if start + BLOCK <= n:
-        _update(p_ptr, g_ptr, m_ptr, v_ptr, C, i, offs, None, decay, beta1, one_minus_beta1, beta2, one_minus_beta2,
-                eps, step_size, bc2_sqrt, scale, False, ALIGN, COPIES, BY_BITS)
+        _update(p_ptr, g_ptr, m_ptr, v_ptr, offs, None, decay, beta1, one_minus_beta1, beta2, one_minus_beta2, eps,
+                step_size, bc2_sqrt, scale, False)
     else:
-        _update(p_ptr, g_ptr, m_ptr, v_ptr, C, i, offs, offs < n, decay, beta1, one_minus_beta1, beta2,
-                one_minus_beta2, eps, step_size, bc2_sqrt, scale, True, ALIGN, COPIES, BY_BITS)
+        _update(p_ptr, g_ptr, m_ptr, v_ptr, offs, offs < n, decay, beta1, one_minus_beta1, beta2, one_minus_beta2,
+                eps, step_size, bc2_sqrt, scale, True)
 
 
 def clip_scale(norm: Tensor, max_norm: float) -> Tensor:
@@ -160,23 +131,10 @@ class TritonAdamW(torch.optim.AdamW):
         self._chunks: dict = {}  # (device, numels) -> chunk tensor index, chunk start and numel tables
         self._ptr_tables: dict = {}  # (device, data pointers) -> the four pointer tables
         self._stepped: list[Tensor] = []  # the parameters whose count the last kernel step advanced
-        self._weight_copies: dict[Tensor, Tensor] = {}  # parameter -> its bf16 copy (set_weight_copies)
 
     def __setstate__(self, state: dict) -> None:  # copies and unpickled optimisers: a fresh cache
         super().__setstate__(state)
-        self._chunks, self._ptr_tables, self._stepped, self._weight_copies = {}, {}, [], {}
-
-    def set_weight_copies(self, pairs: list[tuple[Tensor, Tensor]]) -> None:
-        """(parameter, bf16 copy) pairs, as :meth:`mhar.model.decoder.Decoder.attach_weight_copies`
-        returns them: every step rewrites each copy from its updated parameter (in the
-        kernel, two more bytes a parameter; after torch's step for the fallback)."""
-        for p, copy in pairs:
-            if copy.dtype != torch.bfloat16 or copy.shape != p.shape or copy.device != p.device \
-                    or not copy.is_contiguous():
-                raise ValueError(f"a weight copy must be a contiguous bf16 tensor of its parameter's shape and device; "
-                                 f"got {copy.dtype} {tuple(copy.shape)} on {copy.device} for {tuple(p.shape)} "
-                                 f"on {p.device}")
-        self._weight_copies = dict(pairs)
+        self._chunks, self._ptr_tables, self._stepped = {}, {}, []
 
     def _kernel_applies(self, params: list[Tensor]) -> bool:
         def flat(t: Tensor, p: Tensor) -> bool:
@@ -241,12 +199,11 @@ class TritonAdamW(torch.optim.AdamW):
             self._chunks[key] = (_table(chunk_t, dev, torch.int32), _table(chunk_s, dev), _table(list(numels), dev))
         chunk_t, chunk_s, numel = self._chunks[key]
         tensors = [params, [p.grad for p in params], [self.state[p]["exp_avg"] for p in params],
-                   [self.state[p]["exp_avg_sq"] for p in params], [self._weight_copies.get(p) for p in params]]
-        ptrs = tuple(tuple(0 if t is None else t.data_ptr() for t in ts) for ts in tensors)
-        copies = any(ptrs[4])
+                   [self.state[p]["exp_avg_sq"] for p in params]]
+        ptrs = tuple(tuple(t.data_ptr() for t in ts) for ts in tensors)
         align = 16 if all(v % 16 == 0 for row in ptrs for v in row) else 1
         # The pointer tables, cached by their contents: a training step's tensors keep their
-        # addresses, so the five pinned host buffers and copies are made once. (At 350M on
+        # addresses, so the four pinned host buffers and copies are made once. (At 350M on
         # the H200, before this cache, a step measured 9.6 ms as called against 3.6 ms on
         # the device alone, bench/results/session10/; how much of the host's share was these
         # tables is not measured.)
@@ -254,16 +211,14 @@ class TritonAdamW(torch.optim.AdamW):
             if len(self._ptr_tables) >= 16:
                 self._ptr_tables.clear()
             self._ptr_tables[(dev, ptrs)] = tuple(_table(list(row), dev) for row in ptrs)
-        p_tab, g_tab, m_tab, v_tab, c_tab = self._ptr_tables[(dev, ptrs)]
+        p_tab, g_tab, m_tab, v_tab = self._ptr_tables[(dev, ptrs)]
         scale = (grad_scale.reshape(1).to(dev, torch.float32) if isinstance(grad_scale, Tensor)
                  else torch.full((1,), float(grad_scale), dtype=torch.float32, device=dev))
         lr = float(group["lr"])
-        _adamw_kernel[(chunk_t.numel(),)](chunk_t, chunk_s, p_tab, g_tab, m_tab, v_tab, c_tab, numel, scale,
+        _adamw_kernel[(chunk_t.numel(),)](chunk_t, chunk_s, p_tab, g_tab, m_tab, v_tab, numel, scale,
                                           1.0 - lr * float(group["weight_decay"]), b1, 1.0 - b1, b2, 1.0 - b2,
                                           group["eps"], lr / (1 - b1 ** step), (1 - b2 ** step) ** 0.5,
-                                          BLOCK=BLOCK, ALIGN=align, COPIES=copies,
-                                          BY_BITS=_interpreting() if BF16_BY_BITS is None else BF16_BY_BITS,
-                                          num_warps=WARPS)
+                                          BLOCK=BLOCK, ALIGN=align, num_warps=WARPS)
 
     def rewind_step(self) -> None:
         """Take back the last step's count where a NaN scale skipped its update (parameters,
@@ -291,6 +246,3 @@ class TritonAdamW(torch.optim.AdamW):
             step(self)
         finally:
             self.param_groups = kept
-        pairs = [(p, self._weight_copies[p]) for g in groups for p in g["params"] if p in self._weight_copies]
-        if pairs:
-            torch._foreach_copy_([c for _, c in pairs], [p.detach() for p, _ in pairs])

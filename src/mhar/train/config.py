@@ -26,7 +26,6 @@ PARALLEL = ("none", "ddp", "fsdp")  # multi-process training: mhar.train.distrib
 CUDA_GRAPHS = ("auto", "on", "off")  # mhar.train.graphs
 COMPILE = ("auto", "regions", "full", "off")
 ADAMW = ("auto", "torch", "triton")  # mhar.train.optim.build_optimizer
-WEIGHT_COPIES = ("auto", "on", "off")  # mhar.model.decoder.Decoder.attach_weight_copies
 _LEGACY_COMPILE = {True: "full", False: "off", "true": "full", "false": "off"}  # compile was a bool
 
 
@@ -109,11 +108,6 @@ class TrainConfig:
     # 1.5-2.6% shorter with it at 350M and 1B: bench/results/step_h200.md, session 10),
     # torch otherwise
     adamw: str = "auto"
-    # bf16 copies of the projections' and LM head's weights, rewritten by the Triton
-    # AdamW as it updates them, which bf16 autocast multiplies with instead of casting
-    # the fp32 weights at every use (Decoder.attach_weight_copies): auto = on with
-    # adamw=triton and bf16 autocast, off otherwise; on needs both
-    weight_copies: str = "auto"
     # recompute each sublayer in backward instead of keeping its activations: less
     # memory for about a third more compute (the stream's sources are kept either way).
     # It composes with CUDA graphs (at 350M on an H200, graphed steps were 12-14% faster
@@ -164,8 +158,6 @@ class TrainConfig:
             raise ValueError(f"cuda_graphs={self.cuda_graphs!r} is not one of {', '.join(CUDA_GRAPHS)}")
         if self.adamw not in ADAMW:
             raise ValueError(f"adamw={self.adamw!r} is not one of {', '.join(ADAMW)}")
-        if self.weight_copies not in WEIGHT_COPIES:
-            raise ValueError(f"weight_copies={self.weight_copies!r} is not one of {', '.join(WEIGHT_COPIES)}")
         if self.adamw == "triton" and self.parallel != "none":
             raise ValueError(f"adamw=triton runs in one process; parallel={self.parallel!r} needs adamw=torch")
         if self.cuda_graphs == "on" and self.parallel != "none":

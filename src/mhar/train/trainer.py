@@ -158,7 +158,6 @@ class Trainer:
         self.graphed: GraphedStep | None = None  # captured on the first step when use_graphs
         if resume_state is not None:
             self.load_state_dict(resume_state)
-        self.weight_copies = self._attach_weight_copies()
         self.log = MetricsLog(self.run_dir, resume_step=self.step if resume_state is not None else None,
                               tensorboard=self.is_main()) if self.is_main() else None
 
@@ -217,20 +216,6 @@ class Trainer:
         return torch.nn.utils.get_total_norm([p.grad for p in self.model.parameters() if p.grad is not None])
 
     # ------------------------------------------------------------------ setup
-    def _attach_weight_copies(self) -> bool:
-        """cfg.weight_copies: the model's bf16 weight copies, which the Triton AdamW keeps."""
-        setting = self.cfg.weight_copies
-        able = (self.adamw == "triton" and self.amp_dtype == torch.bfloat16
-                and hasattr(self.model, "attach_weight_copies"))
-        if setting == "on" and not able:
-            raise ValueError("weight_copies=on needs adamw=triton (one process on CUDA), bf16 autocast and a model "
-                             f"with attach_weight_copies; this run has adamw={self.adamw}, autocast "
-                             f"{self.amp_dtype} and a {type(self.model).__name__}")
-        if setting == "off" or not able:
-            return False
-        self.optimizer.set_weight_copies(self.model.attach_weight_copies(torch.bfloat16))
-        return True
-
     def _amp_dtype(self) -> torch.dtype | None:
         if self.cfg.dtype == "bfloat16" or (self.cfg.dtype == "auto" and self.device.type == "cuda"):
             return torch.bfloat16
@@ -303,8 +288,6 @@ class Trainer:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
-        if hasattr(self.model, "refresh_weight_copies"):  # the bf16 copies follow the loaded weights
-            self.model.refresh_weight_copies()
         # torch's load_state_dict takes every group setting from the checkpoint, including
         # the implementation (fused / foreach) chosen for the run that saved it: keep ours
         impl = [{k: g[k] for k in ("fused", "foreach") if k in g} for g in self.optimizer.param_groups]
@@ -495,7 +478,6 @@ class Trainer:
             "dtype": str(self.amp_dtype or torch.float32).replace("torch.", ""),
             # what the run's "auto" settings resolved to
             "compile": self.compile_mode(), "cuda_graphs": self.use_graphs, "adamw": self.adamw,
-            "weight_copies": self.weight_copies,
             "torch": torch.__version__,
         }
 
