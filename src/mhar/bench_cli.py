@@ -405,12 +405,13 @@ def run_in_processes(args: argparse.Namespace) -> int:
 
     lines = [f"# Training-step benchmark ({meta['device']}), {args.processes} processes: median (min-max)", "",
              "| " + " | ".join(f"{k}: {v}" for k, v in meta.items() if k != "runs") + " |", "",
-             "| preset | method | batch x seq x accum | step ms | MFU % | peak GB | x baseline tput "
-             "| x baseline mem | processes |", "|---|---|---|---|---|---|---|---|---|"]
+             "| preset | method | batch x seq x accum | step ms | tokens/s | MFU % | peak GB | x baseline tput "
+             "| x baseline mem | processes |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         label = r["method"] + (" (graph)" if r["cuda_graphs"] else "")
         lines.append(f"| {r['preset']} | {label} | {r['batch']}x{r['seq_len']}x{r['accum']} | "
-                     f"{cell(r, 'step_ms', '.1f')} | {cell(r, 'mfu', '.1f', 100.0)} | {cell(r, 'peak_mem_gb', '.2f')} | "
+                     f"{cell(r, 'step_ms', '.1f')} | {cell(r, 'tokens_per_s', ',.0f')} | {cell(r, 'mfu', '.1f', 100.0)} | "
+                     f"{cell(r, 'peak_mem_gb', '.2f')} | "
                      f"{cell(r, 'throughput_vs_baseline', '.3f')} | {cell(r, 'memory_vs_baseline', '.3f')} | "
                      f"{r['processes']}{' (' + str(len(r['errors'])) + ' failed)' if 'errors' in r else ''} |")
     (out_dir / f"step_{stem}.md").write_text("\n".join(lines) + "\n")

@@ -119,6 +119,8 @@ def test_bench_step_in_fresh_processes(tmp_path, capsys):
         assert row["throughput_vs_baseline"] == pytest.approx(sum(ratios) / 2)
     md = (tmp_path / "step_s.md").read_text()
     assert "2 processes: median (min-max)" in md and "| tiny | mhar |" in md
+    tokens = sorted(run[0]["tokens_per_s"] for run in runs)  # the baseline row's tokens/s: median (min-max)
+    assert f"| {sum(tokens) / 2:,.0f} ({tokens[0]:,.0f}-{tokens[1]:,.0f}) |" in md
     assert main(["bench", "step", "--preset", "tiny", "--processes", "0", "--out", str(tmp_path)]) == 2
     assert "--processes must be at least 1" in capsys.readouterr().err
 
