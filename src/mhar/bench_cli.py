@@ -410,8 +410,8 @@ def run_in_processes(args: argparse.Namespace) -> int:
     for r in results:
         label = r["method"] + (" (graph)" if r["cuda_graphs"] else "")
         lines.append(f"| {r['preset']} | {label} | {r['batch']}x{r['seq_len']}x{r['accum']} | "
-                     f"{cell(r, 'step_ms', '.1f')} | {cell(r, 'tokens_per_s', ',.0f')} | {cell(r, 'mfu', '.1f', 100.0)} | "
-                     f"{cell(r, 'peak_mem_gb', '.2f')} | "
+                     f"{cell(r, 'step_ms', '.1f')} | {cell(r, 'tokens_per_s', ',.0f')} | "
+                     f"{cell(r, 'mfu', '.1f', 100.0)} | {cell(r, 'peak_mem_gb', '.2f')} | "
                      f"{cell(r, 'throughput_vs_baseline', '.3f')} | {cell(r, 'memory_vs_baseline', '.3f')} | "
                      f"{r['processes']}{' (' + str(len(r['errors'])) + ' failed)' if 'errors' in r else ''} |")
     (out_dir / f"step_{stem}.md").write_text("\n".join(lines) + "\n")
