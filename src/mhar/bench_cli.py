@@ -280,6 +280,7 @@ def run_bench_step(args: argparse.Namespace) -> int:
             release_memory()
             model = build(preset, method, seq_len, args.overrides, args.chunk, device)
             model.activation_checkpointing = args.activation_checkpointing
+            model.fused_projections = args.fused_projections == "on"
             try:
                 # a function past torch.compile's budget of variants would run uncompiled
                 # and be timed as if compiled: that row fails instead (session 8)
@@ -477,6 +478,8 @@ def register(sub) -> None:
     s.add_argument("--compile", choices=("regions", "full", "off"), default="regions",
                    help="regions: compile each sublayer once (fast to compile); full: the whole model")
     s.add_argument("--activation-checkpointing", action="store_true")
+    s.add_argument("--fused-projections", choices=("on", "off"), default="on",
+                   help="compiled: q/k/v and gate/up each as one product (off: one product per projection)")
     s.add_argument("--adamw", choices=("auto", "torch", "triton"), default="auto",
                    help="the optimiser phase: clip_grad_norm_ + torch's fused AdamW, or the norm + one Triton "
                         "kernel with the clip folded in (mhar.train.adamw_kernel); auto: triton on CUDA, "
