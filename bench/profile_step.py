@@ -21,7 +21,7 @@ from pathlib import Path
 
 from torch.autograd import DeviceType
 
-from mhar.bench_cli import PAPER_MICROBATCH, build, fail_on_recompile_limit, set_fused_projections, time_step
+from mhar.bench_cli import PAPER_MICROBATCH, build, fail_on_recompile_limit, time_step
 from mhar.train.trainer import release_memory
 
 
@@ -111,8 +111,6 @@ def main() -> None:
     ap.add_argument("--activation-checkpointing", action="store_true",
                     help="recompute every sublayer in backward (session 8: block MHAR's checkpointed step was "
                          "slower graphed than eager; this profiles either way)")
-    ap.add_argument("--fused-projections", choices=("on", "off", "attention", "mlp"), default="on",
-                    help="mhar bench step's option (attention / mlp: only those projections fused)")
     ap.add_argument("--out", default="bench/results/profile")
     args = ap.parse_args()
     out = Path(args.out)
@@ -123,7 +121,6 @@ def main() -> None:
         release_memory()  # the previous model (compiled modules sit in reference cycles)
         model = build(args.preset, method, seq, [], args.chunk, "cuda")
         model.activation_checkpointing = args.activation_checkpointing
-        set_fused_projections(model, args.fused_projections)
         # the timed steps graphed (the default on a GPU), then 2 more under the profiler
         with fail_on_recompile_limit():  # never profile a region that fell back to uncompiled
             timed = time_step(model, batch, seq, steps=4, warmup=3, compile_mode=args.compile,
@@ -137,8 +134,7 @@ def main() -> None:
         launches[method]["total"] = sum(launches[method].values())
         by_kind = "\n".join(f"  {k:12s} {ms:8.2f} ms" for k, ms in kinds[method].items())
         by_kind += "\n\nthe longest kernels of each kind (ms per step):\n" + top_names(names, 10)
-        tags = ("_eager" if args.eager else "") + ("" if args.fused_projections == "on" else
-                                                   f"_fused-{args.fused_projections}") + ("_ckpt" if args.activation_checkpointing else "") \
+        tags = ("_eager" if args.eager else "") + ("_ckpt" if args.activation_checkpointing else "") \
             + (f"_accum{args.accum}" if args.accum > 1 else "")
         path = out / f"profile_{args.preset}_{method}_{args.compile}{tags}.txt"
         how = ("" if args.eager else " graphed") + (", checkpointed" if args.activation_checkpointing else "")

@@ -59,7 +59,6 @@ import torch._dynamo
 from mhar.gpu_clock import ClockSampler
 from mhar.model import Decoder, apply_overrides, get_preset, method_stream
 from mhar.model.config import SCHEDULES
-from mhar.model.layers import MLP, Attention
 from mhar.model.loss import linear_cross_entropy
 from mhar.train.graphs import GraphedStep
 from mhar.train.trainer import release_memory
@@ -281,7 +280,6 @@ def run_bench_step(args: argparse.Namespace) -> int:
             release_memory()
             model = build(preset, method, seq_len, args.overrides, args.chunk, device)
             model.activation_checkpointing = args.activation_checkpointing
-            set_fused_projections(model, args.fused_projections)
             try:
                 # a function past torch.compile's budget of variants would run uncompiled
                 # and be timed as if compiled: that row fails instead (session 8)
@@ -338,13 +336,6 @@ def run_bench_step(args: argparse.Namespace) -> int:
 
 
 _STEP_PARSER: list[argparse.ArgumentParser] = []  # `bench step`'s parser, set by register()
-
-
-def set_fused_projections(model, which: str) -> None:
-    """``--fused-projections``: on, off, or only the attention's or only the MLP's."""
-    for m in model.modules():
-        if isinstance(m, (Attention, MLP)):
-            m.fuse_projections = which == "on" or which == ("attention" if isinstance(m, Attention) else "mlp")
 
 
 def step_argv(args: argparse.Namespace, **changes) -> list[str]:
@@ -486,9 +477,6 @@ def register(sub) -> None:
     s.add_argument("--compile", choices=("regions", "full", "off"), default="regions",
                    help="regions: compile each sublayer once (fast to compile); full: the whole model")
     s.add_argument("--activation-checkpointing", action="store_true")
-    s.add_argument("--fused-projections", choices=("on", "off", "attention", "mlp"), default="on",
-                   help="compiled: q/k/v and gate/up each as one product (off: one product per projection; "
-                        "attention / mlp: only those)")
     s.add_argument("--adamw", choices=("auto", "torch", "triton"), default="auto",
                    help="the optimiser phase: clip_grad_norm_ + torch's fused AdamW, or the norm + one Triton "
                         "kernel with the clip folded in (mhar.train.adamw_kernel); auto: triton on CUDA, "

@@ -46,19 +46,6 @@ class Decoder(nn.Module):
     def gradient_checkpointing(self, enable: bool) -> None:
         self.activation_checkpointing = bool(enable)
 
-    @property
-    def fused_projections(self) -> bool:
-        """Under torch.compile, q/k/v and gate/up each run as one product with their
-        weights concatenated (:func:`mhar.model.layers.fused_linear`); on by default.
-        Eager runs are unaffected either way."""
-        return all(m.fuse_projections for m in self.modules() if hasattr(m, "fuse_projections"))
-
-    @fused_projections.setter
-    def fused_projections(self, enable: bool) -> None:
-        for m in self.modules():
-            if hasattr(m, "fuse_projections"):
-                m.fuse_projections = bool(enable)
-
     def reset_parameters(self) -> None:
         """N(0, init_std^2) for every matrix and the embedding; norms ones; biases zero.
         The stream strategies initialise their own parameters (queries zero, ...)."""

@@ -109,37 +109,6 @@ class KVCache:
         self.values = [None if v is None else v.index_select(0, index) for v in self.values]
 
 
-def fused_linear(projections: tuple[nn.Module, ...], x: Tensor, fuse: bool,
-                 interleave: bool = False) -> tuple[Tensor, ...]:
-    """Each projection of the same input ``x``. Inside torch.compile (and with ``fuse``)
-    as one product with the weights concatenated: fewer, larger GEMMs, and in backward
-    the input's gradient comes out of one product instead of one per projection plus
-    their sum. Inductor fuses the concatenation into the bf16 cast that autocast makes
-    of every weight anyway, so it costs no extra pass. Eager runs keep one product per
-    projection: bit for bit what transformers computes, and no weight copy per call
-    (generation). Only plain ``nn.Linear`` projections fuse: a wrapped or replaced one
-    (an adapter, a quantised layer) runs as its own module.
-
-    ``interleave`` (projections of one width): the weights' rows alternate, so the
-    product's columns do too. For outputs consumed element by element together (SwiGLU's
-    gate and up), the backward then writes the product's gradient with each pair side
-    by side; concatenated, inductor's kernel loaded every input twice, once for each
-    half of the gradient it wrote (session 31: 30% slower at 350M)."""
-    if not (fuse and torch.compiler.is_compiling() and all(type(p) is nn.Linear for p in projections)):
-        return tuple(p(x) for p in projections)
-    # interleaved: stack on a new second dimension, then flatten it into the rows
-    join = (lambda ts: torch.stack(ts, dim=1).flatten(0, 1)) if interleave else torch.cat
-    weight = join([p.weight for p in projections])
-    bias = None
-    if any(p.bias is not None for p in projections):
-        bias = join([torch.zeros(p.out_features, dtype=p.weight.dtype, device=p.weight.device)
-                     if p.bias is None else p.bias for p in projections])
-    out = F.linear(x, weight, bias)
-    if interleave:
-        return out.unflatten(-1, (projections[0].out_features, len(projections))).unbind(-1)
-    return out.split([p.out_features for p in projections], dim=-1)
-
-
 class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig, layer_index: int):
         super().__init__()
@@ -152,14 +121,12 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(cfg.n_heads * hd, d, bias=False)
         self.q_norm = RMSNorm(hd, cfg.norm_eps) if cfg.qk_norm else None
         self.k_norm = RMSNorm(hd, cfg.norm_eps) if cfg.qk_norm else None
-        self.fuse_projections = True  # see fused_linear
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: KVCache | None = None) -> Tensor:
         B, T, _ = x.shape
-        q, k, v = fused_linear((self.q_proj, self.k_proj, self.v_proj), x, self.fuse_projections and cache is None)
-        q = q.view(B, T, self.n_heads, self.head_dim)
-        k = k.view(B, T, self.n_kv_heads, self.head_dim)
-        v = v.view(B, T, self.n_kv_heads, self.head_dim)
+        q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim)
+        k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim)
+        v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
@@ -194,11 +161,9 @@ class MLP(nn.Module):
         self.gate_proj = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
         self.up_proj = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
         self.down_proj = nn.Linear(cfg.d_ff, cfg.d_model, bias=False)
-        self.fuse_projections = True  # see fused_linear
 
     def forward(self, x: Tensor) -> Tensor:
-        gate, up = fused_linear((self.gate_proj, self.up_proj), x, self.fuse_projections, interleave=True)
-        return self.down_proj(F.silu(gate) * up)
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
 class _Sublayer(nn.Module):
