@@ -11,5 +11,5 @@ nvidia-smi --query-gpu=name --format=csv,noheader | tee $R/gpu.csv
 for f in mlp off; do
   timeout 75 python3 .old/bench/profile_step.py --preset paper-350m --methods baseline --fused-projections $f \
     --out $R > $R/profile_$f.log 2>&1
-  echo "$f:"; head -1 $R/profile_$f.log; pack
+  echo "$f:"; sed -n "/by kind/,/total/p" $R/profile_paper-350m_baseline_regions_fused-$f.txt; pack
 done
