@@ -281,12 +281,20 @@ _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 12
 # direct_rows: route_partial_rows's sites write their rows' gradients into phase 1's
 # buffer (PhaseOneRows); False takes the rows as autograd views, which stacks them (for
 # side-by-side timing).
+# rows_bf16: with bf16 sources, direct rows keep o in bf16, not fp32 (m and l stay fp32):
+# phase 1 writes each site's row and phase 2 (or finalize) reads it once, the largest
+# bytes of phase 1's forward after the sources (session 26's floors: at 1024/49 with
+# 8 heads 3.3 of its 9.2 GB a step were the fp32 rows, and as many again read back).
+# Both kernels still accumulate in fp32; the row is rounded once, to the precision of
+# the sources it sums (o / l is a weighted mean of them), and the site's read, rounded to
+# bf16 in its turn, carries at most that rounding twice. Routes that are not direct rows
+# (route_partial, the reference) keep fp32 partials.
 _PHASE1_DOT = {"fwd_dot": False, "fwd_dot_progs_per_sm": 2, "dot_sources": 16, "dot_warps": 8, "dot_stages": 3,
                "dot_sumsq_products": True,
                "coef_dot": False, "coef_dot_progs_per_sm": 1,
                "coef_split": True, "coef_split_progs_per_sm": 8, "coef_split_warps": 1,
                "fwd_split": True, "fwd_split_progs_per_sm": 8, "fwd_split_warps": 1, "fwd_dot_min_queries": 2,
-               "direct_rows": True, "dot_lane_groups": 8, "dot_group_scales": True, "fwd_dot_stages": None,
+               "direct_rows": True, "rows_bf16": True, "dot_lane_groups": 8, "dot_group_scales": True, "fwd_dot_stages": None,
                "merge_scales": True}
 # One head (its lane groups) pipelines its COEF pass in 2 stages ("dot_stages") and its
 # forward in 3 ("fwd_dot_stages", where set: the forward's own). In the whole step at
@@ -555,8 +563,10 @@ def _route_weights(queries: Tensor, norm_weights: Tensor) -> Tensor:
 
 def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, heads: int, eps: float,
                     final: bool, init: Partial | None = None, want_rstd: bool = False,
-                    scales: KeyScales | None = None, w: Tensor | None = None, last_scale: Tensor | None = None):
-    """final: (y, lse) of one query; else (m, l, o) of S queries. init (final only): a
+                    scales: KeyScales | None = None, w: Tensor | None = None, last_scale: Tensor | None = None,
+                    o_dtype: torch.dtype = torch.float32):
+    """final: (y, lse) of one query; else (m, l, o) of S queries, o in ``o_dtype`` (fp32,
+    or bf16 for direct rows, config "rows_bf16"). init (final only): a
     one-row partial read of other sources that the read starts from (fused phase 2).
     want_rstd (partial reads): also return the sources' key-norm scales (n_src, n_tok) for
     the backward's COEF pass with a head per program, or None where it does not run.
@@ -586,7 +596,7 @@ def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, h
         return y, lse
     m = _new((S, n_tok, heads), torch.float32, dev)
     l = _new((S, n_tok, heads), torch.float32, dev)
-    o = _new((S, n_tok, d), torch.float32, dev)
+    o = _new((S, n_tok, d), o_dtype, dev)
     dot = _dot_tile(cfg, "fwd_dot", dh, heads, S, align, srcs[0]) if S >= cfg["fwd_dot_min_queries"] else None
     done = False  # by the kernel as matrix products
     rstd = None
@@ -895,12 +905,13 @@ def _ref_backward(srcs, queries, norm_weights, grad, stat, off, heads, eps) -> l
 
 def _forward_impl(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, heads: int, eps: float,
                   final: bool, want_rstd: bool = False, scales: KeyScales | None = None,
-                  w: Tensor | None = None) -> tuple[Tensor, ...]:
+                  w: Tensor | None = None, o_dtype: torch.dtype = torch.float32) -> tuple[Tensor, ...]:
     """final: (y, lse) of one query; else (m, l, o) of S queries, and with want_rstd the
-    sources' key-norm scales or None (``_triton_forward``; w as there)."""
+    sources' key-norm scales or None (``_triton_forward``; w and o_dtype as there: the
+    reference's o is fp32 whatever o_dtype)."""
     if _use_triton(srcs[0]):
         return _triton_forward(srcs, queries, norm_weights, heads, eps, final, want_rstd=want_rstd, scales=scales,
-                               w=w)
+                               w=w, o_dtype=o_dtype)
     m, l, o = _ref_partial(srcs, queries, norm_weights, heads, eps)
     if not final:
         return (m.contiguous(), l.contiguous(), o.contiguous()) + ((None,) if want_rstd else ())
@@ -1134,8 +1145,12 @@ class _PartialFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, queries, norm_weights, heads, eps, sink, grads, scales, *sources):
         ctx.w = _route_weights(queries, norm_weights) if _use_triton(sources[0]) else None
+        o_dtype = torch.float32
+        if grads is not None and sources[0].dtype == torch.bfloat16 and \
+                _cfg(padded_width(queries.shape[-1], heads), heads > 1)["rows_bf16"]:
+            o_dtype = torch.bfloat16  # direct rows: only the sites' kernels read o
         m, l, o, rstd = _forward_impl(list(sources), queries, norm_weights, heads, eps, False, want_rstd=True,
-                                      scales=scales, w=ctx.w)
+                                      scales=scales, w=ctx.w, o_dtype=o_dtype)
         ctx.save_for_backward(queries, norm_weights, m, rstd, *sources)
         ctx.heads, ctx.eps, ctx.sink, ctx.grads = heads, eps, sink, grads
         ctx.mark_non_differentiable(m)
@@ -1343,7 +1358,7 @@ class _FinalizeFn(torch.autograd.Function):
             l, o, m = l[row[1]:row[1] + 1], o[row[1]:row[1] + 1], m[row[1]]
         S, M, H = l.shape
         d = o.shape[-1]
-        if o.dtype == l.dtype and _finalize_on_triton(l, dtype):
+        if o.dtype in (l.dtype, torch.bfloat16) and _finalize_on_triton(l, dtype):
             x = _triton_finalize(l, o, dtype).view(S, *shape)
         else:
             x = (o.view(S, M, H, d // H) / l.unsqueeze(-1)).view(S, *shape).to(dtype)
@@ -1500,7 +1515,8 @@ def route_partial_rows(sources, queries: Tensor, norm_weights: Tensor, heads: in
                        scales: KeyScales | None = None) -> PhaseOneRows:
     """``route_partial`` for S sites that each take their row (``rows[i]``) to
     ``route_merge`` or ``finalize``: on the eager Triton path their gradients then go
-    straight into one buffer for the phase-1 backward (see :class:`PhaseOneRows`)."""
+    straight into one buffer for the phase-1 backward (see :class:`PhaseOneRows`), and
+    with bf16 sources the read's o is bf16 (config "rows_bf16")."""
     srcs = _as_list(sources)
     if _compiling() or not srcs or not _use_triton(srcs[0]) or \
             not _cfg(padded_width(queries.shape[-1], heads), heads > 1)["direct_rows"]:

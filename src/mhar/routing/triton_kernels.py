@@ -198,10 +198,11 @@ def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, M0, L0, O0,
                 FINAL: tl.constexpr, INIT: tl.constexpr = False, PF: tl.constexpr = 1,
                 SCALE_OUT=None, LAST_SCALE: tl.constexpr = False):
     """INIT (one query): the online softmax starts from a phase-1 partial read of other
-    sources, M0/L0 (n_tok, H) and O0 (n_tok, d) fp32, instead of from empty: phase 2 of
-    the two-phase schedule, merged and normalised in the same pass. LAST_SCALE: also
-    write the last source's key-norm scale 1 / rms (n_tok,) fp32 into SCALE_OUT, for the
-    stream's KeyScales (op's merge_scales)."""
+    sources, M0/L0 (n_tok, H) fp32 and O0 (n_tok, d) fp32 or bf16 (op's "rows_bf16"),
+    instead of from empty: phase 2 of the two-phase schedule, merged and normalised in the
+    same pass. LAST_SCALE: also write the last source's key-norm scale 1 / rms (n_tok,)
+    fp32 into SCALE_OUT, for the stream's KeyScales (op's merge_scales). A partial read
+    (not FINAL) stores o in OUT_O's dtype (fp32, or bf16 for "rows_bf16")."""
     s = tl.program_id(0)
     tile = tl.program_id(1)
     rm = tile * BM + tl.arange(0, BM)
@@ -217,7 +218,7 @@ def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, M0, L0, O0,
     if INIT:
         m_i = tl.load(M0 + hoffs, mask=hmask, other=float("-inf"))
         l_i = _ld(L0 + hoffs, hmask, EVEN)
-        acc_a = _ld(O0 + offs_a, mask_a, EVEN)
+        acc_a = _ld(O0 + offs_a, mask_a, EVEN).to(tl.float32)
     else:
         m_i = tl.full([BM, HP], float("-inf"), tl.float32)
         l_i = tl.zeros([BM, HP], tl.float32)
@@ -234,7 +235,7 @@ def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, M0, L0, O0,
         mask_b = mmask[:, None, None, None] & cmask_b[None, :, :, :]
         wb = _ld(W + s * d + col_b, cmask_b, EVEN).to(tl.float32)
         if INIT:
-            acc_b = _ld(O0 + offs_b, mask_b, EVEN)
+            acc_b = _ld(O0 + offs_b, mask_b, EVEN).to(tl.float32)
         else:
             acc_b = tl.zeros(offs_b.shape, tl.float32)
         xb_n = _ld(p0 + offs_b, mask_b, EVEN)
@@ -282,9 +283,9 @@ def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, M0, L0, O0,
         base_o = s.to(tl.int64) * n_tok * d
         _st(OUT_M + base_h + hoffs, m_i, hmask, EVEN)
         _st(OUT_L + base_h + hoffs, l_i, hmask, EVEN)
-        _st(OUT_O + base_o + offs_a, acc_a, mask_a, EVEN)
+        _st(OUT_O + base_o + offs_a, acc_a.to(OUT_O.dtype.element_ty), mask_a, EVEN)
         if HAS_B:
-            _st(OUT_O + base_o + offs_b, acc_b, mask_b, EVEN)
+            _st(OUT_O + base_o + offs_b, acc_b.to(OUT_O.dtype.element_ty), mask_b, EVEN)
 
 
 @triton.jit
@@ -1030,14 +1031,14 @@ def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, RSTD, n_src, n_tok, n_q,
             if SCALES:
                 qrow = rq[None, :, None].to(tl.int64) * n_tok * d + row    # (1, SP, 1)
                 q_on = rq[None, :, None] < n_q
-                tl.store(OUT_O + qrow + cxa, acc_a, mask=cmxa & q_on)
+                tl.store(OUT_O + qrow + cxa, acc_a.to(OUT_O.dtype.element_ty), mask=cmxa & q_on)
                 if DB > 0:
-                    tl.store(OUT_O + qrow + cxb, acc_b, mask=cmxb & q_on)
+                    tl.store(OUT_O + qrow + cxb, acc_b.to(OUT_O.dtype.element_ty), mask=cmxb & q_on)
             else:
                 qrow = rq[None, None, :].to(tl.int64) * n_tok * d + row    # (1, 1, SP)
-                tl.store(OUT_O + qrow + cwa, acc_a, mask=cmwa & qon)
+                tl.store(OUT_O + qrow + cwa, acc_a.to(OUT_O.dtype.element_ty), mask=cmwa & qon)
                 if DB > 0:
-                    tl.store(OUT_O + qrow + cwb, acc_b, mask=cmwb & qon)
+                    tl.store(OUT_O + qrow + cwb, acc_b.to(OUT_O.dtype.element_ty), mask=cmwb & qon)
 
 
 @triton.jit
@@ -1226,7 +1227,7 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_
 @triton.jit
 def _finalize_fwd_kernel(O, L, X, n_tok, d: tl.constexpr, dh: tl.constexpr, H: tl.constexpr,
                          BM: tl.constexpr, BD: tl.constexpr):
-    """X = O / L per head: O (n_tok, d) and L (n_tok, H) fp32, X (n_tok, d) in its own
+    """X = O / L per head: O (n_tok, d) fp32 or bf16 and L (n_tok, H) fp32, X (n_tok, d) in its own
     dtype. Program pid: head pid % H (the heads of a token block side by side) of tokens
     (pid // H) * BM ..; the head's dh columns in chunks of BD. Division rounded as torch's
     (div_rn; triton's ``/`` is an approximate one), so that x equals the eager path's."""
@@ -1241,7 +1242,7 @@ def _finalize_fwd_kernel(O, L, X, n_tok, d: tl.constexpr, dh: tl.constexpr, H: t
     for c0 in range(0, dh, BD):
         cols = c0 + tl.arange(0, BD)
         mask = rmask[:, None] & (cols < dh)[None, :]
-        o = tl.load(O + row + cols[None, :], mask=mask, other=0.0)
+        o = tl.load(O + row + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         tl.store(X + row + cols[None, :], tl.math.div_rn(o, l).to(X.dtype.element_ty), mask=mask)
 
 
