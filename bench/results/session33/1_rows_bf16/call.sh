@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# session 32 call 1: op's "rows_bf16" (direct phase-1 rows keep o in bf16, not fp32) on
+# session 33 call 1 (written in session 32): op's "rows_bf16" (direct phase-1 rows keep o in bf16, not fp32) on
 # the GPU for the first time: its GPU tests; the whole routing step at 1024/24, 8 heads,
 # chunks of 8, on and off in one process; then the 350M baseline and mhar, on (the
 # default) and off (MHAR_ROUTING_CONFIG), one process each.
-# run: C=<commit> OUT=$OUT bash bench/results/session32/1_rows_bf16/call.sh
+# run: C=<commit> OUT=$OUT bash bench/results/session33/1_rows_bf16/call.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1 MHAR_COMMIT=$C PYTHONPATH=$PWD/src
 R=$OUT/r; mkdir -p $R

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# session 32 call 2: op's "rows_bf16" at 1B and 100M: baseline and mhar, on (the
+# session 33 call 2 (written in session 32): op's "rows_bf16" at 1B and 100M: baseline and mhar, on (the
 # default) and off (MHAR_ROUTING_CONFIG), one process each, 30 steps.
-# run: C=<commit> OUT=$OUT bash bench/results/session32/2_rows_bf16_1b_100m/call.sh
+# run: C=<commit> OUT=$OUT bash bench/results/session33/2_rows_bf16_1b_100m/call.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1 MHAR_COMMIT=$C PYTHONPATH=$PWD/src
 R=$OUT/r; mkdir -p $R
