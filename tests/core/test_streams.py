@@ -165,6 +165,50 @@ def test_two_phase_equals_one_pass(name, kw):
         torch.testing.assert_close(p1.grad, p2.grad, rtol=1e-4, atol=1e-6, msg=n)
 
 
+@pytest.mark.parametrize("schedule", ["one-pass", "two-phase"])
+@pytest.mark.parametrize("block_size", [1, 2, 4])
+def test_block_running_sums_through_the_sink_equal_autograd_sums(schedule, block_size, monkeypatch):
+    # block routing's running sums read through the summary's sink entry (their reads'
+    # gradients summed into one tensor) give autograd's gradients; with 6 sublayers a block
+    # of 4 leaves a partial last block
+    from mhar import routing
+    from mhar.streams import base
+
+    torch.manual_seed(8)
+    model = Decoder(small_config(StreamConfig(method="routed", heads=2, block_size=block_size, schedule=schedule)))
+    randomize_routing(model)
+    x = torch.randint(0, 97, (2, 12))
+
+    def grads():
+        model.zero_grad(set_to_none=True)
+        model(x).square().mean().backward()
+        return {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    sinks, Sink = [], routing.GradientSink
+    monkeypatch.setattr(base.routing, "GradientSink", lambda: sinks.append(Sink()) or sinks[-1])
+    with_sink = grads()
+    (sink,) = sinks
+    assert sink.buffers and all(b is None for b in sink.buffers) and not sink.held  # every sum handed over
+    monkeypatch.setattr(base.routing, "GradientSink", lambda: None)  # no sink: autograd sums every gradient
+    without = grads()
+    for name, g in without.items():
+        torch.testing.assert_close(with_sink[name], g, rtol=1e-5, atol=1e-7, msg=name)
+
+
+def test_running_sum_read_elsewhere_is_an_error():
+    from mhar import routing
+
+    sink = routing.GradientSink()
+    a, b = torch.randn(3, 4, requires_grad=True), torch.randn(3, 4, requires_grad=True)
+    index = sink.reserve()
+    total = sink.running_sum(sink.running_sum(None, a, index), b, index)
+    summary = sink.register(total, index)
+    with pytest.raises(RuntimeError, match="running sum"):
+        (summary.sum() + total.sum()).backward()  # the sum also used outside its entry
+    with pytest.raises(ValueError, match="not reserved"):
+        sink.register(torch.randn(3, 4), 7)
+
+
 @pytest.mark.parametrize("heads", [1, 4])
 def test_block_size_one_equals_full_routing(heads):
     torch.manual_seed(7)

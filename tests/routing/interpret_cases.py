@@ -459,22 +459,21 @@ def test_gradient_sink_bf16(gen):
     check_sink_chain(5, (6,), 64, 8, dtype=torch.bfloat16, tol=2e-2, gen=gen, extra=True)
 
 
-class _NoSink:
-    """A sink that does nothing: sources stay plain and autograd sums their gradients."""
-
-    def register(self, source):
-        return source
-
-    def span(self, start, count):
-        return None
+@pytest.mark.parametrize("n_sites,d,heads,block,two_phase", [(7, 32, 4, 3, False), (7, 32, 4, 3, True),
+                                                             (5, 24, 1, 2, True), (4, 40, 8, 4, False)])
+def test_gradient_sink_block_running_sums(n_sites, d, heads, block, two_phase, gen):
+    # block routing's running sums read through their summary's sink entry: every read's
+    # gradient of a running sum added into one tensor in the backward kernel
+    check_sink_chain(n_sites, (5,), d, heads, gen=gen, chunk=int(two_phase), block=block)
 
 
 @pytest.mark.parametrize("method,overrides", [("mhar", {}), ("mhar", dict(block_size=3)),
+                                              ("mhar", dict(block_size=3, schedule="two-phase")),
                                               ("mhar", dict(schedule="two-phase", chunk=3)),
                                               ("delta", dict(block_size=2))])
 def test_model_gradient_sink(method, overrides, gen, monkeypatch):
-    # a model's gradients with its sources' gradients summed in the backward kernel equal
-    # those with autograd summing them (the sink switched off)
+    # a model's gradients with its sources' gradients (and block routing's running sums')
+    # summed in the backward kernel equal those with autograd summing them (no sink)
     from mhar.model import Decoder, ModelConfig
     from mhar.model.config import method_stream
     from mhar.streams import base
@@ -498,16 +497,16 @@ def test_model_gradient_sink(method, overrides, gen, monkeypatch):
     registered = []
 
     class CountingSink(routing.GradientSink):
-        def register(self, source):
+        def register(self, source, index=None):
             registered.append(source)
-            return super().register(source)
+            return super().register(source, index)
 
     monkeypatch.setattr(base.routing, "GradientSink", CountingSink)
     with_sink = grads()
     assert registered, "the stream did not use the sink"
     if method == "mhar":  # every source of the routed stream is registered once
         assert len(registered) == model.residual.num_sources
-    monkeypatch.setattr(base.routing, "GradientSink", _NoSink)
+    monkeypatch.setattr(base.routing, "GradientSink", lambda: None)  # no sink: autograd sums every gradient
     without = grads()
     for name, g in without.items():
         assert rel(with_sink[name], g) <= 1e-5, name

@@ -153,7 +153,7 @@ def check_deterministic(n, lead, d, heads, S=1, device="cpu", dtype=torch.float3
         assert torch.equal(x, y)
 
 
-def _chain(emb, leaves, q, g, heads, extra, chunk, sink):
+def _chain(emb, leaves, q, g, heads, extra, chunk, sink, block=0):
     """The miniature stream of :func:`check_sink_chain`; sink None: plain autograd (and
     the reference read when the inputs are fp64)."""
     fp64 = emb.dtype == torch.float64
@@ -165,6 +165,8 @@ def _chain(emb, leaves, q, g, heads, extra, chunk, sink):
             return R.route(srcs, q[k], g[k], heads)
         return routing.route(srcs, q[k], g[k], heads, sink=sp)
 
+    if block:
+        return _block_chain(emb, leaves, q, g, heads, chunk, sink, block, read)
     sources = [add(emb * 1)]
     start, rows = 0, None
     scales = routing.KeyScales()  # one per forward, as the routed stream keeps
@@ -187,26 +189,59 @@ def _chain(emb, leaves, q, g, heads, extra, chunk, sink):
     return read(sources, len(leaves), span(0, len(sources)))
 
 
+def _block_chain(emb, leaves, q, g, heads, two_phase, sink, block, read):
+    """Block routing in miniature: the sources are the embedding and the block summaries,
+    and a block's later sites also read its running sum. With a sink the sum is built by
+    ``running_sum``, read through the summary's reserved entry, and with ``two_phase``
+    each block's sites take phase-1 rows, then the running sum's fused merge. Without a
+    sink: plain sums and one-pass reads (the reference)."""
+    register = sink.register if sink is not None else (lambda t, entry=None: t)
+    span = sink.span if sink is not None else (lambda start, count: None)
+    sources, total, entry, rows = [register(emb * 1)], None, None, None
+    for k in range(len(leaves)):
+        j = k % block
+        if j == 0 and sink is not None:
+            entry = sink.reserve()
+            if two_phase:
+                rows = routing.route_partial_rows(sources, q[k:k + block], g[k:k + block], heads,
+                                                  sink=span(0, len(sources)))
+        if rows is not None:
+            y = routing.route_merge(rows[j], [total], q[k], g[k], heads, sink=span(entry, 1)) if j else \
+                routing.finalize(rows[j], emb.shape, emb.dtype)[0]
+        else:
+            srcs = sources + ([total] if j else [])
+            y = read(srcs, k, span(0, len(srcs)))
+        y = y * leaves[k]
+        if sink is not None:
+            total = sink.running_sum(total if j else None, y, entry)
+        else:
+            total = total + y if j else y
+        if j == block - 1 or k == len(leaves) - 1:
+            sources.append(register(total, entry))
+    return read(sources, len(leaves), span(0, len(sources)))
+
+
 def check_sink_chain(n_sites, lead, d, heads, dtype=torch.float32, device="cpu", tol=1e-5, gen=None,
-                     extra=False, chunk=0):
+                     extra=False, chunk=0, block=0):
     """A stream in miniature with its sources registered in a GradientSink: site k reads
     every source so far (plus, with ``extra``, an unregistered tensor, as block routing's
     running partial sum), and its output (read x a leaf) becomes a new source; a final
     read covers them all. With ``chunk``, reads go through phase 1 (every ``chunk`` sites)
-    and the fused phase 2, with spans over the registered sources. Values and the leaves'
-    gradients equal an fp64 reference through plain autograd, which sums each source's
-    per-site gradients itself."""
+    and the fused phase 2, with spans over the registered sources. With ``block``, block
+    routing instead (``_block_chain``; ``chunk`` then only turns two-phase on). Values and
+    the leaves' gradients equal an fp64 reference through plain autograd, which sums each
+    source's per-site gradients itself."""
     (emb,), q, g = make_inputs(1, lead, d, dtype, device, S=n_sites + 1, gen=gen)
     leaves = [torch.randn(*lead, d, generator=gen).to(device, dtype).requires_grad_() for _ in range(n_sites)]
     sink = routing.GradientSink()
-    out = _chain(emb, leaves, q, g, heads, extra, chunk, sink)
+    out = _chain(emb, leaves, q, g, heads, extra, chunk, sink, block)
     e64, q64, g64, *l64 = _f64([emb, q, g, *leaves])
-    ref = _chain(e64, l64, q64, g64, heads, extra, 0, None)
+    ref = _chain(e64, l64, q64, g64, heads, extra, 0, None, block)
     assert rel(out, ref) <= tol, ("forward", rel(out, ref))
     gy = torch.randn(ref.shape, generator=gen, dtype=torch.float64)
     got = torch.autograd.grad(out, [emb, q, g, *leaves], gy.to(device, dtype))
     want = torch.autograd.grad(ref, [e64, q64, g64, *l64], gy)
-    assert all(b is None for b in sink.buffers), "the sink must hand over and drop every sum"
+    assert all(b is None for b in sink.buffers) and not sink.held, "the sink must hand over and drop every sum"
     for name, a, b in zip(["embedding", "queries", "norm_weights"] + ["leaf"] * n_sites, got, want):
         assert a.shape == b.shape
         assert rel(a, b) <= tol, (name, rel(a, b))

@@ -198,6 +198,11 @@ def test_gradient_sink_reference_backend(extra, chunk):
     check_sink_chain(4, (3, 5), 16, 4, gen=torch.Generator().manual_seed(7), extra=extra, chunk=chunk)
 
 
+@pytest.mark.parametrize("block,two_phase", [(2, False), (3, False), (3, True)])
+def test_gradient_sink_block_running_sums_reference_backend(block, two_phase):
+    check_sink_chain(7, (3, 5), 16, 4, gen=torch.Generator().manual_seed(8), chunk=int(two_phase), block=block)
+
+
 def test_gradient_sink_spans_are_checked():
     srcs, q, w = _inputs(n=2)
     sink = routing.GradientSink()

@@ -335,6 +335,14 @@ def test_gradient_sink(n_sites, d, heads, extra, chunk, gen):
                      extra=extra, chunk=chunk)
 
 
+@pytest.mark.parametrize("n_sites,d,heads,block,two_phase", [(9, 1024, 8, 4, False), (9, 1024, 8, 4, True),
+                                                             (7, 1280, 1, 3, True)])
+def test_gradient_sink_block_running_sums(n_sites, d, heads, block, two_phase, gen):
+    for dtype, tol in ((torch.float32, 1e-5), (torch.bfloat16, 2e-2)):
+        check_sink_chain(n_sites, (256,), d, heads, dtype=dtype, device=DEV, tol=tol, gen=gen, chunk=int(two_phase),
+                         block=block)
+
+
 @pytest.mark.parametrize("tune", [dict(bwd_twopass=False), dict(gather_sources=32, gather_cols=64),
                                   dict(gather_sources=64, gather_cols=128, gather_warps=8),
                                   dict(gather_precision="tf32"), dict(gather_precision="tf32x3")],

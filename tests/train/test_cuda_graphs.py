@@ -45,7 +45,8 @@ def _loss_fn(model: Decoder, cache_enabled: bool = True):
 @cuda
 @pytest.mark.cuda
 @pytest.mark.parametrize("method, schedule", [("baseline", ""), ("mhar", "one-pass"), ("mhar", "two-phase"),
-                                              ("mhar-block", "two-phase"), ("hyper", ""), ("delta", "")])
+                                              ("mhar-block", "one-pass"), ("mhar-block", "two-phase"),
+                                              ("hyper", ""), ("delta", "")])
 def test_replay_matches_eager(method, schedule):
     model = _model(method, schedule)
     vocab = model.config.vocab_size

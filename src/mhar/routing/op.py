@@ -1063,14 +1063,40 @@ class GradientSink:
         src = sink.register(x)                      # the tensor to read from now on
         y = route([src, ...], q, g, H, sink=sink.span(0, k))   # the call's first k
                                                     # sources are sink entries 0..k-1
+
+    A block's running sum (block routing: the sum of the block's outputs so far, read by
+    its later sublayers) sums its reads' gradients into the entry of the block summary it
+    becomes (``reserve``, ``running_sum``): the gradient of every partial sum, and of each
+    output added into one, is that entry's running sum at the time, so the backward adds
+    each read's gradient into it where autograd would add two tensors per sublayer.
     """
 
     def __init__(self):
         self.buffers: list[Tensor | None] = []
+        self.held: set[int] = set()  # reserved entries: a running sum's, kept until its first output's backward
 
-    def register(self, source: Tensor) -> Tensor:
+    def register(self, source: Tensor, index: int | None = None) -> Tensor:
+        """The tensor to read ``source`` through; ``index``: an entry from ``reserve``."""
+        if index is None:
+            self.buffers.append(None)
+            index = len(self.buffers) - 1
+        elif index not in self.held:
+            raise ValueError(f"sink entry {index} was not reserved")
+        return _SinkSource.apply(source, self, index)
+
+    def reserve(self) -> int:
+        """An entry for a source that does not exist yet (a block summary, registered with
+        ``register(summary, index)`` once its block is complete); reads of its running sum
+        (``running_sum``) name it in their spans."""
         self.buffers.append(None)
-        return _SinkSource.apply(source, self, len(self.buffers) - 1)
+        self.held.add(len(self.buffers) - 1)
+        return len(self.buffers) - 1
+
+    def running_sum(self, total: Tensor | None, output: Tensor, index: int) -> Tensor:
+        """``total + output`` (``output`` for a block's first), a running sum whose reads
+        are registered as the reserved entry ``index``: nothing else may read it (its
+        gradient must reach it only as the entry's sum)."""
+        return _RunningSum.apply(total, output, self, index)
 
     def span(self, start: int, count: int) -> "SinkSpan | None":
         return SinkSpan(self, start, count) if count else None
@@ -1116,11 +1142,43 @@ class _SinkSource(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        total = ctx.sink.buffers[ctx.index]
-        ctx.sink.buffers[ctx.index] = None  # a second backward (retain_graph) starts over
+        sink, i = ctx.sink, ctx.index
+        total = sink.buffers[i]
+        if i in sink.held:  # a block summary: its running sum's reads add into this same sum next
+            if grad is not None:
+                sink.buffers[i] = total = grad.clone() if total is None else total.add_(grad)
+            return total, None, None
+        sink.buffers[i] = None  # a second backward (retain_graph) starts over
         if grad is not None:
             total = grad if total is None else total + grad
         return total, None, None
+
+
+class _RunningSum(torch.autograd.Function):
+    """A block's running sum, ``total + output``, read through a reserved sink entry (see
+    :class:`GradientSink`). In backward its gradient arrives as the entry's sum itself and
+    goes on, the same tensor, to both inputs; the read before it (of ``total``) then adds
+    into it in its kernel, after the output's sublayer has taken its gradient (the read's
+    output is that sublayer's input). The block's first output ends the entry."""
+
+    @staticmethod
+    def forward(ctx, total, output, sink, index):
+        ctx.set_materialize_grads(False)
+        ctx.sink, ctx.index, ctx.first = sink, index, total is None
+        return output.view_as(output) if total is None else total + output
+
+    @staticmethod
+    def backward(ctx, grad):
+        sink, i = ctx.sink, ctx.index
+        total = sink.buffers[i]
+        if grad is not None and (total is None or grad.data_ptr() != total.data_ptr()):
+            raise RuntimeError("a block's running sum got a gradient other than its sink entry's sum: "
+                               "it may be read only through GradientSink.running_sum's entry")
+        if ctx.first:  # the block's last backward: the entry is done
+            sink.buffers[i] = None
+            sink.held.discard(i)
+            return None, total, None, None
+        return total, total, None, None
 
 
 class _RouteFn(torch.autograd.Function):

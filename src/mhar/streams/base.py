@@ -66,13 +66,32 @@ class SourceList(list):
         super().__init__()
         eager_training = torch.is_grad_enabled() and not torch.compiler.is_compiling()
         self.sink = routing.GradientSink() if eager_training else None
+        self.reserved: int | None = None  # the sink entry of the source that running_sum builds
 
     def add(self, source: Tensor) -> None:
-        self.append(self.sink.register(source) if self.sink is not None else source)
+        """Append a source (a running sum's, once complete, into its reserved entry)."""
+        if self.sink is None:
+            self.append(source)
+            return
+        self.append(self.sink.register(source, self.reserved))
+        self.reserved = None
+
+    def running_sum(self, total: Tensor | None, output: Tensor) -> Tensor:
+        """``total + output`` (``output`` when total is None): block routing's running sum,
+        the next source to be added. With a sink, reads of it name the next entry
+        (``span(0, len(self) + 1)``, ``span(len(self), 1)``) and the backward sums their
+        gradients into it in-kernel, instead of autograd adding two tensors per sublayer."""
+        if self.sink is None:
+            return output if total is None else total + output
+        if total is None:
+            self.reserved = self.sink.reserve()
+            assert self.reserved == len(self), "every source of a SourceList with a sink is registered"
+        return self.sink.running_sum(total, output, self.reserved)
 
     def span(self, start: int = 0, count: int | None = None):
         """The sink entries of a call whose first ``count`` sources (default: the rest)
-        are ``self[start:start + count]``."""
+        are ``self[start:start + count]``, and the running sum (``running_sum``) where
+        they reach entry ``len(self)``."""
         if self.sink is None:
             return None
         return self.sink.span(start, len(self) - start if count is None else count)

@@ -60,9 +60,12 @@ class _RoutedState(StreamState):
     def read(self, i: int) -> Tensor:
         s, H = self.s, self.s.heads
         in_block = s.block_size and i % s.block_size  # a later sublayer of a block
+        # (a block's running sum is read through the sink entry of the summary it becomes)
+        n_src = len(self.sources)
         if not self.two_phase:
             srcs = self.sources + ([self.partial_sum] if in_block else [])
-            return routing.route(srcs, self.query_rows[i], self.norm_rows[i], H, sink=self.sources.span())
+            return routing.route(srcs, self.query_rows[i], self.norm_rows[i], H,
+                                 sink=self.sources.span(0, n_src + (1 if in_block else 0)))
         size = s.block_size or s.chunk  # a block is its own scheduling chunk
         if i % size == 0:  # phase 1: every source that exists now, for the whole chunk at once
             end = min(i + size, s.num_sublayers)
@@ -74,7 +77,7 @@ class _RoutedState(StreamState):
         new = [self.partial_sum] if in_block else self.sources[first_new:]
         rows, k = self.phase1_rows, i - self.chunk_start
         if new:  # phase 2: the sources created inside the chunk, merged exactly and normalised
-            sink = None if in_block else self.sources.span(first_new)
+            sink = self.sources.span(n_src, 1) if in_block else self.sources.span(first_new)
             # (full routing: its newest source's key-norm scales, computed here, can go to the
             # next chunk's phase 1; a block's running sum is not a source)
             scales = None if in_block else self.key_scales
@@ -89,7 +92,7 @@ class _RoutedState(StreamState):
         if not S:
             self.sources.add(output)
             return
-        self.partial_sum = output if i % S == 0 else self.partial_sum + output
+        self.partial_sum = self.sources.running_sum(self.partial_sum if i % S else None, output)
         if i % S == S - 1 or i == self.s.num_sublayers - 1:  # block complete (or the last, partial one)
             self.sources.add(self.partial_sum)
             self.partial_sum = None
