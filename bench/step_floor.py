@@ -63,6 +63,17 @@ def source_reads(n_sites: int, schedule: str, chunk: int, block: int) -> tuple[i
     return fwd + n_sites, 2 * fwd + 2 * n_sites
 
 
+def block_two_phase_extras(n_sites: int, block: int) -> int:
+    """Source-sized tensors that two-phase block routing moves besides its sources (which
+    ``source_reads`` counts): every sublayer's phase-1 row (its o, bf16) written by phase
+    1 and read by phase 2 or finalize, its gradient row written by that site's backward
+    and read by phase 1's, and each in-block sublayer's running sum formed by an add (two
+    reads and a write; the reads' gradients are summed in-kernel, session 34)."""
+    n_sub = n_sites - 1
+    n_blocks = math.ceil(n_sub / block)
+    return 4 * n_sub + 3 * (n_sub - n_blocks)
+
+
 def accumulation_bytes(n_sites: int) -> int:
     """Source-sized tensors moved by autograd summing the per-site gradients of each source
     in full one-pass routing: each site returns one gradient per source it read, and every
@@ -201,6 +212,9 @@ def main() -> None:
                                       ("block (8 blocks) two-phase", "two-phase", math.ceil(cfg.num_sublayers / 8))]:
             fwd, bwd = source_reads(n_sites, schedule, 8, block)
             rows.append(row(preset, name, fwd + bwd))
+            if block:
+                rows.append(row(preset, name + " + its rows and running-sum adds",
+                                fwd + bwd + block_two_phase_extras(n_sites, block)))
             if schedule == "one-pass":  # before the GradientSink: the same plus autograd's gradient sums
                 total = fwd + bwd + accumulation_bytes(n_sites)
                 rows.append(row(preset, name + " + autograd sums", total))

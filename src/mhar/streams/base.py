@@ -110,7 +110,9 @@ def uses_two_phase(schedule: str, x: Tensor, heads: int, block: bool = False) ->
       and 120.3 against 145.3 at 1280/73; the graphed 1B MHAR step 345.7 ms against
       session 8's 371.0 (bench/results/routing_h200.md, step_h200.md).
     - Block routing, 8 heads, stays one-pass: two-phase made the graphed 350M block MHAR
-      step 0.894x of the baseline's throughput against 0.919x one-pass (session 9).
+      step 0.894x of the baseline's throughput against 0.919x one-pass (session 9); since
+      then within the spread of one-pass at 350M and 1B (sessions 25, 33 and 34: phase 1's
+      product kernels cost a block of 16 sources whatever a block's count).
     Elsewhere 'auto' is one-pass: at d = 512 two-phase was slower (session 5), and on the
     CPU (the reference path) the bytes do not matter."""
     if schedule == "auto":
