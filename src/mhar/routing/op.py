@@ -1073,7 +1073,7 @@ class GradientSink:
 
     def __init__(self):
         self.buffers: list[Tensor | None] = []
-        self.held: set[int] = set()  # reserved entries: a running sum's, kept until its first output's backward
+        self.held: set[int] = set()  # reserved entries (running sums'): their summary's node keeps the sum
 
     def register(self, source: Tensor, index: int | None = None) -> Tensor:
         """The tensor to read ``source`` through; ``index``: an entry from ``reserve``."""
@@ -1174,9 +1174,8 @@ class _RunningSum(torch.autograd.Function):
         if grad is not None and (total is None or grad.data_ptr() != total.data_ptr()):
             raise RuntimeError("a block's running sum got a gradient other than its sink entry's sum: "
                                "it may be read only through GradientSink.running_sum's entry")
-        if ctx.first:  # the block's last backward: the entry is done
+        if ctx.first:  # the block's last backward: the entry is done (a second backward starts over)
             sink.buffers[i] = None
-            sink.held.discard(i)
             return None, total, None, None
         return total, total, None, None
 
