@@ -225,7 +225,7 @@ def check_sink_chain(n_sites, lead, d, heads, dtype=torch.float32, device="cpu",
                      extra=False, chunk=0, block=0):
     """A stream in miniature with its sources registered in a GradientSink: site k reads
     every source so far (plus, with ``extra``, an unregistered tensor, as block routing's
-    running partial sum), and its output (read x a leaf) becomes a new source; a final
+    running sum was read until session 34), and its output (read x a leaf) becomes a new source; a final
     read covers them all. With ``chunk``, reads go through phase 1 (every ``chunk`` sites)
     and the fused phase 2, with spans over the registered sources. With ``block``, block
     routing instead (``_block_chain``; ``chunk`` then only turns two-phase on). Values and
