@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # session 34 call 4: call 3's 350m pair again in the other order (new old), baseline and
 # mhar-block, one process each, 30 timed steps. _old_src/src was d4570cc's src, untracked,
-# carried for the call (as in call 3). Run inline on the device as:
+# carried for the call (as in call 3). The call ran these commands inline; as a script:
 # run: C=20aea5a OUT=$OUT bash bench/results/session34/4_running_sums_350m_repeat/call.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1 MHAR_COMMIT=$C
