@@ -1273,3 +1273,151 @@ def _finalize_bwd_kernel(G, X, L, GO, GL, n_tok, d: tl.constexpr, dh: tl.constex
         tl.store(GL + rm64 * H + h, -tl.sum(gx, axis=1), mask=rmask)
     else:
         tl.store(GL + rm64 * H + h, -tl.sum(gx, axis=1) * inv, mask=rmask)
+
+
+# ---------------------------------------------------------------- phase 1 over few sources
+#
+# A read of a few sources (block routing's phase 1: the embedding and the finished blocks,
+# 1 to 8 of them) by S queries. The product kernels above walk a token at a time and pad
+# its sources to a product of 16 rows, so every block of block routing cost what 16
+# sources do (session 34: 220-383 us per kernel and block at 1024/49, whatever the source
+# count). These kernels multiply and add per element instead: a program holds BT tokens
+# of one head for all S queries, (SP, BT, DH) tiles, and walks the sources once.
+
+
+@triton.jit
+def _few_cols(h, dh: tl.constexpr, DH: tl.constexpr):
+    """Head h's columns of a row (DH lanes, those past the head masked)."""
+    rl = tl.arange(0, DH)
+    return h * dh + rl, rl < dh
+
+
+@triton.jit
+def _few_grad_rows(G, gref, rq, qmask, rt, tmask, cols, cmask, d: tl.constexpr):
+    """The S queries' upstream gradients at BT tokens and head h's columns, (SP, BT, DH)
+    fp32 (zeros past the queries and tokens). G: a table of the rows' pointers, typed like
+    ``gref``."""
+    gp = tl.load(G + rq, mask=qmask, other=0).to(tl.pointer_type(gref.dtype.element_ty))
+    offs = rt[None, :, None].to(tl.int64) * d + cols[None, None, :]
+    on = qmask[:, None, None] & tmask[None, :, None] & cmask[None, None, :]
+    return tl.load(gp[:, None, None] + offs, mask=on, other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _fwd_few_kernel(table, ref, W, RSTD, OUT_M, OUT_L, OUT_O, n_src, n_tok, n_q, d: tl.constexpr,
+                    dh: tl.constexpr, H: tl.constexpr, DH: tl.constexpr, SP: tl.constexpr, BT: tl.constexpr,
+                    ALIGN: tl.constexpr):
+    """Phase 1's forward over few sources: (m, l, o) of S queries, as ``_fwd_dot_kernel``'s.
+    Grid (token tiles of BT, heads); the sources' key-norm scales are read from RSTD
+    (n_src, n_tok). Per source, the logits of every query and token are the sums over
+    the head's lanes of (SP, BT, DH) products, then the online softmax per (query, token)."""
+    h = tl.program_id(1)
+    rt = tl.program_id(0) * BT + tl.arange(0, BT)
+    rq = tl.arange(0, SP)
+    cols, cmask = _few_cols(h, dh, DH)
+    tmask = rt < n_tok
+    qmask = rq < n_q
+    w = tl.load(W + rq[:, None] * d + cols[None, :], mask=qmask[:, None] & cmask[None, :], other=0.0)  # (SP, DH)
+    xoff = rt[:, None].to(tl.int64) * d + cols[None, :]                                                   # (BT, DH)
+    xmask = tmask[:, None] & cmask[None, :]
+    m_i = tl.full([SP, BT], float("-inf"), tl.float32)
+    l_i = tl.zeros([SP, BT], tl.float32)
+    acc = tl.zeros([SP, BT, DH], tl.float32)
+    rs_ptr = RSTD + rt  # source k's scales at k * n_tok (64-bit pointer steps)
+    for k in range(n_src):
+        x = tl.load(_src(table, k, ref, ALIGN) + xoff, mask=xmask, other=0.0).to(tl.float32)
+        rs = tl.load(rs_ptr, mask=tmask, other=1.0)
+        rs_ptr += n_tok
+        z = tl.sum(w[:, None, :] * x[None, :, :], axis=2) * rs[None, :]                                # (SP, BT)
+        m_new = tl.maximum(m_i, z)
+        alpha = tl.exp(m_i - m_new)  # 0 at the first source (m_i -inf, z finite)
+        p = tl.exp(z - m_new)
+        l_i = l_i * alpha + p
+        acc = acc * alpha[:, :, None] + p[:, :, None] * x[None, :, :]
+        m_i = m_new
+    hq = rq[:, None].to(tl.int64) * n_tok * H + rt[None, :] * H + h                                    # (SP, BT)
+    on = qmask[:, None] & tmask[None, :]
+    tl.store(OUT_M + hq, m_i, mask=on)
+    tl.store(OUT_L + hq, l_i, mask=on)
+    orow = (rq[:, None, None].to(tl.int64) * n_tok + rt[None, :, None]) * d + cols[None, None, :]
+    tl.store(OUT_O + orow, acc.to(OUT_O.dtype.element_ty), mask=on[:, :, None] & cmask[None, None, :])
+
+
+@triton.jit
+def _coef_few_kernel(table, ref, W, G, gref, STAT, OFF, RSTD, DW, CA, CB, CC, n_src, n_tok, n_q, n_prog,
+                     d: tl.constexpr, dh: tl.constexpr, H: tl.constexpr, DH: tl.constexpr, SP: tl.constexpr,
+                     BT: tl.constexpr, ALIGN: tl.constexpr):
+    """The COEF pass over few sources (``_coef_dot_kernel``'s coefficients, per element).
+    Grid (programs, heads), programs persistent over token tiles of BT. Per source k,
+    query q, head h and token t: a = e^(z - stat), dz = a (g.x + off), r dz (r the key-norm
+    scale, RSTD) into CA and CB at ((t H + h) n_src + k) SP + q (SP of them, zeros past
+    n_q), head h's share of c = sum_q dz zr r^3 / d into CC (H, n_tok, n_src); d(q*g) +=
+    r dz x, summed over the program's tokens into its row of DW (n_prog, S, d)."""
+    pid = tl.program_id(0)
+    h = tl.program_id(1)
+    rq = tl.arange(0, SP)
+    cols, cmask = _few_cols(h, dh, DH)
+    qmask = rq < n_q
+    w = tl.load(W + rq[:, None] * d + cols[None, :], mask=qmask[:, None] & cmask[None, :], other=0.0)  # (SP, DH)
+    dw = tl.zeros([SP, DH], tl.float32)
+    for tile in range(pid, tl.cdiv(n_tok, BT), n_prog):
+        rt = tile * BT + tl.arange(0, BT)
+        tmask = rt < n_tok
+        g = _few_grad_rows(G, gref, rq, qmask, rt, tmask, cols, cmask, d)                              # (SP, BT, DH)
+        hq = rq[:, None].to(tl.int64) * n_tok * H + rt[None, :] * H + h
+        on = qmask[:, None] & tmask[None, :]
+        st = tl.load(STAT + hq, mask=on, other=float("inf"))  # a = 0 past the queries and tokens
+        of = tl.load(OFF + hq, mask=on, other=0.0)
+        xoff = rt[:, None].to(tl.int64) * d + cols[None, :]
+        xmask = tmask[:, None] & cmask[None, :]
+        rs_ptr = RSTD + rt
+        for k in range(n_src):
+            x = tl.load(_src(table, k, ref, ALIGN) + xoff, mask=xmask, other=0.0).to(tl.float32)
+            rs = tl.load(rs_ptr, mask=tmask, other=1.0)
+            rs_ptr += n_tok
+            zr = tl.sum(w[:, None, :] * x[None, :, :], axis=2)                                        # (SP, BT)
+            gx = tl.sum(g * x[None, :, :], axis=2)
+            a = tl.exp(zr * rs[None, :] - st)
+            dz = a * (gx + of)
+            rdz = dz * rs[None, :]
+            c = tl.sum(dz * zr, axis=0) * (rs * rs * rs / d)                                           # (BT,)
+            crow = ((rt[None, :].to(tl.int64) * H + h) * n_src + k) * SP + rq[:, None]
+            tl.store(CA + crow, a, mask=tmask[None, :])
+            tl.store(CB + crow, rdz, mask=tmask[None, :])
+            tl.store(CC + (h.to(tl.int64) * n_tok + rt) * n_src + k, c, mask=tmask)
+            dw += tl.sum(rdz[:, :, None] * x[None, :, :], axis=1)
+    tl.store(DW + (pid.to(tl.int64) * n_q + rq[:, None]) * d + cols[None, :], dw, mask=qmask[:, None] & cmask[None, :])
+
+
+@triton.jit
+def _gather_few_kernel(table, ref, gtable, W, G, gref, CA, CB, CC, n_src, n_acc, n_tok, n_q, d: tl.constexpr,
+                       dh: tl.constexpr, H: tl.constexpr, DH: tl.constexpr, SP: tl.constexpr, BT: tl.constexpr,
+                       ALIGN: tl.constexpr, ACCUM: tl.constexpr):
+    """The sources' gradients over few sources from ``_coef_few_kernel``'s coefficients:
+    grad_x = sum_q (a_q g_q + r dz_q w_q) - (sum over heads and queries of c) x, per
+    element, at BT tokens and one head's columns (grid (token tiles, heads)); added into
+    a running sum for the first n_acc sources when ACCUM."""
+    h = tl.program_id(1)
+    rt = tl.program_id(0) * BT + tl.arange(0, BT)
+    rq = tl.arange(0, SP)
+    cols, cmask = _few_cols(h, dh, DH)
+    tmask = rt < n_tok
+    qmask = rq < n_q
+    w = tl.load(W + rq[:, None] * d + cols[None, :], mask=qmask[:, None] & cmask[None, :], other=0.0)  # (SP, DH)
+    g = _few_grad_rows(G, gref, rq, qmask, rt, tmask, cols, cmask, d)                                  # (SP, BT, DH)
+    xoff = rt[:, None].to(tl.int64) * d + cols[None, :]
+    xmask = tmask[:, None] & cmask[None, :]
+    for k in range(n_src):
+        crow = ((rt[None, :].to(tl.int64) * H + h) * n_src + k) * SP + rq[:, None]                   # (SP, BT)
+        a = tl.load(CA + crow, mask=tmask[None, :], other=0.0)
+        b = tl.load(CB + crow, mask=tmask[None, :], other=0.0)
+        cs = tl.zeros([BT], tl.float32)
+        for hh in range(H):
+            cs += tl.load(CC + (hh * n_tok + rt.to(tl.int64)) * n_src + k, mask=tmask, other=0.0)
+        x = tl.load(_src(table, k, ref, ALIGN) + xoff, mask=xmask, other=0.0).to(tl.float32)
+        dx = tl.sum(a[:, :, None] * g + b[:, :, None] * w[:, None, :], axis=0) - cs[:, None] * x       # (BT, DH)
+        dst = _src(gtable, k, ref, ALIGN)
+        if ACCUM:
+            if k < n_acc:
+                dx += tl.load(dst + xoff, mask=xmask, other=0.0).to(tl.float32)
+        tl.store(dst + xoff, dx.to(dst.dtype.element_ty), mask=xmask)
