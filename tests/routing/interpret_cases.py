@@ -77,10 +77,6 @@ SHAPES = [  # (N, leading shape, d, H)
 # and 1, three configs), against 2.2-2.3% with fp32 rows (session 32).
 CHAIN_BF16_TOL = 3e-2
 
-# Phase 1 over at most 8 sources takes the few-source kernels by default (op's
-# "few_sources"); the cases of the other phase-1 kernels turn them off.
-FEW_OFF = dict(few_sources=0)
-
 
 @pytest.mark.parametrize("n,lead,d,heads", SHAPES)
 def test_route_fp32(n, lead, d, heads, gen):
@@ -92,7 +88,7 @@ def test_route_many_tiles(n, lead, d, heads, gen, small_tiles):
     check_route(n, lead, d, heads, gen=gen)
 
 
-@pytest.mark.parametrize("tune", [dict(few_sources=0, gather_sources=8), dict(few_sources=0, gather_cols=24)])
+@pytest.mark.parametrize("tune", [dict(gather_sources=8), dict(gather_cols=24)])
 def test_gather_config_must_fit_a_matrix_product(tune, gen):
     srcs, q, g = make_inputs(3, (5,), 32, torch.float32, "cpu", S=2, gen=gen)
     p = routing.route_partial(srcs, q, g, 4)
@@ -153,7 +149,7 @@ def test_phase_one_one_program_per_query(n, lead, d, heads, gen):
     # several heads take phase 1's forward and COEF pass as products by default (fwd_dot,
     # coef_dot): the kernels with one program per query, kept for wider heads and fp32
     # sources on a GPU, with several heads too
-    rop.TUNE = dict(few_sources=0, fwd_dot=False, coef_dot=False)
+    rop.TUNE = dict(fwd_dot=False, coef_dot=False)
     try:
         check_partial(n, lead, d, heads, 3, gen=gen)
         check_two_phase(n, 2, lead, d, heads, 3, gen=gen, fused=True)
@@ -523,7 +519,7 @@ def other_phase1_backward(request):
     # queries per source, the gather over blocks of 32 sources, in chunks of 16 columns
     # (several chunks per head part at the widths below)
     rop.TUNE = {"s-loop": dict(bwd_twopass=False), "blocks-of-32": dict(gather_sources=32),
-                "chunks-of-16": dict(gather_cols=16)}[request.param] | FEW_OFF
+                "chunks-of-16": dict(gather_cols=16)}[request.param]
     yield
     rop.TUNE = None
 
@@ -555,7 +551,7 @@ def test_phase_one_forward_as_products(n, lead, d, heads, S, gen):
     # odd S: one pipeline stage (the interpreter runs both alike); odd n: the sum of squares
     # elementwise
     stages = 1 if S % 2 else 3  # (one head's forward has its own stages: fwd_dot_stages)
-    rop.TUNE = dict(few_sources=0, fwd_dot=True, fwd_dot_min_queries=1, dot_stages=stages, fwd_dot_stages=stages,
+    rop.TUNE = dict(fwd_dot=True, fwd_dot_min_queries=1, dot_stages=stages, fwd_dot_stages=stages,
                     dot_sumsq_products=n % 2 == 0)
     try:
         check_partial(n, lead, d, heads, S, gen=gen)
@@ -577,7 +573,7 @@ def _check_partial_bf16(d, heads, gen):
 
 @pytest.mark.parametrize("stages", [1, 3])
 def test_phase_one_forward_as_products_bf16(stages, gen):
-    rop.TUNE = dict(few_sources=0, fwd_dot=True, dot_stages=stages, fwd_dot_stages=stages)
+    rop.TUNE = dict(fwd_dot=True, dot_stages=stages, fwd_dot_stages=stages)
     try:
         _check_partial_bf16(160, 8, gen)
     finally:
@@ -592,7 +588,7 @@ def test_phase_one_coef_pass_as_products(n, lead, d, heads, S, gen):
     # head, programs persistent over tokens: 7 tokens over 3 programs), in one pipeline stage
     # and three, the sum of squares as products and elementwise (odd n), then the gather;
     # also through the two-phase read and a gradient sink
-    rop.TUNE = dict(few_sources=0, coef_dot=True, dot_stages=1 if S % 2 else 3, dot_sumsq_products=n % 2 == 0)
+    rop.TUNE = dict(coef_dot=True, dot_stages=1 if S % 2 else 3, dot_sumsq_products=n % 2 == 0)
     try:
         check_partial(n, lead, d, heads, S, gen=gen)
         check_two_phase(n, 2, lead, d, heads, S, gen=gen, fused=True)
@@ -601,7 +597,7 @@ def test_phase_one_coef_pass_as_products(n, lead, d, heads, S, gen):
 
 
 def test_phase_one_coef_pass_as_products_bf16(gen):
-    rop.TUNE = dict(few_sources=0, coef_dot=True)
+    rop.TUNE = dict(coef_dot=True)
     try:
         check_partial(19, (5,), 160, 8, 8, dtype=torch.bfloat16, tol=1e-2, gen=gen)
         check_sink_chain(12, (5,), 160, 8, dtype=torch.bfloat16, tol=CHAIN_BF16_TOL, gen=gen, chunk=4, extra=False)
@@ -615,7 +611,7 @@ def test_phase_one_coef_pass_one_head_per_program(n, lead, d, heads, S, gen):
     # coef_split: the COEF pass with a head per program, taking the key-norm scales the
     # forward (fwd_dot) wrote and leaving c per head for the gather to sum; programs
     # persistent over tokens, in one pipeline stage and three; through the two-phase read
-    rop.TUNE = dict(few_sources=0, fwd_dot=True, coef_dot=True, coef_split=True, dot_stages=1 if S % 2 else 3)
+    rop.TUNE = dict(fwd_dot=True, coef_dot=True, coef_split=True, dot_stages=1 if S % 2 else 3)
     try:
         check_partial(n, lead, d, heads, S, gen=gen)
         check_two_phase(n, 2, lead, d, heads, S, gen=gen, fused=True)
@@ -626,7 +622,7 @@ def test_phase_one_coef_pass_one_head_per_program(n, lead, d, heads, S, gen):
 def test_phase_one_coef_pass_one_head_per_program_bf16(gen):
     # (the chain's embedding gradient is 0.018-0.0205 from fp64 at bf16 on these seeds, the
     # same to four digits with the COEF pass per program of all heads)
-    rop.TUNE = dict(few_sources=0, fwd_dot=True, coef_dot=True, coef_split=True)
+    rop.TUNE = dict(fwd_dot=True, coef_dot=True, coef_split=True)
     try:
         check_partial(19, (5,), 160, 8, 8, dtype=torch.bfloat16, tol=1e-2, gen=gen)
         check_sink_chain(12, (5,), 160, 8, dtype=torch.bfloat16, tol=CHAIN_BF16_TOL, gen=gen, chunk=4, extra=False)
@@ -655,7 +651,7 @@ def test_coef_pass_one_head_per_program_runs(gen, dot_launches):
     srcs, q, g = make_inputs(5, (4,), 40, torch.float32, "cpu", S=3, gen=gen)
     for fwd_dot in (True, False):
         seen.clear()
-        rop.TUNE = dict(few_sources=0, fwd_dot=fwd_dot, coef_dot=True, coef_split=True)
+        rop.TUNE = dict(fwd_dot=fwd_dot, coef_dot=True, coef_split=True)
         try:
             m, l, o = routing.route_partial([s.requires_grad_() for s in srcs], q.requires_grad_(), g, 4)
             (o.sum() + l.sum()).backward()
@@ -672,7 +668,7 @@ def test_coef_pass_one_head_per_program_runs(gen, dot_launches):
 def test_phase_one_forward_one_head_per_program(n, lead, d, heads, S, gen):
     # fwd_split: phase 1's forward with a head per program, the key-norm scales from a
     # KeyScales shared by calls over a growing source list (and the COEF pass split too)
-    rop.TUNE = dict(few_sources=0, fwd_dot=True, coef_dot=True, coef_split=True, fwd_split=True, dot_stages=1 if S % 2 else 3)
+    rop.TUNE = dict(fwd_dot=True, coef_dot=True, coef_split=True, fwd_split=True, dot_stages=1 if S % 2 else 3)
     try:
         check_key_scales_chain(n, lead, d, heads, S, gen=gen)
     finally:
@@ -680,56 +676,11 @@ def test_phase_one_forward_one_head_per_program(n, lead, d, heads, S, gen):
 
 
 def test_phase_one_forward_one_head_per_program_bf16(gen):
-    rop.TUNE = dict(few_sources=0, fwd_dot=True, coef_dot=True, coef_split=True, fwd_split=True)
+    rop.TUNE = dict(fwd_dot=True, coef_dot=True, coef_split=True, fwd_split=True)
     try:
         check_key_scales_chain(19, (5,), 160, 8, 8, dtype=torch.bfloat16, tol=1e-2, gen=gen)
     finally:
         rop.TUNE = None
-
-
-@pytest.fixture
-def few_tiles(monkeypatch):
-    """The few-source kernels' choice per phase-1 call: (sources, tile or None), in order."""
-    seen = []
-    real = rop._few_tile
-
-    def spy(cfg, dh, S, n_src):
-        tile = real(cfg, dh, S, n_src)
-        seen.append((n_src, tile))
-        return tile
-
-    monkeypatch.setattr(rop, "_few_tile", spy)
-    return seen
-
-
-@pytest.mark.parametrize("n,lead,d,heads,S", [(1, (5,), 32, 4, 3), (8, (3, 3), 64, 8, 6), (3, (7,), 40, 8, 9),
-                                              (2, (3,), 123, 1, 1), (5, (2,), 160, 8, 4)])
-def test_phase_one_few_sources(n, lead, d, heads, S, gen, few_tiles):
-    # phase 1 over at most 8 sources per element (few_sources), in tiles of 2 tokens (the
-    # last one partial where the tokens are odd; the COEF pass's 3 programs take several
-    # each): its values and gradients against fp64, fp32 and bf16, through phase 2 and a
-    # stream's chain through a sink (running sums added into)
-    dh = d // heads
-    rop.TUNE = dict(few_elems=2 * rop._pow2(S) * rop._pow2(dh))
-    try:
-        check_partial(n, lead, d, heads, S, gen=gen)
-        check_partial(n, lead, d, heads, S, dtype=torch.bfloat16, tol=1e-2, gen=gen)
-        check_two_phase(n, 2, lead, d, heads, S, gen=gen, fused=True)
-        check_phase_one_rows(n, 2, lead, d, heads, max(S, 2), dtype=torch.bfloat16, tol=2e-2, gen=gen)
-        check_sink_chain(9, lead, d, heads, gen=gen, chunk=4, extra=False)
-    finally:
-        rop.TUNE = None
-    tiles = [t for k, t in few_tiles if k <= 8]
-    assert tiles and all(t is not None and t["BT"] == 2 for t in tiles), few_tiles
-    # more sources than few_sources, or off: the other kernels
-    few_tiles.clear()
-    check_partial(9, lead, d, heads, S, gen=gen)
-    rop.TUNE = FEW_OFF
-    try:
-        check_partial(n, lead, d, heads, S, gen=gen)
-    finally:
-        rop.TUNE = None
-    assert few_tiles == [(9, None)] * 2 + [(n, None)] * 2, few_tiles
 
 
 @pytest.fixture
@@ -756,7 +707,7 @@ def test_merge_hands_key_scales_on(d, heads, tune, gen, key_scales_computed):
     computed = key_scales_computed
     for merge_scales, want in ((False, [1, 4, 4]), (True, [1, 1, 1])):
         computed.clear()
-        rop.TUNE = {**(tune or {}), "merge_scales": merge_scales, **FEW_OFF}
+        rop.TUNE = {**(tune or {}), "merge_scales": merge_scales}
         try:
             check_sink_chain(9, (5,), d, heads, gen=gen, chunk=4, extra=False)
         finally:
@@ -805,7 +756,7 @@ def test_forward_one_head_per_program_runs(gen, dot_launches):
     # runs every head and writes them for the split COEF pass
     seen = dot_launches
     srcs, q, g = make_inputs(5, (4,), 40, torch.float32, "cpu", S=3, gen=gen)
-    rop.TUNE = dict(few_sources=0, fwd_dot=True, coef_dot=True, coef_split=True, fwd_split=True)
+    rop.TUNE = dict(fwd_dot=True, coef_dot=True, coef_split=True, fwd_split=True)
     try:
         for scales in (routing.KeyScales(), None):
             seen.clear()
@@ -825,7 +776,7 @@ def test_one_query_forward_per_query(gen, dot_launches):
     outs = {}
     for least in (2, 1):
         seen.clear()
-        rop.TUNE = dict(few_sources=0, fwd_dot=True, fwd_split=True, fwd_dot_min_queries=least)
+        rop.TUNE = dict(fwd_dot=True, fwd_split=True, fwd_dot_min_queries=least)
         try:
             outs[least] = routing.route_partial(srcs, q, g, 4, scales=routing.KeyScales())
         finally:
@@ -892,7 +843,7 @@ def test_pipelined_products_that_do_not_fit_run_in_one_stage(gen, monkeypatch):
     monkeypatch.setattr(tk, "_fwd_dot_kernel", OneStageOnly(tk._fwd_dot_kernel))
     monkeypatch.setattr(tk, "_coef_dot_kernel", OneStageOnly(tk._coef_dot_kernel))
     monkeypatch.setattr(rop, "_DOT_UNFIT", set())
-    rop.TUNE = dict(few_sources=0, dot_stages=3)
+    rop.TUNE = dict(dot_stages=3)
     try:
         with pytest.warns(UserWarning, match="it runs in one stage"):
             check_partial(18, (3,), 160, 8, 8, gen=gen)
@@ -933,7 +884,7 @@ def test_fp32_products_as_three_bf16_products(gen):
 @pytest.mark.parametrize("precision", ["tf32x3", "bf16x3"])
 def test_phase_one_gather_precisions(precision, gen):
     # bf16 sources: the gather's products as three bf16 products (the default) or tf32x3
-    rop.TUNE = dict(few_sources=0, gather_precision=precision)
+    rop.TUNE = dict(gather_precision=precision)
     try:
         check_partial(19, (5,), 160, 8, 8, dtype=torch.bfloat16, tol=1e-2, gen=gen)
     finally:
@@ -950,7 +901,7 @@ def test_coefficients_as_parts(coef_dot, heads, d, gen):
     gys = [torch.randn(srcs[0].shape, generator=gen).bfloat16() for _ in range(6)]
     grads = {}
     for parts in (True, False):
-        rop.TUNE = dict(few_sources=0, coef_dot=coef_dot, fwd_dot=coef_dot, coef_parts=parts)
+        rop.TUNE = dict(coef_dot=coef_dot, fwd_dot=coef_dot, coef_parts=parts)
         try:
             xs = [s.detach().requires_grad_() for s in srcs]
             rows = routing.route_partial_rows(xs, q, g, heads)
@@ -962,7 +913,7 @@ def test_coefficients_as_parts(coef_dot, heads, d, gen):
     for a, b in zip(grads[True], grads[False]):
         assert torch.equal(a, b)
     # against fp64, and (products) through running sums as a stream's reads
-    rop.TUNE = dict(few_sources=0, coef_dot=coef_dot, fwd_dot=coef_dot, coef_parts=True)
+    rop.TUNE = dict(coef_dot=coef_dot, fwd_dot=coef_dot, coef_parts=True)
     try:
         check_finalized_rows(19, (5,), d, heads, 6, dtype=torch.bfloat16, tol=1e-2, gen=gen)
         if coef_dot:
@@ -979,7 +930,7 @@ def test_one_head_as_lane_groups(n, lead, d, S, stages, gen, dot_launches):
     # tokens; the partial read and the merged two-phase read, values and gradients against
     # fp64; the programs reading the key-norm scales (the COEF pass the forward's, which it
     # wrote) and summing squares themselves (odd n)
-    rop.TUNE = dict(few_sources=0, dot_stages=stages, fwd_dot_stages=stages, dot_group_scales=n % 2 == 0)
+    rop.TUNE = dict(dot_stages=stages, fwd_dot_stages=stages, dot_group_scales=n % 2 == 0)
     try:
         check_partial(n, lead, d, 1, S, gen=gen)
         check_two_phase(n, 2, lead, d, 1, S, gen=gen, fused=True)
@@ -991,7 +942,7 @@ def test_one_head_as_lane_groups(n, lead, d, S, stages, gen, dot_launches):
     # off, and where the groups would be under 16 lanes or d does not divide: the per-query kernels
     for tune, width in ((dict(dot_lane_groups=0), d), (None, 120), (None, 123)):
         dot_launches.clear()
-        rop.TUNE = {**(tune or {}), **FEW_OFF}
+        rop.TUNE = tune
         try:
             check_partial(3, (2,), width, 1, 2, gen=gen)
         finally:

@@ -189,7 +189,7 @@ def test_phase_one_one_program_per_query(d, heads, gen):
     # several heads take phase 1's forward and COEF pass as products by default (fwd_dot,
     # coef_dot) for bf16 sources: the kernels with one program per query, kept for wider
     # heads and fp32 sources, with bf16 sources and several heads too
-    rop.TUNE = dict(few_sources=0, fwd_dot=False, coef_dot=False)
+    rop.TUNE = dict(fwd_dot=False, coef_dot=False)
     try:
         check_partial(17, (300,), d, heads, 6, dtype=torch.bfloat16, tol=1e-2, device=DEV, gen=gen)
         check_two_phase(5, 3, (200,), d, heads, 3, dtype=torch.bfloat16, tol=1e-2, device=DEV, gen=gen, fused=True)
@@ -220,7 +220,7 @@ def test_phase_one_forward_as_products(d, heads, gen):
     # products per head; one head of 1024 or more lanes as eight lane groups), bf16 sources
     # (fp32 ones keep the per-query kernels on a GPU); pipelined in one stage and three
     for stages in (1, 3):
-        rop.TUNE = dict(few_sources=0, fwd_dot=True, dot_stages=stages, fwd_dot_stages=stages)
+        rop.TUNE = dict(fwd_dot=True, dot_stages=stages, fwd_dot_stages=stages)
         try:
             check_partial(37, (300,), d, heads, 8, dtype=torch.bfloat16, tol=1e-2, device=DEV, gen=gen)
             check_two_phase(21, 3, (200,), d, heads, 8, dtype=torch.bfloat16, tol=1e-2, device=DEV, gen=gen,
@@ -237,7 +237,7 @@ def test_phase_one_coef_pass_as_products(d, heads, gen):
     # also through a gradient sink (at d = 123 a bf16 chain of 20 sites is 2-4% from fp64
     # with either COEF pass, measured in the interpreter)
     for stages, per_sm in ((1, 1), (3, 2)):
-        rop.TUNE = dict(few_sources=0, coef_dot=True, dot_stages=stages, coef_dot_progs_per_sm=per_sm)
+        rop.TUNE = dict(coef_dot=True, dot_stages=stages, coef_dot_progs_per_sm=per_sm)
         try:
             check_partial(37, (300,), d, heads, 8, dtype=torch.bfloat16, tol=1e-2, device=DEV, gen=gen)
             check_two_phase(21, 3, (200,), d, heads, 8, dtype=torch.bfloat16, tol=1e-2, device=DEV, gen=gen,
@@ -310,7 +310,7 @@ def test_phase_one_one_head_per_program(split, d, heads, gen):
     import warnings
 
     for warps in (1, 2):
-        rop.TUNE = dict(few_sources=0, fwd_dot=True, coef_dot=True, coef_split=True, fwd_split=split == "fwd",
+        rop.TUNE = dict(fwd_dot=True, coef_dot=True, coef_split=True, fwd_split=split == "fwd",
                         **{f"{split}_split_warps": warps, f"{split}_split_progs_per_sm": 8 // warps})
         try:
             with warnings.catch_warnings():
@@ -325,21 +325,6 @@ def test_phase_one_one_head_per_program(split, d, heads, gen):
                 _check_bf16_accuracy(d, heads, gen)
         finally:
             rop.TUNE = None
-
-
-@pytest.mark.parametrize("d,heads,S", [(1024, 8, 6), (1280, 8, 9), (512, 8, 3), (1024, 16, 8), (256, 1, 4)])
-def test_phase_one_few_sources(d, heads, S, gen, monkeypatch):
-    # phase 1 over at most 8 sources per element (few_sources, block routing's phase 1):
-    # fp32 and bf16 against fp64, through phase 2, and block routing's two-phase chain
-    seen = []
-    real = rop._few_tile
-    monkeypatch.setattr(rop, "_few_tile", lambda *a: seen.append(real(*a)) or seen[-1])
-    for n in (1, 3, 8):
-        check_partial(n, (300,), d, heads, S, device=DEV, gen=gen)
-        check_partial(n, (300,), d, heads, S, dtype=torch.bfloat16, tol=1e-2, device=DEV, gen=gen)
-        check_two_phase(n, 3, (200,), d, heads, S, dtype=torch.bfloat16, tol=1e-2, device=DEV, gen=gen, fused=True)
-    check_sink_chain(17, (256,), d, heads, dtype=torch.bfloat16, device=DEV, tol=2e-2, gen=gen, chunk=1, block=4)
-    assert seen and all(t is not None for t in seen), seen
 
 
 @pytest.mark.parametrize("n_sites,d,heads,extra,chunk", [(12, 512, 8, False, 0), (6, 1280, 1, True, 0),
@@ -368,7 +353,7 @@ def test_partial_other_backward(n, d, heads, S, tune, gen):
     # S queries per source, or the two-pass gather over blocks of 32 or 64 sources (in
     # chunks of 64 or 128 columns), or with tl.dot's single tf32 or tf32x3 products instead
     # of three bf16 ones
-    rop.TUNE = {**tune, "few_sources": 0}
+    rop.TUNE = tune
     try:
         check_partial(n, (300,), d, heads, S, device=DEV, gen=gen)
         check_partial(n, (256,), d, heads, S, dtype=torch.bfloat16, device=DEV, tol=1e-2, gen=gen)

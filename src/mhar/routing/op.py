@@ -309,23 +309,13 @@ _PHASE1_DOT = {"fwd_dot": False, "fwd_dot_progs_per_sm": 2, "dot_sources": 16, "
 # kernels and the gather (triton's maxnreg; None: the compiler's choice), so that more
 # programs fit on an SM. At 1280/73 no cap on the per-query kernels measured faster in
 # the whole step (bench/results/session13/).
-# few_sources: phase 1 over at most this many sources takes the per-element kernels
-# (triton_kernels' "few sources": ``_fwd_few_kernel``, ``_coef_few_kernel``,
-# ``_gather_few_kernel``), a program per BT tokens and head with every query, the sources
-# walked once; 0: off. Block routing's phase 1 reads 1 to 8 sources, which the product
-# kernels pad to 16 rows at every token (session 34). Heads of up to 256 lanes (a wider
-# head's (SP, BT, DH) tile would not fit in registers). few_elems: the tile's elements,
-# SP x BT x DH (BT follows); few_warps: warps per program; few_progs_per_sm: the COEF
-# pass's programs per SM over all heads (persistent over token tiles, each writing its
-# own d(q*g) row).
-_FEW = {"few_sources": 8, "few_elems": 4096, "few_warps": 4, "few_progs_per_sm": 8}
 _DEFAULTS = {
     False: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1, "fwd_maxnreg": None,
             "bwd_elems": 1024, "bwd_warps": 2, "bwd_pf": 1, "bwd_progs_per_sm": 16, "bwd_maxnreg": None,
-            "pad_heads": False, **_PHASE1_BACKWARD, **_PHASE1_DOT, **_FEW, "dot_stages": 2, "fwd_dot_stages": 3},
+            "pad_heads": False, **_PHASE1_BACKWARD, **_PHASE1_DOT, "dot_stages": 2, "fwd_dot_stages": 3},
     True: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1, "fwd_maxnreg": None,
            "bwd_elems": 1024, "bwd_warps": 2, "bwd_pf": 1, "bwd_progs_per_sm": 16, "bwd_maxnreg": None,
-           "pad_heads": False, **_PHASE1_BACKWARD, **_PHASE1_DOT, **_FEW, "fwd_dot": True, "coef_dot": True},
+           "pad_heads": False, **_PHASE1_BACKWARD, **_PHASE1_DOT, "fwd_dot": True, "coef_dot": True},
 }
 # The sweep's picks at the paper widths where they differ from the defaults.
 # The phase-1 gather entries are the whole-step picks at e88ebdb (bench/routing.py
@@ -517,16 +507,6 @@ def _dot_tile(cfg: dict, key: str, dh: int, heads: int, S: int, align: int, src:
                 SS_DOT=cfg["dot_sumsq_products"], VH=vh)
 
 
-def _few_tile(cfg: dict, dh: int, S: int, n_src: int) -> dict | None:
-    """The constexprs of phase 1's few-source kernels (config "few_sources"), or None
-    where they do not apply: more sources than that, or a head wider than 256 lanes."""
-    DH = _pow2(dh)
-    if n_src > cfg["few_sources"] or DH > 256:
-        return None
-    SP = _pow2(S)
-    return dict(DH=DH, SP=SP, BT=max(1, _pow2_floor(max(1, cfg["few_elems"] // (SP * DH)))))
-
-
 def _check_pow2_16(cfg: dict, key: str) -> None:
     """A matrix product's size from the config: a power of two >= 16."""
     if cfg[key] < 16 or cfg[key] & (cfg[key] - 1):
@@ -621,16 +601,6 @@ def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, h
     m = _new((S, n_tok, heads), torch.float32, dev)
     l = _new((S, n_tok, heads), torch.float32, dev)
     o = _new((S, n_tok, d), o_dtype, dev)
-    few = _few_tile(cfg, dh, S, len(srcs))
-    if few:  # per element, the key-norm scales read (the stream's, or computed here)
-        from mhar.routing.triton_kernels import _fwd_few_kernel
-
-        rstd = scales.table(srcs, eps) if scales is not None else _key_scales(srcs, eps)
-        if n_tok:
-            _fwd_few_kernel[(-(-n_tok // few["BT"]), heads)](table, srcs[0], w, rstd, m, l, o, len(srcs), n_tok, S,
-                                                            d, dh, H=heads, **few, ALIGN=align,
-                                                            num_warps=cfg["few_warps"])
-        return (m, l, o, rstd) if want_rstd else (m, l, o)
     dot = _dot_tile(cfg, "fwd_dot", dh, heads, S, align, srcs[0]) if S >= cfg["fwd_dot_min_queries"] else None
     done = False  # by the kernel as matrix products
     rstd = None
@@ -761,11 +731,7 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
     dh, cfg, tile = _geometry(d, heads, n_tok, "bwd_sum" if n_acc else "bwd", min(src_align, dest_align))
     warps, maxnreg = _bwd_launch(cfg, summing=n_acc > 0)
     stat = stat.contiguous()
-    few = _few_tile(cfg, dh, S, len(srcs)) if y is None and partial is None else None
-    if few:  # few sources: coefficients, then the sources' gradients, per element
-        dw_parts = _few_backward(srcs, w, grad, stat, off, rstd, heads, eps, few, cfg, src_table,
-                                 dest_table, min(src_align, dest_align), n_acc)
-    elif S > 1 and cfg["bwd_twopass"]:  # per-query coefficients, then per-source gradients
+    if S > 1 and cfg["bwd_twopass"]:  # per-query coefficients, then per-source gradients
         from mhar.routing.triton_kernels import _bwd_gather_kernel
 
         # the queries' gradients through a pointer table, in their own dtype (bf16 or fp32)
@@ -872,40 +838,6 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
     dw = dw_parts.sum(0)
     return [(dw * norm_weights.float()).to(queries.dtype), (dw * queries.float()).to(norm_weights.dtype),
             *[None] * len(sums), *grads]
-
-
-def _few_backward(srcs: list[Tensor], w: Tensor, grad, stat: Tensor, off: Tensor, rstd: Tensor | None, heads: int,
-                  eps: float, few: dict, cfg: dict, src_table: Tensor, dest_table: Tensor, align: int,
-                  n_acc: int) -> Tensor:
-    """Phase 1's backward over few sources (``_triton_backward``'s, config "few_sources"):
-    the COEF pass (``_coef_few_kernel``) and the gather (``_gather_few_kernel``) write the
-    sources' gradients through ``dest_table`` (adding into the first n_acc); returns the
-    programs' d(q*g) rows (n_prog, S, d)."""
-    from mhar.routing.triton_kernels import _coef_few_kernel, _gather_few_kernel
-
-    S, d = w.shape
-    n_tok = srcs[0].numel() // d
-    dev = srcs[0].device
-    rows = _contig(grad.unbind(0) if isinstance(grad, Tensor) else grad)  # through a pointer table
-    if rows[0].dtype not in (torch.bfloat16, torch.float32):
-        rows = [r.float() for r in rows]
-    grad_table, _ = _ptr_table(rows)
-    rstd = _key_scales(srcs, eps) if rstd is None else rstd
-    n_tiles = -(-n_tok // few["BT"])
-    n_prog = _n_programs(dev, n_tiles, cfg["few_progs_per_sm"], share=heads)
-    dw_parts = torch.empty((n_prog, S, d), dtype=torch.float32, device=dev)
-    if n_tok:
-        coef_a = torch.empty((n_tok, heads, len(srcs), few["SP"]), dtype=torch.float32, device=dev)
-        coef_b = torch.empty_like(coef_a)
-        coef_c = torch.empty((heads, n_tok, len(srcs)), dtype=torch.float32, device=dev)  # c per head
-        consts = dict(H=heads, **few, ALIGN=align)
-        _coef_few_kernel[(n_prog, heads)](src_table, srcs[0], w, grad_table, rows[0], stat, off.contiguous(), rstd,
-                                          dw_parts, coef_a, coef_b, coef_c, len(srcs), n_tok, S, n_prog, d, d // heads,
-                                          **consts, num_warps=cfg["few_warps"])
-        _gather_few_kernel[(n_tiles, heads)](src_table, srcs[0], dest_table, w, grad_table, rows[0], coef_a, coef_b,
-                                             coef_c, len(srcs), n_acc, n_tok, S, d, d // heads, **consts,
-                                             ACCUM=n_acc > 0, num_warps=cfg["few_warps"])
-    return dw_parts
 
 
 # finalize's kernels: elements per program tile (a chunk of the head's columns) and
