@@ -146,6 +146,9 @@ ROUTED_VARIANTS = [
     ("full/chunk", dict(method="routed", heads=4, schedule="two-phase", chunk=c)) for c in (1, 2, 3, 5, 8)
 ] + [
     ("block", dict(method="routed", heads=2, block_size=S, schedule="two-phase")) for S in (1, 2, 3, 4)
+] + [  # the first chunks (blocks) one-pass, the later ones two-phase
+    ("full/mixed", dict(method="routed", heads=4, schedule="two-phase", chunk=3, phase1_min_sources=4)),
+    ("block/mixed", dict(method="routed", heads=2, block_size=2, schedule="two-phase", phase1_min_sources=3)),
 ]
 
 
@@ -163,6 +166,27 @@ def test_two_phase_equals_one_pass(name, kw):
     b.square().mean().backward()
     for (n, p1), (_, p2) in zip(one.named_parameters(), two.named_parameters()):
         torch.testing.assert_close(p1.grad, p2.grad, rtol=1e-4, atol=1e-6, msg=n)
+
+
+@pytest.mark.parametrize("block_size,min_sources,phase1_sources", [(0, 0, [1, 4, 7]), (0, 4, [4, 7]),
+                                                                    (0, 8, []), (2, 3, [3, 4]), (2, 0, [1, 2, 3, 4])])
+def test_phase1_min_sources(block_size, min_sources, phase1_sources, monkeypatch):
+    # with the two-phase schedule, a chunk (block) whose phase 1 would read fewer than
+    # phase1_min_sources sources reads one-pass: phase 1 runs only for the later chunks
+    from mhar import routing
+
+    seen = []
+    real = routing.route_partial_rows
+    monkeypatch.setattr(routing, "route_partial_rows", lambda srcs, *a, **k: seen.append(len(srcs)) or real(srcs, *a, **k))
+    cfg = small_config(StreamConfig(method="routed", heads=2, block_size=block_size, schedule="two-phase", chunk=3,
+                                    phase1_min_sources=min_sources), n_layers=4)
+    Decoder(cfg)(torch.randint(0, 97, (2, 12)))
+    assert cfg.n_layers * 2 == 8 and seen == phase1_sources, seen
+
+
+def test_phase1_min_sources_must_not_be_negative():
+    with pytest.raises(ValueError, match="phase1_min_sources"):
+        StreamConfig(method="routed", phase1_min_sources=-1).validate(64, 8)
 
 
 @pytest.mark.parametrize("schedule", ["one-pass", "two-phase"])

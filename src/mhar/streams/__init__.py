@@ -15,7 +15,8 @@ def build_stream(cfg, d_model: int, num_sublayers: int) -> ResidualStream:
     if cfg.method == "hyper":
         return HyperStream(d_model, num_sublayers, cfg.hyper_n, cfg.hyper_recompute)
     if cfg.method == "routed":
-        return RoutedStream(d_model, num_sublayers, cfg.heads, cfg.block_size, cfg.schedule, cfg.chunk)
+        return RoutedStream(d_model, num_sublayers, cfg.heads, cfg.block_size, cfg.schedule, cfg.chunk,
+                            cfg.phase1_min_sources)
     if cfg.method == "delta":
         return DeltaStream(d_model, num_sublayers, cfg.heads, cfg.block_size, cfg.schedule)
     raise ValueError(f"unknown stream method {cfg.method!r}")

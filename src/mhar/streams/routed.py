@@ -38,6 +38,7 @@ class _RoutedState(StreamState):
         self.s = stream
         self.shape, self.dtype = embedding.shape, autocast_dtype(embedding)
         self.two_phase = uses_two_phase(stream.schedule, embedding, stream.heads, block=stream.block_size > 0)
+        self.chunk_two_phase = self.two_phase  # the current chunk's schedule (see phase1_min_sources)
         # Full routing: every source. Block routing: completed block summaries.
         self.sources = SourceList()
         self.sources.add(embedding.to(self.dtype))
@@ -62,11 +63,16 @@ class _RoutedState(StreamState):
         in_block = s.block_size and i % s.block_size  # a later sublayer of a block
         # (a block's running sum is read through the sink entry of the summary it becomes)
         n_src = len(self.sources)
-        if not self.two_phase:
+        size = s.block_size or s.chunk  # a block is its own scheduling chunk
+        if self.two_phase and i % size == 0:
+            # a chunk whose phase 1 would read few sources reads one-pass: phase 1's kernels
+            # cost about the same whatever their source count
+            self.chunk_two_phase = n_src >= s.phase1_min_sources
+            self.phase1_rows = None
+        if not self.chunk_two_phase:
             srcs = self.sources + ([self.partial_sum] if in_block else [])
             return routing.route(srcs, self.query_rows[i], self.norm_rows[i], H,
                                  sink=self.sources.span(0, n_src + (1 if in_block else 0)))
-        size = s.block_size or s.chunk  # a block is its own scheduling chunk
         if i % size == 0:  # phase 1: every source that exists now, for the whole chunk at once
             end = min(i + size, s.num_sublayers)
             q, g = self._site(i, end)
@@ -107,10 +113,11 @@ class RoutedStream(ResidualStream):
     method = "routed"
 
     def __init__(self, d_model: int, num_sublayers: int, heads: int = 1, block_size: int = 0,
-                 schedule: str = "auto", chunk: int = 8):
+                 schedule: str = "auto", chunk: int = 8, phase1_min_sources: int = 0):
         super().__init__(d_model, num_sublayers)
         routing.reference.check_heads(d_model, heads)
         self.heads, self.block_size, self.schedule, self.chunk = heads, block_size, schedule, chunk
+        self.phase1_min_sources = phase1_min_sources
         sites = num_sublayers + 1  # each sublayer and the final read
         self.queries = nn.Parameter(torch.zeros(sites, d_model))
         self.key_norms = nn.Parameter(torch.ones(sites, d_model))
