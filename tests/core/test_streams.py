@@ -168,8 +168,9 @@ def test_two_phase_equals_one_pass(name, kw):
         torch.testing.assert_close(p1.grad, p2.grad, rtol=1e-4, atol=1e-6, msg=n)
 
 
-@pytest.mark.parametrize("block_size,min_sources,phase1_sources", [(0, 0, [1, 4, 7]), (0, 4, [4, 7]),
-                                                                    (0, 8, []), (2, 3, [3, 4]), (2, 0, [1, 2, 3, 4])])
+@pytest.mark.parametrize("block_size,min_sources,phase1_sources", [(0, 0, [1, 4, 7]), (0, 4, [4, 7]), (0, 8, []),
+                                                                    (2, 3, [3, 4]), (2, 0, [1, 2, 3, 4]),
+                                                                    (2, None, [1, 2, 3, 4])])
 def test_phase1_min_sources(block_size, min_sources, phase1_sources, monkeypatch):
     # with the two-phase schedule, a chunk (block) whose phase 1 would read fewer than
     # phase1_min_sources sources reads one-pass: phase 1 runs only for the later chunks
@@ -184,9 +185,19 @@ def test_phase1_min_sources(block_size, min_sources, phase1_sources, monkeypatch
     assert cfg.n_layers * 2 == 8 and seen == phase1_sources, seen
 
 
-def test_phase1_min_sources_must_not_be_negative():
-    with pytest.raises(ValueError, match="phase1_min_sources"):
-        StreamConfig(method="routed", phase1_min_sources=-1).validate(64, 8)
+def test_phase1_min_sources_setting():
+    from mhar.model.config import apply_overrides
+    from mhar.streams.base import AUTO_BLOCK_PHASE1_MIN_SOURCES, phase1_min_sources
+
+    # unset: 'auto' block routing's first blocks one-pass; every other two-phase chunk two-phase
+    assert phase1_min_sources(None, "auto", block=True) == AUTO_BLOCK_PHASE1_MIN_SOURCES == 4
+    assert phase1_min_sources(None, "auto", block=False) == phase1_min_sources(None, "two-phase", block=True) == 0
+    assert phase1_min_sources(2, "two-phase", block=False) == 2
+    cfg = apply_overrides(small_config(StreamConfig(method="routed")), ["stream.phase1_min_sources=3"])
+    assert cfg.stream.phase1_min_sources == 3
+    for bad in (-1, "4", True):
+        with pytest.raises(ValueError, match="phase1_min_sources"):
+            StreamConfig(method="routed", phase1_min_sources=bad).validate(64, 8)
 
 
 @pytest.mark.parametrize("schedule", ["one-pass", "two-phase"])
@@ -280,7 +291,10 @@ def test_auto_schedule():
     from mhar.streams.base import uses_two_phase
     cuda = SimpleNamespace(is_cuda=True, shape=(2, 1024))  # only .is_cuda and .shape are read
     assert uses_two_phase("auto", cuda, 1) and uses_two_phase("auto", cuda, 8)
-    assert uses_two_phase("auto", cuda, 1, block=True) and not uses_two_phase("auto", cuda, 8, block=True)
+    assert uses_two_phase("auto", cuda, 1, "block") and uses_two_phase("auto", cuda, 8, "block")
+    assert uses_two_phase("auto", cuda, 1, "delta") and not uses_two_phase("auto", cuda, 8, "delta")
+    with pytest.raises(ValueError, match="kind"):
+        uses_two_phase("auto", cuda, 8, "blocks")
     assert not uses_two_phase("auto", SimpleNamespace(is_cuda=True, shape=(2, 512)), 1)
     assert not uses_two_phase("auto", torch.zeros(2, 1024), 1)
     assert uses_two_phase("two-phase", torch.zeros(2, 8), 8) and not uses_two_phase("one-pass", cuda, 1)

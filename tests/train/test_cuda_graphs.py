@@ -22,7 +22,9 @@ def _model(method: str, schedule: str) -> Decoder:
     cfg = get_preset("tiny", "baseline")
     cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.d_ff = 64, 3, 4, 2, 128
     stream = method_stream(method, cfg.num_sublayers, cfg.d_model)
-    if schedule:
+    if schedule == "mixed":  # two-phase from the second block (chunk) on, one-pass before
+        stream.schedule, stream.chunk, stream.phase1_min_sources = "two-phase", 2, 2
+    elif schedule:
         stream.schedule, stream.chunk = schedule, 2
     cfg.stream = stream
     torch.manual_seed(0)
@@ -46,7 +48,8 @@ def _loss_fn(model: Decoder, cache_enabled: bool = True):
 @pytest.mark.cuda
 @pytest.mark.parametrize("method, schedule", [("baseline", ""), ("mhar", "one-pass"), ("mhar", "two-phase"),
                                               ("mhar-block", "one-pass"), ("mhar-block", "two-phase"),
-                                              ("hyper", ""), ("delta", "")])
+                                              ("mhar-block", "mixed"), ("mhar", "mixed"), ("hyper", ""),
+                                              ("delta", "")])
 def test_replay_matches_eager(method, schedule):
     model = _model(method, schedule)
     vocab = model.config.vocab_size

@@ -25,12 +25,14 @@ class StreamConfig:
     schedule: one-pass (each site reads all its sources) or two-phase (batched read of
         the sources that exist when a chunk/block starts, then an exact online-softmax
         merge with those created inside it). Identical results; auto (the default)
-        is two-phase where it measured faster on an H200 (CUDA, d >= 1024, full
-        routing or one head) and one-pass elsewhere (streams.base.uses_two_phase).
+        is two-phase where it measured faster on an H200 (CUDA, d >= 1024; block
+        routing from its fourth block on, see phase1_min_sources) and one-pass elsewhere
+        (streams.base.uses_two_phase).
     chunk: for full routing with the two-phase schedule, sublayers per scheduling chunk.
     phase1_min_sources: with the two-phase schedule, a chunk (or block) whose phase 1
         would read fewer sources than this reads one-pass instead (0: every chunk
-        two-phase). Phase 1's kernels cost about the same whatever their source count.
+        two-phase); unset (None), 4 for block routing under 'auto' and 0 otherwise.
+        Phase 1's kernels cost about the same whatever their source count.
     hyper_n: number of parallel streams for hyper-connections.
     hyper_recompute: hyper-connections with the Triton glue (CUDA): keep the n streams
         for backward only at every hyper_recompute-th sublayer and recompute the rest
@@ -45,7 +47,7 @@ class StreamConfig:
     block_size: int = 0
     schedule: str = "auto"
     chunk: int = 8
-    phase1_min_sources: int = 0
+    phase1_min_sources: int | None = None
     hyper_n: int = 4
     hyper_recompute: int = 0
 
@@ -63,8 +65,10 @@ class StreamConfig:
             raise ValueError(f"stream.block_size={self.block_size} is invalid for {self.method}: allowed {allowed}")
         if self.chunk < 1:
             raise ValueError(f"stream.chunk={self.chunk} must be >= 1")
-        if self.phase1_min_sources < 0:
-            raise ValueError(f"stream.phase1_min_sources={self.phase1_min_sources} must be >= 0 (0: off)")
+        m = self.phase1_min_sources
+        if m is not None and (not isinstance(m, int) or isinstance(m, bool) or m < 0):
+            raise ValueError(f"stream.phase1_min_sources={m!r} must be an integer >= 0 (0: every chunk two-phase), "
+                             "or null (the schedule's default)")
         if self.hyper_n < 1:
             raise ValueError(f"stream.hyper_n={self.hyper_n} must be >= 1")
         if self.hyper_recompute < 0:

@@ -97,11 +97,26 @@ class SourceList(list):
         return self.sink.span(start, len(self) - start if count is None else count)
 
 
-def uses_two_phase(schedule: str, x: Tensor, heads: int, block: bool = False) -> bool:
-    """Resolve a schedule for a forward on ``x`` (..., d) (``block``: block routing, whose
-    reads see a few block summaries): 'auto' is two-phase where it measured faster on an
-    H200: on CUDA at d >= 1024, for full routing with any head count and for block
-    routing with one head.
+# 'auto' block routing: blocks whose phase 1 would read fewer summaries than this read
+# one-pass, the later ones two-phase (see uses_two_phase)
+AUTO_BLOCK_PHASE1_MIN_SOURCES = 4
+
+
+def phase1_min_sources(setting: int | None, schedule: str, block: bool) -> int:
+    """The stream's ``phase1_min_sources`` resolved: a set value as it is; unset (None),
+    AUTO_BLOCK_PHASE1_MIN_SOURCES for block routing under 'auto', else 0 (every chunk
+    two-phase)."""
+    if setting is not None:
+        return setting
+    return AUTO_BLOCK_PHASE1_MIN_SOURCES if schedule == "auto" and block else 0
+
+
+def uses_two_phase(schedule: str, x: Tensor, heads: int, kind: str = "full") -> bool:
+    """Resolve a schedule for a forward on ``x`` (..., d). ``kind``: "full" routing,
+    "block" routing (whose reads see a few block summaries) or "delta" (the delta form's
+    blocks). 'auto' is two-phase where it measured faster on an H200: on CUDA at
+    d >= 1024, for full and block routing with any head count (block routing from its
+    fourth block on, ``phase1_min_sources``), and for the delta form with one head.
     - One head: attention residuals at 350M and 1B, 3-6% faster eager steps in session 5
       (bench/results/history/step_h200_session5.md) and 4.7-6.6% more tokens/s graphed in
       session 6 (bench/results/step_h200.md).
@@ -109,14 +124,21 @@ def uses_two_phase(schedule: str, x: Tensor, heads: int, block: bool = False) ->
       the routing kernels of a whole step took 50.6 against 52.5 ms one-pass at 1024/49
       and 120.3 against 145.3 at 1280/73; the graphed 1B MHAR step 345.7 ms against
       session 8's 371.0 (bench/results/routing_h200.md, step_h200.md).
-    - Block routing, 8 heads, stays one-pass: two-phase made the graphed 350M block MHAR
-      step 0.894x of the baseline's throughput against 0.919x one-pass (session 9); since
-      then within the spread of one-pass at 350M and 1B (sessions 25, 33 and 34: phase 1's
-      product kernels cost a block of 16 sources whatever a block's count).
+    - Block routing, 8 heads: two-phase made the graphed 350M block MHAR step 0.894x of
+      the baseline's throughput against 0.919x one-pass (session 9), then within the
+      spread of one-pass at 350M and 1B (sessions 25, 33 and 34): phase 1's product kernels
+      cost a block of 16 sources whatever a block's count. With the first blocks (fewer
+      than 4 summaries) one-pass and the rest two-phase, 0.940x at 350M against 0.930x
+      one-pass and 0.915x all two-phase; at 1B (from the fifth block) 0.951x against
+      0.937x (session 35, bench/results/step_h200.md).
+    - The delta form with several heads is one-pass: its blocks' batched reads were
+      measured with the same product kernels as block routing's before session 35.
     Elsewhere 'auto' is one-pass: at d = 512 two-phase was slower (session 5), and on the
     CPU (the reference path) the bytes do not matter."""
+    if kind not in ("full", "block", "delta"):
+        raise ValueError(f"uses_two_phase: kind={kind!r} is not full, block or delta")
     if schedule == "auto":
-        return x.is_cuda and x.shape[-1] >= 1024 and (heads == 1 or not block)
+        return x.is_cuda and x.shape[-1] >= 1024 and (heads == 1 or kind != "delta")
     return schedule == "two-phase"
 
 

@@ -30,7 +30,7 @@ class _DeltaState(StreamState):
         self.sources = SourceList()
         self.sources.add(stream.null_source.to(embedding.dtype).expand_as(embedding))
         self.block_reads: Tensor | None = None  # two-phase: the whole block's reads
-        self.two_phase = uses_two_phase(stream.schedule, embedding, stream.heads, block=True)
+        self.two_phase = uses_two_phase(stream.schedule, embedding, stream.heads, kind="delta")
 
     def _read(self, i: int) -> Tensor:
         s = self.s

@@ -25,7 +25,8 @@ import torch
 from torch import Tensor, nn
 
 from mhar import routing
-from mhar.streams.base import ResidualStream, SourceList, StreamState, autocast_dtype, uses_two_phase
+from mhar.streams.base import (ResidualStream, SourceList, StreamState, autocast_dtype, phase1_min_sources,
+                               uses_two_phase)
 
 
 def _finalize_row(p: routing.Partial, shape, dtype) -> Tensor:
@@ -37,8 +38,10 @@ class _RoutedState(StreamState):
     def __init__(self, stream: "RoutedStream", embedding: Tensor):
         self.s = stream
         self.shape, self.dtype = embedding.shape, autocast_dtype(embedding)
-        self.two_phase = uses_two_phase(stream.schedule, embedding, stream.heads, block=stream.block_size > 0)
+        self.two_phase = uses_two_phase(stream.schedule, embedding, stream.heads,
+                                        kind="block" if stream.block_size else "full")
         self.chunk_two_phase = self.two_phase  # the current chunk's schedule (see phase1_min_sources)
+        self.min_sources = phase1_min_sources(stream.phase1_min_sources, stream.schedule, stream.block_size > 0)
         # Full routing: every source. Block routing: completed block summaries.
         self.sources = SourceList()
         self.sources.add(embedding.to(self.dtype))
@@ -67,7 +70,7 @@ class _RoutedState(StreamState):
         if self.two_phase and i % size == 0:
             # a chunk whose phase 1 would read few sources reads one-pass: phase 1's kernels
             # cost about the same whatever their source count
-            self.chunk_two_phase = n_src >= s.phase1_min_sources
+            self.chunk_two_phase = n_src >= self.min_sources
             self.phase1_rows = None
         if not self.chunk_two_phase:
             srcs = self.sources + ([self.partial_sum] if in_block else [])
@@ -113,7 +116,7 @@ class RoutedStream(ResidualStream):
     method = "routed"
 
     def __init__(self, d_model: int, num_sublayers: int, heads: int = 1, block_size: int = 0,
-                 schedule: str = "auto", chunk: int = 8, phase1_min_sources: int = 0):
+                 schedule: str = "auto", chunk: int = 8, phase1_min_sources: int | None = None):
         super().__init__(d_model, num_sublayers)
         routing.reference.check_heads(d_model, heads)
         self.heads, self.block_size, self.schedule, self.chunk = heads, block_size, schedule, chunk
