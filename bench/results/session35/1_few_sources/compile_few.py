@@ -1,3 +1,8 @@
+"""Offline sm_90 compile (no GPU) of the few-source kernels of 196b982, reverted in 2fe7c9a:
+registers, SASS instructions per loop iteration and warp, opcodes (bench/compile_sm90.py's
+resources()). Run from a checkout of 196b982: git worktree add /tmp/few 196b982 && cd /tmp/few &&
+PYTHONPATH=src python <this file>. Ran with triton 3.9.0 (this machine's); output in
+compile_few_sm90.txt."""
 import sys
 sys.argv=["x"]
 sys.path.insert(0, "bench")
