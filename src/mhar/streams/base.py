@@ -129,8 +129,8 @@ def uses_two_phase(schedule: str, x: Tensor, heads: int, kind: str = "full") -> 
       spread of one-pass at 350M and 1B (sessions 25, 33 and 34): phase 1's product kernels
       cost a block of 16 sources whatever a block's count. With the first blocks (fewer
       than 4 summaries) one-pass and the rest two-phase, 0.940x at 350M against 0.930x
-      one-pass and 0.915x all two-phase; at 1B (from the fifth block) 0.951x against
-      0.937x (session 35, bench/results/step_h200.md).
+      one-pass and 0.915x all two-phase; at 1B 0.936x against 0.928x one-pass in one
+      process (session 35, bench/results/step_h200.md).
     - The delta form with several heads is one-pass: its blocks' batched reads were
       measured with the same product kernels as block routing's before session 35.
     Elsewhere 'auto' is one-pass: at d = 512 two-phase was slower (session 5), and on the
