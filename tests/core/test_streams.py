@@ -178,7 +178,8 @@ def test_phase1_min_sources(block_size, min_sources, phase1_sources, monkeypatch
 
     seen = []
     real = routing.route_partial_rows
-    monkeypatch.setattr(routing, "route_partial_rows", lambda srcs, *a, **k: seen.append(len(srcs)) or real(srcs, *a, **k))
+    monkeypatch.setattr(routing, "route_partial_rows",
+                        lambda srcs, *a, **k: seen.append(len(srcs)) or real(srcs, *a, **k))
     cfg = small_config(StreamConfig(method="routed", heads=2, block_size=block_size, schedule="two-phase", chunk=3,
                                     phase1_min_sources=min_sources), n_layers=4)
     Decoder(cfg)(torch.randint(0, 97, (2, 12)))

@@ -131,8 +131,8 @@ def uses_two_phase(schedule: str, x: Tensor, heads: int, kind: str = "full") -> 
       than 4 summaries) one-pass and the rest two-phase, 0.940x at 350M against 0.930x
       one-pass and 0.915x all two-phase; at 1B 0.936x against 0.928x one-pass in one
       process (session 35, bench/results/step_h200.md).
-    - The delta form with several heads is one-pass: its blocks' batched reads were
-      measured with the same product kernels as block routing's before session 35.
+    - The delta form with several heads stays one-pass (its blocks' batched reads were
+      not re-measured in session 35).
     Elsewhere 'auto' is one-pass: at d = 512 two-phase was slower (session 5), and on the
     CPU (the reference path) the bytes do not matter."""
     if kind not in ("full", "block", "delta"):
