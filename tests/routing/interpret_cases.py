@@ -469,6 +469,9 @@ def test_gradient_sink_block_running_sums(n_sites, d, heads, block, two_phase, g
 
 @pytest.mark.parametrize("method,overrides", [("mhar", {}), ("mhar", dict(block_size=3)),
                                               ("mhar", dict(block_size=3, schedule="two-phase")),
+                                              # the first block one-pass, the later ones two-phase
+                                              ("mhar", dict(block_size=3, schedule="two-phase",
+                                                            phase1_min_sources=2)),
                                               ("mhar", dict(schedule="two-phase", chunk=3)),
                                               ("delta", dict(block_size=2))])
 def test_model_gradient_sink(method, overrides, gen, monkeypatch):
