@@ -925,6 +925,63 @@ def test_coefficients_as_parts(coef_dot, heads, d, gen):
         rop.TUNE = None
 
 
+@pytest.fixture
+def gather_tokens(monkeypatch):
+    """TOK of every launch of phase 1's gather, in order."""
+    seen = []
+    real = tk._bwd_gather_kernel
+
+    class Spy:
+        def __getitem__(self, grid):
+            def launch(*args, **kw):
+                seen.append(kw["TOK"])
+                return real[grid](*args, **kw)
+            return launch
+
+    monkeypatch.setattr(tk, "_bwd_gather_kernel", Spy())
+    return seen
+
+
+@pytest.mark.parametrize("n,lead,d,heads,S,dtype", [(1, (7,), 48, 4, 3, torch.float32),
+                                                    (3, (5,), 160, 8, 6, torch.bfloat16),
+                                                    (5, (2, 3), 32, 2, 4, torch.float32),
+                                                    (8, (9,), 48, 1, 2, torch.bfloat16),
+                                                    (9, (3,), 32, 4, 3, torch.float32)])
+def test_gather_tokens_per_program(n, lead, d, heads, S, dtype, gen, gather_tokens):
+    # phase 1's gather with several tokens per program (gather_tokens): a read of few
+    # sources fills the products' 16 rows with several tokens' sources; token counts that
+    # are not a multiple of TOK (the last program's tokens partly off); bf16 (exact rows,
+    # coefficients as parts) and fp32; the same gradients as one token per program
+    # (within fp32's rounding: only zeros are added), and fp64's
+    srcs, q, g = make_inputs(n, lead, d, dtype, "cpu", S=S, gen=gen)
+    go, grads = None, {}
+    for cap in (1, 2, 4, 8):
+        rop.TUNE = dict(gather_tokens=cap)
+        try:
+            gather_tokens.clear()
+            xs = [s.detach().requires_grad_() for s in srcs]
+            p = routing.route_partial(xs, q, g, heads)
+            go = torch.randn(p.o.shape, generator=gen) if go is None else go
+            grads[cap] = torch.autograd.grad((p.o * go).sum() + p.l.sum(), [*xs, q, g])
+        finally:
+            rop.TUNE = None
+        assert gather_tokens == [1 if n > 8 else min(cap, 16 // rop._pow2(n))]
+    for cap in (2, 4, 8):
+        for a, b in zip(grads[cap], grads[1]):
+            assert rel(a, b) <= (1e-6 if dtype == torch.float32 else 1e-2), (cap, rel(a, b))
+    rop.TUNE = dict(gather_tokens=8)
+    try:
+        check_partial(n, lead, d, heads, S, dtype=dtype, tol=1e-5 if dtype == torch.float32 else 1e-2, gen=gen)
+    finally:
+        rop.TUNE = None
+    with pytest.raises(ValueError, match="gather_tokens"):
+        rop.TUNE = dict(gather_tokens=3)
+        try:
+            routing.route_partial([s.detach().requires_grad_() for s in srcs], q, g, heads).o.sum().backward()
+        finally:
+            rop.TUNE = None
+
+
 @pytest.mark.parametrize("n,lead,d,S,stages", [(18, (4,), 160, 3, 1), (5, (3,), 256, 8, 3), (17, (5,), 128, 2, 3)])
 def test_one_head_as_lane_groups(n, lead, d, S, stages, gen, dot_launches):
     # dot_lane_groups: one head of d lanes takes phase 1's forward and COEF pass as products

@@ -343,6 +343,22 @@ def test_gradient_sink_block_running_sums(n_sites, d, heads, block, two_phase, g
                          block=block)
 
 
+@pytest.mark.parametrize("n,d,heads", [(3, 1024, 8), (5, 1280, 8), (8, 1024, 8), (1, 512, 8), (4, 1280, 1)])
+def test_gather_tokens_per_program(n, d, heads, gen):
+    # phase 1's gather with several tokens per program (gather_tokens) for reads of at most
+    # 8 sources, bf16 (exact rows, coefficients as parts) and fp32, a token count not a
+    # multiple of 8; against fp64, and through running sums as a block's reads
+    for cap in (2, 4, 8):
+        rop.TUNE = dict(gather_tokens=cap)
+        try:
+            check_partial(n, (301,), d, heads, 6, dtype=torch.bfloat16, tol=1e-2, device=DEV, gen=gen)
+            check_partial(n, (301,), d, heads, 6, device=DEV, gen=gen)
+            check_sink_chain(9, (203,), d, heads, dtype=torch.bfloat16, device=DEV, tol=2e-2, gen=gen, chunk=1,
+                             block=4)
+        finally:
+            rop.TUNE = None
+
+
 @pytest.mark.parametrize("tune", [dict(bwd_twopass=False), dict(gather_sources=32, gather_cols=64),
                                   dict(gather_sources=64, gather_cols=128, gather_warps=8),
                                   dict(gather_precision="tf32"), dict(gather_precision="tf32x3")],

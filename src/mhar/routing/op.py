@@ -189,7 +189,7 @@ def _pow2(n: int) -> int:
 # the 1B training step 285.8 against 286.1 ms (bench/results/session22/, call 1).
 _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 128, "gather_warps": 4,
                     "gather_precision": "bf16x3", "gather_maxnreg": None, "gather_xdot": True,
-                    "gather_stages": 3, "coef_parts": True}
+                    "gather_stages": 3, "coef_parts": True, "gather_tokens": 4}
 # pad_heads: a head width that is not a power of two as one padded part (see _geometry).
 # (Session 10's "fwd_wide_b", a head's second part loaded in the first part's width, was
 # slower in the whole step: 131.5 against 118.5 ms at 1280/73 with 8 heads; its code is
@@ -479,6 +479,16 @@ def _gather_walk(d: int, dh: int, cols: int) -> dict:
     width = min(cols, max(16, _pow2(dh)))
     span = max((min(c0 + width, d) - 1) // dh - c0 // dh + 1 for c0 in range(0, d, width))
     return dict(WIDTH=width, SPAN=span)
+
+
+def _gather_tokens(cfg: dict, n_src: int) -> int:
+    """Tokens per program of phase 1's gather (its TOK): as many as fill its products'
+    "gather_sources" rows with a read's sources, at most config "gather_tokens" (a power
+    of two; 1 is one token per program)."""
+    cap = cfg["gather_tokens"]
+    if cap < 1 or cap & (cap - 1):
+        raise ValueError(f"routing config: gather_tokens must be a power of two >= 1, got {cap}")
+    return max(1, min(cap, cfg["gather_sources"] // _pow2(n_src)))
 
 
 def _dot_tile(cfg: dict, key: str, dh: int, heads: int, S: int, align: int, src: Tensor) -> dict | None:
@@ -802,9 +812,11 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
             if exact:
                 w_hi = w.bfloat16()
                 w_parts = torch.stack([w_hi, (w - w_hi.float()).bfloat16()])
-            _bwd_gather_kernel[(-(-len(srcs) // ks) * n_tok,)](
+            tok = _gather_tokens(cfg, len(srcs))
+            grid = -(-len(srcs) // ks) * n_tok if tok == 1 else -(-n_tok // tok)
+            _bwd_gather_kernel[(grid,)](
                 src_table, srcs[0], dest_table, w, w_parts, grad_table, rows[0], coef_a, coef_b, coef_c, len(srcs),
-                n_acc, S, d, dh, EXACT=exact,
+                n_acc, S, n_tok, d, dh, EXACT=exact, TOK=tok, NSEG=_pow2(tok + (2 if exact else 1)),
                 H=heads, **_gather_walk(d, dh, cfg["gather_cols"]), KS=ks,
                 SP=max(8, _pow2(S)), ALIGN=tile["ALIGN"], ACCUM=n_acc > 0,
                 PREC="ieee" if srcs[0].dtype in (torch.float32, torch.float64) else cfg["gather_precision"],

@@ -503,36 +503,36 @@ def _bwd_kernel(table, ref, gtable, W, G, gref, STAT, OFF, Y, DW, CA, CB, CC, PM
 
 
 @triton.jit
-def _gather_rows(G, gref, W, WB, t, n_q, d: tl.constexpr, SP: tl.constexpr, ALIGN: tl.constexpr,
-                 EXACT: tl.constexpr):
-    """The row pointers of the gather's right operand at token t, and their mask (queries
-    past n_q off). EXACT (bf16 gradients): 4 SP bf16 rows [g_q ; w_hi_q ; w_lo_q ; 0]
-    (WB: w's two bf16 parts, (2, n_q, d)); else 2 SP rows [g_q ; w_q] in fp32. G is a
-    table of the queries' gradient pointers, typed like ``gref``."""
+def _gather_rows(G, gref, W, WB, t, n_q, n_tok, d: tl.constexpr, SP: tl.constexpr, ALIGN: tl.constexpr,
+                 EXACT: tl.constexpr, TOK: tl.constexpr, NSEG: tl.constexpr):
+    """The row pointers of the gather's right operand at tokens t .. t + TOK - 1, and their
+    mask (queries past n_q and tokens past n_tok off), NSEG segments of SP rows: the TOK
+    tokens' upstream gradients g_q, then with EXACT (bf16 gradients) w's two bf16 parts
+    (WB: (2, n_q, d)), else w in fp32, then zeros: [g_q(t) ; w_hi_q ; w_lo_q ; 0] and
+    [g_q(t) ; w_q] at one token. G is a table of the queries' gradient pointers, typed like
+    ``gref``."""
+    j = tl.arange(0, NSEG * SP)
+    seg = j // SP
+    qj = j % SP
+    on = (qj < n_q) & (seg < TOK + (2 if EXACT else 1)) & ((seg >= TOK) | (t + seg < n_tok))
+    gp = tl.multiple_of(tl.load(G + qj, mask=on & (seg < TOK), other=0).to(tl.pointer_type(gref.dtype.element_ty)),
+                        ALIGN)
     if EXACT:
-        j = tl.arange(0, 4 * SP)
-        seg = j // SP
-        qj = j % SP
-        on = (qj < n_q) & (seg < 3)
-        gp = tl.multiple_of(tl.load(G + qj, mask=on & (seg == 0), other=0).to(tl.pointer_type(tl.bfloat16)), ALIGN)
-        rows = tl.where(seg == 0, gp + t.to(tl.int64) * d, WB + ((seg - 1) * n_q + qj) * d)
+        wrows = WB + ((seg - TOK) * n_q + qj) * d
     else:
-        j = tl.arange(0, 2 * SP)
-        qj = j % SP
-        on = qj < n_q
-        gp = tl.multiple_of(tl.load(G + qj, mask=on & (j < SP), other=0).to(tl.pointer_type(gref.dtype.element_ty)),
-                            ALIGN)
-        rows = tl.where(j < SP, gp + t.to(tl.int64) * d, W + qj * d)
+        wrows = W + qj * d
+    rows = tl.where(seg < TOK, gp + (t + seg).to(tl.int64) * d, wrows)
     return rows, on
 
 
 @triton.jit
-def _gather_loads(src, dst, rows, r_on, k, kmask, acc_on, t, c0, d: tl.constexpr, WIDTH: tl.constexpr,
+def _gather_loads(src, dst, rows, r_on, offs, kmask, acc_on, c0, d: tl.constexpr, WIDTH: tl.constexpr,
                   FULL: tl.constexpr, ACCUM: tl.constexpr):
     """The tiles of the chunk of WIDTH columns from c0 (those past d off unless FULL): the
     right operand's rows (``_gather_rows``; zeros where off), the sources' rows and their
-    running sums' (zeros past n_acc or without ACCUM), and the chunk's column offsets
-    and mask."""
+    running sums' (zeros past n_acc or without ACCUM), and the chunk's columns, element
+    offsets and mask. ``offs``: each row's token offset t * d, (KS, 1), or (1, 1) when
+    every row has the program's one token."""
     rc = tl.arange(0, WIDTH)
     cols = c0 + rc
     if FULL:
@@ -540,38 +540,51 @@ def _gather_loads(src, dst, rows, r_on, k, kmask, acc_on, t, c0, d: tl.constexpr
     else:
         cmask = cols < d
     rmat = tl.load(rows[:, None] + cols[None, :], mask=r_on[:, None] & cmask[None, :], other=0.0)
-    offs = t.to(tl.int64) * d + cols
+    offs = offs + cols[None, :]
     mask = kmask[:, None] & cmask[None, :]
-    x = tl.load(src[:, None] + offs[None, :], mask=mask, other=0.0)
+    x = tl.load(src[:, None] + offs, mask=mask, other=0.0)
     if ACCUM:
-        prev = tl.load(dst[:, None] + offs[None, :], mask=mask & acc_on[:, None], other=0.0)
+        prev = tl.load(dst[:, None] + offs, mask=mask & acc_on[:, None], other=0.0)
     else:
         prev = x
     return rmat, x, prev, cols, offs, mask
 
 
 @triton.jit
-def _gather_coefs(CA, CB, r_on, k, kmask, t, h, n_src, n_q, H: tl.constexpr, SP: tl.constexpr,
-                  EXACT: tl.constexpr):
-    """Head h's coefficients of the KS sources at token t: (KS, 2 SP) [a_q | b_q], or with
-    EXACT (KS, 4 SP) [a_q | b_q | b_q | 0]."""
-    j = tl.arange(0, (4 if EXACT else 2) * SP)
-    qj = j % SP
-    coef = (t.to(tl.int64) * H + h) * (n_src * n_q) + (k[:, None] * n_q + qj[None, :])  # (t, h, k, q)
-    return tl.load(tl.where((j < SP)[None, :], CA, CB) + coef, mask=kmask[:, None] & r_on[None, :], other=0.0)
+def _gather_coef_mask(kmask, rseg, cols_on, SP: tl.constexpr, TOK: tl.constexpr, NSEG: tl.constexpr):
+    """The coefficient tile's columns, matched to ``_gather_rows``' segments: each column's
+    segment and query (NSEG SP,), and the (KS, NSEG SP) mask: a row (its token's segment
+    rseg) takes a in that segment only and b in w's; ``cols_on`` turns columns off."""
+    j = tl.arange(0, NSEG * SP)
+    seg = j // SP
+    on = kmask[:, None] & cols_on[None, :]
+    if TOK > 1:
+        on = on & ((seg[None, :] >= TOK) | (seg[None, :] == rseg[:, None]))
+    return seg, j % SP, on
 
 
 @triton.jit
-def _gather_coef_parts(CA, CB, k, kmask, t, h, n_src, H: tl.constexpr, SP: tl.constexpr):
+def _gather_coefs(CA, CB, r_on, k, kmask, tr, rseg, h, n_src, n_q, H: tl.constexpr, SP: tl.constexpr,
+                  TOK: tl.constexpr, NSEG: tl.constexpr):
+    """Head h's coefficients of the KS rows (source k at token tr, its token's segment
+    rseg): (KS, NSEG SP), a in the row's own token's segment and b in w's
+    (``_gather_rows``): [a_q | b_q] at one token, with EXACT [a_q | b_q | b_q | 0]."""
+    seg, qj, on = _gather_coef_mask(kmask, rseg, r_on, SP, TOK, NSEG)
+    coef = ((tr.to(tl.int64) * H + h) * n_src + k)[:, None] * n_q + qj[None, :]       # (t, h, k, q)
+    return tl.load(tl.where((seg < TOK)[None, :], CA, CB) + coef, mask=on, other=0.0)
+
+
+@triton.jit
+def _gather_coef_parts(CA, CB, k, kmask, tr, rseg, h, n_src, H: tl.constexpr, SP: tl.constexpr,
+                       TOK: tl.constexpr, NSEG: tl.constexpr):
     """``_gather_coefs`` with EXACT from coefficients stored as two bf16 parts (the COEF
-    pass's PARTS, ``_store_coef_parts``; zeros past n_q, so the loads are masked by source and
-    segment only, in 16-byte runs): the (KS, 4 SP) high and low parts
-    [a | b | b | 0], bf16, as the products take them."""
-    j = tl.arange(0, 4 * SP)
-    qj = j % SP
-    row = (t.to(tl.int64) * H + h) * n_src + k[:, None]                               # (t, h, k)
-    cp = tl.where((j < SP)[None, :], CA, CB) + (row * (2 * SP) + qj[None, :])
-    on = kmask[:, None] & (j < 3 * SP)[None, :]
+    pass's PARTS, ``_store_coef_parts``; zeros past n_q, so the loads are masked by source
+    and segment only, in 16-byte runs): the (KS, NSEG SP) high and low parts, bf16, as the
+    products take them."""
+    segs = tl.arange(0, NSEG * SP) // SP
+    seg, qj, on = _gather_coef_mask(kmask, rseg, segs < TOK + 2, SP, TOK, NSEG)
+    row = ((tr.to(tl.int64) * H + h) * n_src + k)[:, None]                            # (t, h, k)
+    cp = tl.where((seg < TOK)[None, :], CA, CB) + (row * (2 * SP) + qj[None, :])
     return tl.load(cp, mask=on, other=0.0), tl.load(cp + SP, mask=on, other=0.0)
 
 
@@ -617,11 +630,12 @@ def _dot_fp32(a, b, PREC: tl.constexpr):
 
 
 @triton.jit
-def _bwd_gather_kernel(table, ref, gtable, W, WB, G, gref, CA, CB, CC, n_src, n_acc, n_q, d: tl.constexpr,
+def _bwd_gather_kernel(table, ref, gtable, W, WB, G, gref, CA, CB, CC, n_src, n_acc, n_q, n_tok, d: tl.constexpr,
                        dh: tl.constexpr, H: tl.constexpr, WIDTH: tl.constexpr, SPAN: tl.constexpr,
                        KS: tl.constexpr, SP: tl.constexpr, ALIGN: tl.constexpr, ACCUM: tl.constexpr,
                        PREC: tl.constexpr, EXACT: tl.constexpr = False, CH: tl.constexpr = 1,
-                       XDOT: tl.constexpr = False, PARTS: tl.constexpr = False):
+                       XDOT: tl.constexpr = False, PARTS: tl.constexpr = False, TOK: tl.constexpr = 1,
+                       NSEG: tl.constexpr = 4):
     """The gradients of an S-query read's sources from ``_bwd_kernel``'s COEF coefficients:
     grad_x = sum over queries q of (a_q g_q + r dz_q w_q) per head - (sum_q c_q) x (G: a
     table of the S queries' upstream-gradient pointers, typed like ``gref``). A 1-D
@@ -659,41 +673,58 @@ def _bwd_gather_kernel(table, ref, gtable, W, WB, G, gref, CA, CB, CC, n_src, n_
     (``_store_coef_parts``), which enter the products as they are: the same products,
     without the split at every chunk (at 1280 with 8 heads a head's coefficients meet 2
     or 3 chunks; offline with triton 3.6 the loop takes 221 SASS instructions per chunk
-    and warp with PARTS, 401 without)."""
+    and warp with PARTS, 401 without).
+
+    ``TOK``: a program takes TOK tokens (a 1-D grid over groups of TOK tokens), for reads of
+    at most KS / TOK sources: row r of the KS-row tiles is source r % (KS / TOK) at the
+    group's token r // (KS / TOK), so a read of few sources fills the products' rows
+    instead of padding one token's (a block of 1 to 8 sources cost what 16 do, session 34).
+    The right operand holds every token's g rows, then w's: NSEG (a power of two) segments
+    of SP rows, and a row's coefficients take a in its own token's segment only
+    (``_gather_rows``, ``_gather_coef_mask``). TOK 1 is one token and block per program."""
     tl.static_assert(EXACT or not PARTS)
-    n_blk = tl.cdiv(n_src, KS)
-    blk = tl.program_id(0) % n_blk
-    t = tl.program_id(0) // n_blk
     elem = ref.dtype.element_ty
-    k = blk * KS + tl.arange(0, KS)
-    kmask = k < n_src
+    rk = tl.arange(0, KS)
+    if TOK == 1:  # a token and block of KS sources per program, the block fastest
+        n_blk = tl.cdiv(n_src, KS)
+        t = tl.program_id(0) // n_blk
+        k = (tl.program_id(0) % n_blk) * KS + rk
+        tr = t
+        rseg = 0
+        kmask = k < n_src
+        toff = (t.to(tl.int64) * d)[None, None]                                          # (1, 1)
+    else:  # TOK tokens of at most KS / TOK sources each
+        t = tl.program_id(0) * TOK
+        rseg = rk // (KS // TOK)
+        k = rk % (KS // TOK)
+        tr = t + rseg
+        kmask = (k < n_src) & (tr < n_tok)
+        toff = tr.to(tl.int64)[:, None] * d                                              # (KS, 1)
     rq = tl.arange(0, SP)
-    cq = (t.to(tl.int64) * n_src + k[:, None]) * n_q + rq[None, :]                      # (t, k, q)
+    cq = (tr.to(tl.int64) * n_src + k)[:, None] * n_q + rq[None, :]                    # (t, k, q)
     cmask = kmask[:, None] & (rq[None, :] < n_q)
     c_all = tl.load(CC + cq, mask=cmask, other=0.0)
-    n_tok = tl.num_programs(0) // n_blk
     for part in range(1, CH):
         c_all += tl.load(CC + part * n_tok.to(tl.int64) * n_src * n_q + cq, mask=cmask, other=0.0)
     cs = tl.sum(c_all, axis=1)
     src = tl.multiple_of(tl.load(table + k, mask=kmask, other=0).to(tl.pointer_type(elem)), ALIGN)
     dst = tl.multiple_of(tl.load(gtable + k, mask=kmask, other=0).to(tl.pointer_type(elem)), ALIGN)
     acc_on = k < n_acc
-    # the right operand's row pointers at this program's token, made once
-    rows, r_on = _gather_rows(G, gref, W, WB, t, n_q, d, SP, ALIGN, EXACT)
+    # the right operand's row pointers at this program's tokens, made once
+    rows, r_on = _gather_rows(G, gref, W, WB, t, n_q, n_tok, d, SP, ALIGN, EXACT, TOK, NSEG)
     tl.static_assert(EXACT or not XDOT)  # bf16 rows
     if XDOT:  # -(sum of c) x and the running sum as products too: diag(-c) x + I prev
-        kk = tl.arange(0, KS)
-        on_diag = kk[:, None] == kk[None, :]
+        on_diag = rk[:, None] == rk[None, :]
         neg_c = tl.where(on_diag, -cs[:, None], 0.0)                                    # (KS, KS)
         eye = tl.where(on_diag, 1.0, 0.0).to(tl.bfloat16)
     for it in range(tl.cdiv(d, WIDTH)):
         c0 = it * WIDTH
         h0 = c0 // dh
         if PARTS:
-            c_hi, c_lo = _gather_coef_parts(CA, CB, k, kmask, t, h0, n_src, H, SP)
+            c_hi, c_lo = _gather_coef_parts(CA, CB, k, kmask, tr, rseg, h0, n_src, H, SP, TOK, NSEG)
         else:
-            cmat = _gather_coefs(CA, CB, r_on, k, kmask, t, h0, n_src, n_q, H, SP, EXACT)
-        rmat, x, prev, cols, offs, mask = _gather_loads(src, dst, rows, r_on, k, kmask, acc_on, t, c0, d, WIDTH,
+            cmat = _gather_coefs(CA, CB, r_on, k, kmask, tr, rseg, h0, n_src, n_q, H, SP, TOK, NSEG)
+        rmat, x, prev, cols, offs, mask = _gather_loads(src, dst, rows, r_on, toff, kmask, acc_on, c0, d, WIDTH,
                                                         d % WIDTH == 0, ACCUM)
         if XDOT:
             base = _dot_exact_rows(neg_c, x, tl.zeros((KS, WIDTH), tl.float32))
@@ -705,9 +736,9 @@ def _bwd_gather_kernel(table, ref, gtable, W, WB, G, gref, CA, CB, CC, n_src, n_
             if s > 0:
                 h = tl.minimum(h0 + s, H - 1)
                 if PARTS:
-                    c_hi, c_lo = _gather_coef_parts(CA, CB, k, kmask, t, h, n_src, H, SP)
+                    c_hi, c_lo = _gather_coef_parts(CA, CB, k, kmask, tr, rseg, h, n_src, H, SP, TOK, NSEG)
                 else:
-                    cmat = _gather_coefs(CA, CB, r_on, k, kmask, t, h, n_src, n_q, H, SP, EXACT)
+                    cmat = _gather_coefs(CA, CB, r_on, k, kmask, tr, rseg, h, n_src, n_q, H, SP, TOK, NSEG)
             if PARTS:  # as _dot_exact_rows, the parts stored
                 prod = _dot_bf16(c_hi, rmat, _dot_bf16(c_lo, rmat, base))
             elif EXACT:
@@ -722,7 +753,7 @@ def _bwd_gather_kernel(table, ref, gtable, W, WB, G, gref, CA, CB, CC, n_src, n_
             acc -= cs[:, None] * x.to(tl.float32)
             if ACCUM:
                 acc += prev.to(tl.float32)
-        tl.store(dst[:, None] + offs[None, :], acc.to(dst.dtype.element_ty), mask=mask)
+        tl.store(dst[:, None] + offs, acc.to(dst.dtype.element_ty), mask=mask)
 
 
 @triton.jit
