@@ -635,12 +635,13 @@ def test_phase_one_coef_pass_one_head_per_program_bf16(gen):
 
 @pytest.fixture
 def dot_launches(monkeypatch):
-    """The product kernels' launches as (kernel name, grid, SPLIT, RS, VH), in order."""
+    """The product kernels' launches as (kernel name, grid, SPLIT, RS, VH, TOK), in order."""
     seen = []
     real = rop._launch_dot
 
     def spy(kernel, grid, args, consts, warps, device):
-        seen.append((kernel.fn.__name__, grid, consts.get("SPLIT"), consts.get("RS"), consts.get("VH")))
+        seen.append((kernel.fn.__name__, grid, consts.get("SPLIT"), consts.get("RS"), consts.get("VH"),
+                     consts.get("TOK", 1)))
         return real(kernel, grid, args, consts, warps, device)
 
     monkeypatch.setattr(rop, "_launch_dot", spy)
@@ -980,6 +981,42 @@ def test_gather_tokens_per_program(n, lead, d, heads, S, dtype, gen, gather_toke
             routing.route_partial([s.detach().requires_grad_() for s in srcs], q, g, heads).o.sum().backward()
         finally:
             rop.TUNE = None
+
+
+@pytest.mark.parametrize("n,lead,d,heads,S,stages", [(1, (7,), 48, 4, 3, 3), (3, (5,), 160, 8, 6, 1),
+                                                     (5, (2, 3), 32, 2, 4, 3), (8, (9,), 256, 1, 2, 3),
+                                                     (9, (3,), 32, 4, 3, 1)])
+def test_forward_tokens_per_step(n, lead, d, heads, S, stages, gen, dot_launches):
+    # phase 1's forward as products with the key-norm scales read (a head per program, or
+    # one head's lane groups) takes several tokens at a time for a read of few sources
+    # (dot_tokens): each token's softmax over its own rows, the output one block-diagonal
+    # product; token counts not a multiple of TOK; the same reads and gradients as a token
+    # at a time (within fp32's rounding), and fp64's
+    srcs, q, g = make_inputs(n, lead, d, torch.float32, "cpu", S=S, gen=gen)
+    s64, (q64, g64) = [s.detach().double().requires_grad_() for s in srcs], [q.detach().double(), g.detach().double()]
+    ref = R.route_partial(s64, q64.requires_grad_(), g64.requires_grad_(), heads)
+    go = torch.randn(ref.o.shape, generator=gen, dtype=torch.float64)
+    ref_grads = torch.autograd.grad((ref.o * go).sum() + ref.l.sum(), [*s64, q64, g64])
+    outs = {}
+    for cap in (1, 2, 4, 8):
+        rop.TUNE = dict(dot_tokens=cap, dot_stages=stages, fwd_dot_stages=stages)
+        dot_launches.clear()
+        try:
+            xs = [s.detach().requires_grad_() for s in srcs]
+            p = routing.route_partial(xs, q, g, heads, scales=routing.KeyScales())
+            grads = torch.autograd.grad((p.o * go.float()).sum() + p.l.sum(), [*xs, q, g])
+        finally:
+            rop.TUNE = None
+        fwd = [x for x in dot_launches if x[0] == tk._fwd_dot_kernel.fn.__name__]
+        assert [x[5] for x in fwd] == [1 if n > 8 else min(cap, 16 // rop._pow2(n))], dot_launches
+        outs[cap] = (*p, *grads)
+        for name, a, b in zip("mlo", p, ref):
+            assert rel(a, b) <= 1e-5, (cap, name, rel(a, b))
+        for a, b in zip(grads, ref_grads):
+            assert rel(a, b) <= 1e-5, (cap, rel(a, b))
+    for cap in (2, 4, 8):
+        for a, b in zip(outs[cap], outs[1]):
+            assert rel(a, b) <= 1e-6, (cap, rel(a, b))
 
 
 @pytest.mark.parametrize("n,lead,d,S,stages", [(18, (4,), 160, 3, 1), (5, (3,), 256, 8, 3), (17, (5,), 128, 2, 3)])

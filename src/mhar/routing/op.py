@@ -299,7 +299,7 @@ _PHASE1_DOT = {"fwd_dot": False, "fwd_dot_progs_per_sm": 2, "dot_sources": 16, "
                "coef_split": True, "coef_split_progs_per_sm": 8, "coef_split_warps": 1,
                "fwd_split": True, "fwd_split_progs_per_sm": 8, "fwd_split_warps": 1, "fwd_dot_min_queries": 2,
                "direct_rows": True, "rows_bf16": True, "dot_lane_groups": 8, "dot_group_scales": True, "fwd_dot_stages": None,
-               "merge_scales": True}
+               "merge_scales": True, "dot_tokens": 4}
 # One head (its lane groups) pipelines its COEF pass in 2 stages ("dot_stages") and its
 # forward in 3 ("fwd_dot_stages", where set: the forward's own). In the whole step at
 # 1280/73, 2 stages for both took 72.15 ms of kernels and 3 for both 71.77: the COEF pass
@@ -481,14 +481,14 @@ def _gather_walk(d: int, dh: int, cols: int) -> dict:
     return dict(WIDTH=width, SPAN=span)
 
 
-def _gather_tokens(cfg: dict, n_src: int) -> int:
-    """Tokens per program of phase 1's gather (its TOK): as many as fill its products'
-    "gather_sources" rows with a read's sources, at most config "gather_tokens" (a power
-    of two; 1 is one token per program)."""
-    cap = cfg["gather_tokens"]
+def _tokens_per_step(cfg: dict, key: str, rows: int, n_src: int) -> int:
+    """Tokens a phase-1 product kernel takes at once (its TOK): as many as fill its
+    products' ``rows`` with a read's sources, at most config ``key`` (a power of two; 1 is
+    a token at a time)."""
+    cap = cfg[key]
     if cap < 1 or cap & (cap - 1):
-        raise ValueError(f"routing config: gather_tokens must be a power of two >= 1, got {cap}")
-    return max(1, min(cap, cfg["gather_sources"] // _pow2(n_src)))
+        raise ValueError(f"routing config: {key} must be a power of two >= 1, got {cap}")
+    return max(1, min(cap, rows // _pow2(n_src)))
 
 
 def _dot_tile(cfg: dict, key: str, dh: int, heads: int, S: int, align: int, src: Tensor) -> dict | None:
@@ -631,7 +631,9 @@ def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, h
         elif want_rstd and (_coef_split(cfg, heads, S) or group_scales):  # written for the COEF pass
             rstd = torch.empty((len(srcs), n_tok), dtype=torch.float32, device=dev)
             consts["RS"] = True
-        n_prog = _n_programs(dev, n_tok, per_sm, share=grid_h)
+        if consts.get("SCALES"):  # few sources: several tokens at a time
+            consts["TOK"] = _tokens_per_step(cfg, "dot_tokens", dot["KS"], len(srcs))
+        n_prog = _n_programs(dev, -(-n_tok // consts.get("TOK", 1)), per_sm, share=grid_h)
         args = (table, srcs[0], w, m, l, o, m if rstd is None else rstd, len(srcs), n_tok, S, n_prog, d)
         done = _launch_dot(_fwd_dot_kernel, (n_prog, grid_h), args, {**consts, "eps": eps}, warps, dev)
     if n_tiles and not done:
@@ -812,7 +814,7 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
             if exact:
                 w_hi = w.bfloat16()
                 w_parts = torch.stack([w_hi, (w - w_hi.float()).bfloat16()])
-            tok = _gather_tokens(cfg, len(srcs))
+            tok = _tokens_per_step(cfg, "gather_tokens", ks, len(srcs))
             grid = -(-len(srcs) // ks) * n_tok if tok == 1 else -(-n_tok // tok)
             _bwd_gather_kernel[(grid,)](
                 src_table, srcs[0], dest_table, w, w_parts, grad_table, rows[0], coef_a, coef_b, coef_c, len(srcs),

@@ -936,11 +936,81 @@ def _stat_rows(rq, rh, t, n_tok, H: tl.constexpr, VH: tl.constexpr):
 
 
 @triton.jit
+def _fwd_packed(table, RSTD, OUT_M, OUT_L, OUT_O, pid, rh, wa_hi, wa_lo, wb_hi, wb_lo, cxa, cmxa, cxb, cmxb,
+                n_src, n_tok, n_q, n_prog, d: tl.constexpr, H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr,
+                DB: tl.constexpr, KS: tl.constexpr, SP: tl.constexpr, ALIGN: tl.constexpr, PREC: tl.constexpr,
+                STAGES: tl.constexpr, VH: tl.constexpr, TOK: tl.constexpr, elem: tl.constexpr):
+    """``_fwd_dot_kernel``'s loop with SCALES for reads of at most KS / TOK sources: each step
+    takes TOK tokens, row r of the KS-row tiles source r % (KS / TOK) at token
+    r // (KS / TOK), so that few sources fill the products' rows instead of padding one
+    token's (a block of 1 to 8 sources cost what 16 do, session 34). The logits are one
+    product as before (the queries' weights are every token's); each token's softmax runs
+    over its own rows, and the output is one product of the (TOK SP, KS) block-diagonal
+    weights (token j's queries see only token j's rows) by the tile. A token has one block,
+    so there is no online softmax."""
+    rk = tl.arange(0, KS)
+    seg = rk // (KS // TOK)                                             # a row's token in the step
+    k = rk % (KS // TOK)                                                # its source
+    rj = tl.arange(0, TOK)
+    rq = tl.arange(0, SP)
+    own = seg[None, None, :, None] == rj[None, :, None, None]           # (1, TOK, KS, 1)
+    ri = tl.arange(0, TOK * SP)                                         # the output's rows: (token, query)
+    for it in tl.range(0, tl.cdiv(tl.cdiv(n_tok, TOK) - pid, n_prog), num_stages=STAGES):
+        t0 = (pid + it * n_prog) * TOK
+        tr = t0 + seg
+        kmask = (k < n_src) & (tr < n_tok)
+        src = tl.multiple_of(tl.load(table + k, mask=kmask, other=0).to(tl.pointer_type(elem)), ALIGN)
+        sp = (src + tr.to(tl.int64) * d)[None, :, None]                 # (1, KS, 1)
+        km = kmask[None, :, None]
+        xa = tl.load(sp + cxa, mask=km & cmxa, other=0.0)               # (HP, KS, DA)
+        zr = _dot_split(xa, wa_hi, wa_lo, tl.zeros([HP, KS, SP], tl.float32), PREC)
+        xb = xa
+        if DB > 0:
+            xb = tl.load(sp + cxb, mask=km & cmxb, other=0.0)
+            zr = _dot_split(xb, wb_hi, wb_lo, zr, PREC)
+        if VH:
+            zr = _group_sum(zr)
+        rstd = tl.load(RSTD + k.to(tl.int64) * n_tok + tr, mask=kmask, other=1.0)
+        on = own & km[:, None]                                          # (1, TOK, KS, 1)
+        z = tl.where(on, (zr * rstd[None, :, None])[:, None, :, :], float("-inf"))   # (HP, TOK, KS, SP)
+        m = tl.max(z, axis=2)                                           # (HP, TOK, SP)
+        m_on = tl.where(m > float("-inf"), m, 0.0)  # a token past n_tok: no rows, no NaN
+        p = tl.where(on, tl.exp(z - m_on[:, :, None, :]), 0.0)
+        l = tl.sum(p, axis=2)
+        pt = tl.reshape(tl.permute(p, (0, 1, 3, 2)), (HP, TOK * SP, KS))  # block-diagonal
+        p_hi, p_lo = _operand(pt, PREC)
+        # m, l (S, n_tok, heads) as (heads, tokens, queries) tiles; with VH group 0's
+        tt = (t0 + rj)[None, :, None]
+        qq = rq[None, None, :]
+        hh = rh[:, None, None]
+        st_on = (qq < n_q) & (tt < n_tok)
+        if VH:
+            hq = qq.to(tl.int64) * n_tok + tt + hh * 0
+            st_on = st_on & (hh == 0)
+        else:
+            hq = qq.to(tl.int64) * n_tok * H + tt * H + hh
+            st_on = st_on & (hh < H)
+        tl.store(OUT_M + hq, m, mask=st_on)
+        tl.store(OUT_L + hq, l, mask=st_on)
+        # o (S, n_tok, d): the output's row i is query i % SP at token t0 + i // SP
+        qi = ri % SP
+        ti = t0 + ri // SP
+        orow = ((qi.to(tl.int64) * n_tok + ti) * d)[None, :, None]
+        o_on = ((qi < n_q) & (ti < n_tok))[None, :, None]
+        acc_a = _dot_split_left(p_hi, p_lo, xa, tl.zeros([HP, TOK * SP, DA], tl.float32), PREC)
+        tl.store(OUT_O + orow + cxa, acc_a.to(OUT_O.dtype.element_ty), mask=cmxa & o_on)
+        if DB > 0:
+            acc_b = _dot_split_left(p_hi, p_lo, xb, tl.zeros([HP, TOK * SP, DB], tl.float32), PREC)
+            tl.store(OUT_O + orow + cxb, acc_b.to(OUT_O.dtype.element_ty), mask=cmxb & o_on)
+
+
+@triton.jit
 def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, RSTD, n_src, n_tok, n_q, n_prog, d: tl.constexpr,
                     dh: tl.constexpr, eps, H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr,
                     KS: tl.constexpr, SP: tl.constexpr, ALIGN: tl.constexpr, PREC: tl.constexpr,
                     STAGES: tl.constexpr = 1, SS_DOT: tl.constexpr = True, RS: tl.constexpr = False,
-                    SPLIT: tl.constexpr = False, VH: tl.constexpr = False, SCALES: tl.constexpr = False):
+                    SPLIT: tl.constexpr = False, VH: tl.constexpr = False, SCALES: tl.constexpr = False,
+                    TOK: tl.constexpr = 1):
     """Phase 1's forward (the S queries' unnormalised reads (m, l, o)) with every query in
     one program, programs persistent over tokens (the queries' weights loaded once per
     program): each source row is read once per token, where ``_fwd_kernel`` runs one
@@ -977,7 +1047,9 @@ def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, RSTD, n_src, n_tok, n_q,
     where a head would be: the logits are the groups' sums (``_group_sum``), the same in
     every group, so the groups' softmax statistics agree and group 0 writes them for the
     one head; each group's output lanes are the head's at its columns. A head wider than
-    128 lanes as one tile compiles to local memory (op's ``_dot_tile``)."""
+    128 lanes as one tile compiles to local memory (op's ``_dot_tile``).
+    ``TOK`` > 1 (with SCALES; reads of at most KS / TOK sources): TOK tokens per step of a
+    program (``_fwd_packed``)."""
     pid = tl.program_id(0)
     elem = ref.dtype.element_ty
     if SPLIT:
@@ -993,83 +1065,89 @@ def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, RSTD, n_src, n_tok, n_q,
     wa_hi, wa_lo = _rows_operand(W, d, rq, cwa, cmwa, qon, PREC)
     cxa, cmxa = _dot_cols(rh, tl.arange(0, DA), dh, H, 0, 2)   # (HP, 1, DA)
     cxb, cmxb, cwb, cmwb = cxa, cmxa, cwa, cmwa  # (unused without part B)
+    wb_hi, wb_lo = wa_hi, wa_lo
     if DB > 0:
         cwb, cmwb = _dot_cols(rh, tl.arange(0, DB), dh, H, DA, 1)
         wb_hi, wb_lo = _rows_operand(W, d, rq, cwb, cmwb, qon, PREC)
         cxb, cmxb = _dot_cols(rh, tl.arange(0, DB), dh, H, DA, 2)
-    # the output per head: with SCALES (SP, lanes), products of the source tiles as loaded;
-    # else (lanes, SP), products of tiles loaded transposed too (see above)
-    if SCALES:
-        acc_a = tl.zeros([HP, SP, DA], tl.float32)
+    if TOK > 1:
+        tl.static_assert(SCALES)
+        _fwd_packed(table, RSTD, OUT_M, OUT_L, OUT_O, pid, rh, wa_hi, wa_lo, wb_hi, wb_lo, cxa, cmxa, cxb, cmxb,
+                    n_src, n_tok, n_q, n_prog, d, H, HP, DA, DB, KS, SP, ALIGN, PREC, STAGES, VH, TOK, elem)
     else:
-        acc_a = tl.zeros([HP, DA, SP], tl.float32)
-    acc_b = acc_a  # (unused without part B)
-    if DB > 0:
+        # the output per head: with SCALES (SP, lanes), products of the source tiles as loaded;
+        # else (lanes, SP), products of tiles loaded transposed too (see above)
         if SCALES:
-            acc_b = tl.zeros([HP, SP, DB], tl.float32)
+            acc_a = tl.zeros([HP, SP, DA], tl.float32)
         else:
-            acc_b = tl.zeros([HP, DB, SP], tl.float32)
-    m_i = tl.full([HP, SP], float("-inf"), tl.float32)
-    l_i = tl.zeros([HP, SP], tl.float32)
-    nb = tl.cdiv(n_src, KS)
-    # one loop over this program's (token, block) pairs, so that triton's pipeliner copies
-    # blocks ahead on across tokens (a token has only 1 to 5 blocks at the paper's shapes)
-    for it in tl.range(0, tl.cdiv(n_tok - pid, n_prog) * nb, num_stages=STAGES):
-        kb = it % nb
-        t = pid + (it // nb) * n_prog
-        k0 = kb * KS
-        row = tl.cast(t, tl.int64) * d
-        xa, xb, km = _dot_tiles(table, k0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem, ALIGN, DB)
-        xat, xbt = xa, xb
-        if not SCALES:
-            xat, xbt, _ = _dot_tiles(table, k0, rk, n_src, row, cwa, cmwa, cwb, cmwb, elem, ALIGN, DB, True)
-        if SCALES:
-            rstd = tl.load(RSTD + (k0 + rk).to(tl.int64) * n_tok + t, mask=k0 + rk < n_src, other=1.0)
-        else:
-            ss = _sumsq(xa, xat, SS_DOT)                                 # (KS,)
-        zr = _dot_split(xa, wa_hi, wa_lo, tl.zeros([HP, KS, SP], tl.float32), PREC)
+            acc_a = tl.zeros([HP, DA, SP], tl.float32)
+        acc_b = acc_a  # (unused without part B)
         if DB > 0:
-            if not SCALES:
-                ss += _sumsq(xb, xbt, SS_DOT)
-            zr = _dot_split(xb, wb_hi, wb_lo, zr, PREC)
-        if VH:
-            zr = _group_sum(zr)
-        if not SCALES:
-            rstd = 1.0 / tl.sqrt(ss / d + eps)
-        if RS:
-            tl.store(RSTD + (k0 + rk).to(tl.int64) * n_tok + t, rstd, mask=k0 + rk < n_src)
-        z = tl.where(km, zr * rstd[None, :, None], float("-inf"))
-        m_i = tl.where(kb == 0, float("-inf"), m_i)  # a token's first block: its softmax starts afresh
-        m_new = tl.maximum(m_i, tl.max(z, axis=1))
-        alpha = tl.exp(m_i - m_new)  # 0 at a token's first block, which clears l and the output
-        p = tl.exp(z - m_new[:, None, :])                               # (HP, KS, SP)
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        if SCALES:
-            p_hi, p_lo = _operand(tl.permute(p, (0, 2, 1)), PREC)
-            acc_a = _dot_split_left(p_hi, p_lo, xa, acc_a * alpha[:, :, None], PREC)
-            if DB > 0:
-                acc_b = _dot_split_left(p_hi, p_lo, xb, acc_b * alpha[:, :, None], PREC)
-        else:
-            p_hi, p_lo = _operand(p, PREC)
-            acc_a = _dot_split(xat, p_hi, p_lo, acc_a * alpha[:, None, :], PREC)
-            if DB > 0:
-                acc_b = _dot_split(xbt, p_hi, p_lo, acc_b * alpha[:, None, :], PREC)
-        m_i = m_new
-        if kb == nb - 1:  # the token's last block: m, l (S, n_tok, heads); o (S, n_tok, d)
-            hq, own = _stat_rows(rq, rh, t, n_tok, H, VH)                # (HP, SP)
-            tl.store(OUT_M + hq, m_i, mask=hqmask & own)
-            tl.store(OUT_L + hq, l_i, mask=hqmask & own)
             if SCALES:
-                qrow = rq[None, :, None].to(tl.int64) * n_tok * d + row    # (1, SP, 1)
-                q_on = rq[None, :, None] < n_q
-                tl.store(OUT_O + qrow + cxa, acc_a.to(OUT_O.dtype.element_ty), mask=cmxa & q_on)
-                if DB > 0:
-                    tl.store(OUT_O + qrow + cxb, acc_b.to(OUT_O.dtype.element_ty), mask=cmxb & q_on)
+                acc_b = tl.zeros([HP, SP, DB], tl.float32)
             else:
-                qrow = rq[None, None, :].to(tl.int64) * n_tok * d + row    # (1, 1, SP)
-                tl.store(OUT_O + qrow + cwa, acc_a.to(OUT_O.dtype.element_ty), mask=cmwa & qon)
+                acc_b = tl.zeros([HP, DB, SP], tl.float32)
+        m_i = tl.full([HP, SP], float("-inf"), tl.float32)
+        l_i = tl.zeros([HP, SP], tl.float32)
+        nb = tl.cdiv(n_src, KS)
+        # one loop over this program's (token, block) pairs, so that triton's pipeliner copies
+        # blocks ahead on across tokens (a token has only 1 to 5 blocks at the paper's shapes)
+        for it in tl.range(0, tl.cdiv(n_tok - pid, n_prog) * nb, num_stages=STAGES):
+            kb = it % nb
+            t = pid + (it // nb) * n_prog
+            k0 = kb * KS
+            row = tl.cast(t, tl.int64) * d
+            xa, xb, km = _dot_tiles(table, k0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem, ALIGN, DB)
+            xat, xbt = xa, xb
+            if not SCALES:
+                xat, xbt, _ = _dot_tiles(table, k0, rk, n_src, row, cwa, cmwa, cwb, cmwb, elem, ALIGN, DB, True)
+            if SCALES:
+                rstd = tl.load(RSTD + (k0 + rk).to(tl.int64) * n_tok + t, mask=k0 + rk < n_src, other=1.0)
+            else:
+                ss = _sumsq(xa, xat, SS_DOT)                                 # (KS,)
+            zr = _dot_split(xa, wa_hi, wa_lo, tl.zeros([HP, KS, SP], tl.float32), PREC)
+            if DB > 0:
+                if not SCALES:
+                    ss += _sumsq(xb, xbt, SS_DOT)
+                zr = _dot_split(xb, wb_hi, wb_lo, zr, PREC)
+            if VH:
+                zr = _group_sum(zr)
+            if not SCALES:
+                rstd = 1.0 / tl.sqrt(ss / d + eps)
+            if RS:
+                tl.store(RSTD + (k0 + rk).to(tl.int64) * n_tok + t, rstd, mask=k0 + rk < n_src)
+            z = tl.where(km, zr * rstd[None, :, None], float("-inf"))
+            m_i = tl.where(kb == 0, float("-inf"), m_i)  # a token's first block: its softmax starts afresh
+            m_new = tl.maximum(m_i, tl.max(z, axis=1))
+            alpha = tl.exp(m_i - m_new)  # 0 at a token's first block, which clears l and the output
+            p = tl.exp(z - m_new[:, None, :])                               # (HP, KS, SP)
+            l_i = l_i * alpha + tl.sum(p, axis=1)
+            if SCALES:
+                p_hi, p_lo = _operand(tl.permute(p, (0, 2, 1)), PREC)
+                acc_a = _dot_split_left(p_hi, p_lo, xa, acc_a * alpha[:, :, None], PREC)
                 if DB > 0:
-                    tl.store(OUT_O + qrow + cwb, acc_b.to(OUT_O.dtype.element_ty), mask=cmwb & qon)
+                    acc_b = _dot_split_left(p_hi, p_lo, xb, acc_b * alpha[:, :, None], PREC)
+            else:
+                p_hi, p_lo = _operand(p, PREC)
+                acc_a = _dot_split(xat, p_hi, p_lo, acc_a * alpha[:, None, :], PREC)
+                if DB > 0:
+                    acc_b = _dot_split(xbt, p_hi, p_lo, acc_b * alpha[:, None, :], PREC)
+            m_i = m_new
+            if kb == nb - 1:  # the token's last block: m, l (S, n_tok, heads); o (S, n_tok, d)
+                hq, own = _stat_rows(rq, rh, t, n_tok, H, VH)                # (HP, SP)
+                tl.store(OUT_M + hq, m_i, mask=hqmask & own)
+                tl.store(OUT_L + hq, l_i, mask=hqmask & own)
+                if SCALES:
+                    qrow = rq[None, :, None].to(tl.int64) * n_tok * d + row    # (1, SP, 1)
+                    q_on = rq[None, :, None] < n_q
+                    tl.store(OUT_O + qrow + cxa, acc_a.to(OUT_O.dtype.element_ty), mask=cmxa & q_on)
+                    if DB > 0:
+                        tl.store(OUT_O + qrow + cxb, acc_b.to(OUT_O.dtype.element_ty), mask=cmxb & q_on)
+                else:
+                    qrow = rq[None, None, :].to(tl.int64) * n_tok * d + row    # (1, 1, SP)
+                    tl.store(OUT_O + qrow + cwa, acc_a.to(OUT_O.dtype.element_ty), mask=cmwa & qon)
+                    if DB > 0:
+                        tl.store(OUT_O + qrow + cwb, acc_b.to(OUT_O.dtype.element_ty), mask=cmwb & qon)
 
 
 @triton.jit
