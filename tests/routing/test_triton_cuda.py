@@ -344,13 +344,15 @@ def test_gradient_sink_block_running_sums(n_sites, d, heads, block, two_phase, g
 
 
 @pytest.mark.parametrize("n,d,heads", [(3, 1024, 8), (5, 1280, 8), (8, 1024, 8), (1, 512, 8), (4, 1280, 1)])
-def test_gather_tokens_per_program(n, d, heads, gen):
-    # phase 1's gather with several tokens per program (gather_tokens) for reads of at most
-    # 8 sources, bf16 (exact rows, coefficients as parts) and fp32, a token count not a
-    # multiple of 8; against fp64, and through running sums as a block's reads
+def test_tokens_per_step(n, d, heads, gen):
+    # phase 1's forward (with the key-norm scales read) and gather with several tokens at a
+    # time (dot_tokens, gather_tokens) for reads of at most 8 sources, bf16 (exact rows,
+    # coefficients as parts) and fp32, a token count not a multiple of 8; against fp64,
+    # and through running sums as a block's reads
     for cap in (2, 4, 8):
-        rop.TUNE = dict(gather_tokens=cap)
+        rop.TUNE = dict(gather_tokens=cap, dot_tokens=cap)
         try:
+            check_key_scales_chain(n, (301,), d, heads, 6, dtype=torch.bfloat16, tol=1e-2, device=DEV, gen=gen)
             check_partial(n, (301,), d, heads, 6, dtype=torch.bfloat16, tol=1e-2, device=DEV, gen=gen)
             check_partial(n, (301,), d, heads, 6, device=DEV, gen=gen)
             check_sink_chain(9, (203,), d, heads, dtype=torch.bfloat16, device=DEV, tol=2e-2, gen=gen, chunk=1,
