@@ -5,7 +5,7 @@
 # phase-1 read at 350M's shape (bench/phase1_call.py, d 1024, 8 heads, 6 queries) with 1, 4
 # and 8 sources and both settings 1, 2, 4, 8; then the 350M step (baseline, mhar-block
 # 'auto' and @two-phase), one process with both 1 (as before) and one as built (4).
-# run: C=<commit> OUT=$OUT bash bench/results/session36/1_gather_tokens/call.sh
+# run: C=<commit> OUT=$OUT bash bench/results/session36/1_tokens/call.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1 MHAR_COMMIT=$C PYTHONPATH=$PWD/src
 R=$OUT/r; mkdir -p $R
