@@ -986,12 +986,13 @@ def test_gather_tokens_per_program(n, lead, d, heads, S, dtype, gen, gather_toke
 @pytest.mark.parametrize("n,lead,d,heads,S,stages", [(1, (7,), 48, 4, 3, 3), (3, (5,), 160, 8, 6, 1),
                                                      (5, (2, 3), 32, 2, 4, 3), (8, (9,), 256, 1, 2, 3),
                                                      (9, (3,), 32, 4, 3, 1)])
-def test_forward_tokens_per_step(n, lead, d, heads, S, stages, gen, dot_launches):
+def test_products_tokens_per_step(n, lead, d, heads, S, stages, gen, dot_launches):
     # phase 1's forward as products with the key-norm scales read (a head per program, or
-    # one head's lane groups) takes several tokens at a time for a read of few sources
-    # (dot_tokens): each token's softmax over its own rows, the output one block-diagonal
-    # product; token counts not a multiple of TOK; the same reads and gradients as a token
-    # at a time (within fp32's rounding), and fp64's
+    # one head's lane groups) and its COEF pass with a head per program take several
+    # tokens at a time for a read of few sources (dot_tokens): each token's softmax over
+    # its own rows, the output one block-diagonal product; g.x against every token's
+    # gradient rows, each row keeping its own token's; token counts not a multiple of TOK;
+    # the same reads and gradients as a token at a time (within fp32's rounding), and fp64's
     srcs, q, g = make_inputs(n, lead, d, torch.float32, "cpu", S=S, gen=gen)
     s64, (q64, g64) = [s.detach().double().requires_grad_() for s in srcs], [q.detach().double(), g.detach().double()]
     ref = R.route_partial(s64, q64.requires_grad_(), g64.requires_grad_(), heads)
@@ -1007,8 +1008,8 @@ def test_forward_tokens_per_step(n, lead, d, heads, S, stages, gen, dot_launches
             grads = torch.autograd.grad((p.o * go.float()).sum() + p.l.sum(), [*xs, q, g])
         finally:
             rop.TUNE = None
-        fwd = [x for x in dot_launches if x[0] == tk._fwd_dot_kernel.fn.__name__]
-        assert [x[5] for x in fwd] == [1 if n > 8 else min(cap, 16 // rop._pow2(n))], dot_launches
+        tok = 1 if n > 8 else min(cap, 16 // rop._pow2(n))
+        assert [x[5] for x in dot_launches] == [tok, tok if heads > 1 else 1], dot_launches  # forward, COEF
         outs[cap] = (*p, *grads)
         for name, a, b in zip("mlo", p, ref):
             assert rel(a, b) <= 1e-5, (cap, name, rel(a, b))

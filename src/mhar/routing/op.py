@@ -784,16 +784,17 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
         if dot:  # programs persistent over tokens, every query (and every head, unless split) in each
             from mhar.routing.triton_kernels import _coef_dot_kernel
 
-            per_sm, warps_dot, grid_h = cfg["coef_dot_progs_per_sm"], cfg["dot_warps"], 1
-            if split:  # programs per SM over all heads
+            per_sm, warps_dot, grid_h, tok = cfg["coef_dot_progs_per_sm"], cfg["dot_warps"], 1, 1
+            if split:  # programs per SM over all heads; few sources: several tokens at a time
                 per_sm, warps_dot, grid_h = cfg["coef_split_progs_per_sm"], cfg["coef_split_warps"], heads
-            n_prog = _n_programs(dev, n_tok, per_sm, share=grid_h)
+                tok = _tokens_per_step(cfg, "dot_tokens", dot["KS"], len(srcs))
+            n_prog = _n_programs(dev, -(-n_tok // tok), per_sm, share=grid_h)
             dw_parts = torch.empty((n_prog, S, d), dtype=torch.float32, device=dev)  # every (program, query) row
             args = (src_table, srcs[0], w, grad_table, rows[0], stat, off.contiguous(), dw_parts, coef_a, coef_b,
                     coef_c, coef_c if rstd is None else rstd, len(srcs), n_tok, S, n_prog, d)
             # bf16 gradients enter g.x as they are (one product; exact)
             consts = {**dot, "eps": eps, "G_EXACT": exact and dot["PREC"] == "bf16x2", "SPLIT": split,
-                      "SCALES": scaled, "PARTS": parts}
+                      "SCALES": scaled, "PARTS": parts, "TOK": tok}
             if split:
                 consts["HP"] = 1
             done = _launch_dot(_coef_dot_kernel, (n_prog, grid_h), args, consts, warps_dot, dev)

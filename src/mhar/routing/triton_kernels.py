@@ -1169,13 +1169,93 @@ def _key_scales_kernel(table, ref, OUT, n_tok, d: tl.constexpr, eps, BT: tl.cons
 
 
 @triton.jit
+def _coef_packed(table, W, G, gref, STAT, OFF, CA, CB, cc, RSTD, dw_a, dw_b, pid, rh, wa_hi, wa_lo, wb_hi, wb_lo,
+                 cxa, cmxa, cxb, cmxb, cwa, cmwa, cwb, cmwb, n_src, n_tok, n_q, n_prog, d: tl.constexpr,
+                 H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, KS: tl.constexpr,
+                 SP: tl.constexpr, ALIGN: tl.constexpr, PREC: tl.constexpr, STAGES: tl.constexpr,
+                 G_EXACT: tl.constexpr, PARTS: tl.constexpr, TOK: tl.constexpr, elem: tl.constexpr):
+    """``_coef_dot_kernel``'s loop with SPLIT and SCALES for reads of at most KS / TOK sources:
+    each step takes TOK tokens, row r of the KS-row tiles source r % (KS / TOK) at token
+    r // (KS / TOK), as ``_fwd_packed``. The logits are one product as before; g.x one
+    product against every token's upstream-gradient rows, (KS, lanes) by (lanes, TOK SP),
+    of which each row keeps its own token's columns; statistics, offsets and the stored
+    coefficients are per row; d(q*g) sums over every row as before. Returns d(q*g)."""
+    rk = tl.arange(0, KS)
+    seg = rk // (KS // TOK)                                             # a row's token in the step
+    k = rk % (KS // TOK)                                                # its source
+    rq = tl.arange(0, SP)
+    rc = tl.arange(0, TOK * SP)                                         # g's columns: (token, query)
+    qc = rc % SP
+    ptrs = tl.load(G + qc, mask=qc < n_q, other=0)
+    ptrs = tl.multiple_of(ptrs.to(tl.pointer_type(gref.dtype.element_ty)), ALIGN)
+    own = seg[None, :, None, None] == tl.arange(0, TOK)[None, None, :, None]      # (1, KS, TOK, 1)
+    for it in tl.range(0, tl.cdiv(tl.cdiv(n_tok, TOK) - pid, n_prog), num_stages=STAGES):
+        t0 = (pid + it * n_prog) * TOK
+        tr = t0 + seg
+        kmask = (k < n_src) & (tr < n_tok)
+        src = tl.multiple_of(tl.load(table + k, mask=kmask, other=0).to(tl.pointer_type(elem)), ALIGN)
+        sp = (src + tr.to(tl.int64) * d)[None, :, None]                 # (1, KS, 1)
+        km = kmask[None, :, None]
+        xa = tl.load(sp + cxa, mask=km & cmxa, other=0.0)               # (HP, KS, DA)
+        # the TOK tokens' upstream gradients, (HP, lanes, TOK SP)
+        tc = t0 + rc // SP
+        gon = ((qc < n_q) & (tc < n_tok))[None, None, :]
+        gp = ptrs[None, None, :] + (tc.to(tl.int64) * d)[None, None, :]
+        ga = tl.load(gp + cwa, mask=cmwa & gon, other=0.0)
+        if G_EXACT:
+            ga_hi, ga_lo = ga, ga
+        else:
+            ga_hi, ga_lo = _operand(ga.to(tl.float32), PREC)
+        zr = _dot_split(xa, wa_hi, wa_lo, tl.zeros([HP, KS, SP], tl.float32), PREC)   # (HP, KS, SP)
+        gx = _dot_g(xa, ga_hi, ga_lo, tl.zeros([HP, KS, TOK * SP], tl.float32), PREC, G_EXACT)
+        xb = xa
+        if DB > 0:
+            xb = tl.load(sp + cxb, mask=km & cmxb, other=0.0)
+            gb = tl.load(gp + cwb, mask=cmwb & gon, other=0.0)
+            if G_EXACT:
+                gb_hi, gb_lo = gb, gb
+            else:
+                gb_hi, gb_lo = _operand(gb.to(tl.float32), PREC)
+            zr = _dot_split(xb, wb_hi, wb_lo, zr, PREC)
+            gx = _dot_g(xb, gb_hi, gb_lo, gx, PREC, G_EXACT)
+        gx = tl.sum(tl.where(own, tl.reshape(gx, (HP, KS, TOK, SP)), 0.0), axis=2)  # each row's own token
+        # each row's statistics and offsets, (HP, KS, SP), and key-norm scale (the forward's)
+        hq = rq[None, None, :].to(tl.int64) * n_tok * H + tr[None, :, None] * H + rh[:, None, None]
+        on = km & (rh[:, None, None] < H) & (rq[None, None, :] < n_q)
+        st = tl.load(STAT + hq, mask=on, other=0.0)
+        of = tl.load(OFF + hq, mask=on, other=0.0)
+        rstd = tl.load(RSTD + k.to(tl.int64) * n_tok + tr, mask=kmask, other=1.0)
+        r3 = rstd[None, :, None]
+        a = tl.where(on, tl.exp(zr * r3 - st), 0.0)
+        dz = a * (gx + of)
+        rdz = dz * r3
+        c = tl.sum(dz * zr, axis=0) * (rstd * rstd * rstd / d)[:, None]  # (KS, SP)
+        # coefficients of source k, query q, head h at token tr (see _coef_dot_kernel)
+        crow = (tr.to(tl.int64)[None, :, None] * H + rh[:, None, None]) * n_src + k[None, :, None]  # (HP, KS, 1)
+        if PARTS:  # every query of the row, zeros past n_q (a and r dz are zero there)
+            c_on = km & (rh[:, None, None] < H)
+            _store_coef_parts(CA, crow, rq[None, None, :], a, c_on, SP)
+            _store_coef_parts(CB, crow, rq[None, None, :], rdz, c_on, SP)
+        else:
+            tl.store(CA + crow * n_q + rq[None, None, :], a, mask=on)
+            tl.store(CB + crow * n_q + rq[None, None, :], rdz, mask=on)
+        kq = (tr.to(tl.int64) * n_src + k)[:, None] * n_q + rq[None, :]   # (KS, SP)
+        tl.store(cc + kq, c, mask=kmask[:, None] & (rq[None, :] < n_q))
+        r_hi, r_lo = _operand(tl.permute(rdz, (0, 2, 1)), PREC)
+        dw_a = _dot_split_left(r_hi, r_lo, xa, dw_a, PREC)
+        if DB > 0:
+            dw_b = _dot_split_left(r_hi, r_lo, xb, dw_b, PREC)
+    return dw_a, dw_b
+
+
+@triton.jit
 def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_src, n_tok, n_q, n_prog,
                      d: tl.constexpr,
                      dh: tl.constexpr, eps, H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr,
                      KS: tl.constexpr, SP: tl.constexpr, ALIGN: tl.constexpr, PREC: tl.constexpr,
                      STAGES: tl.constexpr = 1, SS_DOT: tl.constexpr = True, G_EXACT: tl.constexpr = False,
                      SPLIT: tl.constexpr = False, PARTS: tl.constexpr = False, VH: tl.constexpr = False,
-                     SCALES: tl.constexpr = False):
+                     SCALES: tl.constexpr = False, TOK: tl.constexpr = 1):
     """The COEF pass of phase 1's backward (``_bwd_kernel`` with COEF, see there) with every
     query in one program, as matrix products like ``_fwd_dot_kernel``: programs persistent
     over tokens, each source row read once per token. Per block of KS sources and head,
@@ -1198,7 +1278,9 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_
     ``VH``: one head as lane groups, as ``_fwd_dot_kernel``'s: the logits and g.x are the
     groups' sums (one reduction across the warps for both), from which the head's
     coefficients and c follow as (KS, SP) tiles; every group's d(q*g) lanes take the same
-    r dz."""
+    r dz.
+    ``TOK`` > 1 (with SPLIT and SCALES; reads of at most KS / TOK sources): TOK tokens per
+    step of a program (``_coef_packed``)."""
     pid = tl.program_id(0)
     elem = ref.dtype.element_ty
     if SPLIT:
@@ -1219,6 +1301,7 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_
     else:
         dw_a = tl.zeros([HP, DA, SP], tl.float32)
     cxb, cmxb, cwb, cmwb = cxa, cmxa, cwa, cmwa  # (unused without part B)
+    wb_hi, wb_lo, dw_b = wa_hi, wa_lo, dw_a
     if DB > 0:
         cwb, cmwb = _dot_cols(rh, tl.arange(0, DB), dh, H, DA, 1)
         wb_hi, wb_lo = _rows_operand(W, d, rq, cwb, cmwb, qon, PREC)
@@ -1227,98 +1310,105 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_
             dw_b = tl.zeros([HP, SP, DB], tl.float32)
         else:
             dw_b = tl.zeros([HP, DB, SP], tl.float32)
-    nb = tl.cdiv(n_src, KS)
-    # one loop over this program's (token, block) pairs, as in _fwd_dot_kernel
-    for it in tl.range(0, tl.cdiv(n_tok - pid, n_prog) * nb, num_stages=STAGES):
-        kb = it % nb
-        t = pid + (it // nb) * n_prog
-        k0 = kb * KS
-        row = tl.cast(t, tl.int64) * d
-        xa, xb, km = _dot_tiles(table, k0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem, ALIGN, DB)
-        xat, xbt = xa, xb
-        if not SCALES:
-            xat, xbt, _ = _dot_tiles(table, k0, rk, n_src, row, cwa, cmwa, cwb, cmwb, elem, ALIGN, DB, True)
-        # this token's upstream gradients (transposed like w), statistics and offsets, loaded
-        # at every block (L2 hits after the first) so that the pipeliner copies them ahead
-        ga_hi, ga_lo = _grad_rows(G, gref, row, rq, n_q, cwa, cmwa, qon, ALIGN, PREC, G_EXACT)
-        if DB > 0:
-            gb_hi, gb_lo = _grad_rows(G, gref, row, rq, n_q, cwb, cmwb, qon, ALIGN, PREC, G_EXACT)
-        if VH:  # the one head's, (SP,)
-            qs = rq.to(tl.int64) * n_tok + t
-            st = tl.load(STAT + qs, mask=rq < n_q, other=0.0)
-            of = tl.load(OFF + qs, mask=rq < n_q, other=0.0)
-        else:
-            hq = rq[None, :].to(tl.int64) * n_tok * H + t * H + rh[:, None]    # (HP, SP)
-            st = tl.load(STAT + hq, mask=hq_on, other=0.0)
-            of = tl.load(OFF + hq, mask=hq_on, other=0.0)
-        if SCALES:  # the forward's
-            rstd = tl.load(RSTD + (k0 + rk).to(tl.int64) * n_tok + t, mask=k0 + rk < n_src, other=1.0)
-        else:
-            ss = _sumsq(xa, xat, SS_DOT)                                 # (KS,)
-        zero = tl.zeros([HP, KS, SP], tl.float32)
-        zr = _dot_split(xa, wa_hi, wa_lo, zero, PREC)                    # (HP, KS, SP)
-        gx = _dot_g(xa, ga_hi, ga_lo, zero, PREC, G_EXACT)
-        if DB > 0:
+    if TOK > 1:
+        tl.static_assert(SPLIT and SCALES)
+        cc = CC + tl.program_id(1).to(tl.int64) * n_tok * n_src * n_q  # this head's share of c
+        dw_a, dw_b = _coef_packed(table, W, G, gref, STAT, OFF, CA, CB, cc, RSTD, dw_a, dw_b, pid, rh, wa_hi, wa_lo,
+                                  wb_hi, wb_lo, cxa, cmxa, cxb, cmxb, cwa, cmwa, cwb, cmwb, n_src, n_tok, n_q,
+                                  n_prog, d, H, HP, DA, DB, KS, SP, ALIGN, PREC, STAGES, G_EXACT, PARTS, TOK, elem)
+    else:
+        nb = tl.cdiv(n_src, KS)
+        # one loop over this program's (token, block) pairs, as in _fwd_dot_kernel
+        for it in tl.range(0, tl.cdiv(n_tok - pid, n_prog) * nb, num_stages=STAGES):
+            kb = it % nb
+            t = pid + (it // nb) * n_prog
+            k0 = kb * KS
+            row = tl.cast(t, tl.int64) * d
+            xa, xb, km = _dot_tiles(table, k0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem, ALIGN, DB)
+            xat, xbt = xa, xb
             if not SCALES:
-                ss += _sumsq(xb, xbt, SS_DOT)
-            zr = _dot_split(xb, wb_hi, wb_lo, zr, PREC)
-            gx = _dot_g(xb, gb_hi, gb_lo, gx, PREC, G_EXACT)
-        if not SCALES:
-            rstd = 1.0 / tl.sqrt(ss / d + eps)
-        # coefficients of source k, query q, head h at token t: CA, CB at
-        # ((t * H + h) * n_src + k) * n_q + q (PARTS: ``_store_coef_parts``), CC at
-        # (t * n_src + k) * n_q + q
-        k = k0 + rk
-        kq = k.to(tl.int64)[:, None] * n_q + rq[None, :]                       # (KS, SP)
-        kq_on = (k < n_src)[:, None] & (rq[None, :] < n_q)
-        if VH:
-            # the one head's logits and g.x: the groups' sums, in one reduction across the
-            # program's warps; its coefficients and c from them as (KS, SP), no further
-            # reduction over the groups
-            zs, gs = tl.split(tl.sum(tl.join(zr, gx), axis=0))             # (KS, SP)
-            r2 = rstd[:, None]
-            a = tl.where(kq_on, tl.exp(zs * r2 - st[None, :]), 0.0)
-            dz = a * (gs + of[None, :])
-            rdz = dz * r2
-            c = dz * zs * (rstd * rstd * rstd / d)[:, None]               # (KS, SP)
-            row1 = tl.cast(t, tl.int64) * n_src + k.to(tl.int64)[:, None]  # (KS, 1): head 0
-            if PARTS:  # every query of the row, zeros past n_q (a and r dz are zero there)
-                _store_coef_parts(CA, row1, rq[None, :], a, (k < n_src)[:, None], SP)
-                _store_coef_parts(CB, row1, rq[None, :], rdz, (k < n_src)[:, None], SP)
-            else:
-                tl.store(CA + tl.cast(t, tl.int64) * n_src * n_q + kq, a, mask=kq_on)
-                tl.store(CB + tl.cast(t, tl.int64) * n_src * n_q + kq, rdz, mask=kq_on)
-            rdz = tl.broadcast_to(rdz[None, :, :], (HP, KS, SP))            # every group's d(q*g)
-        else:
-            r3 = rstd[None, :, None]
-            on = km & hq_on[:, None, :]
-            a = tl.where(on, tl.exp(zr * r3 - st[:, None, :]), 0.0)
-            dz = a * (gx + of[:, None, :])
-            rdz = dz * r3
-            c = tl.sum(dz * zr, axis=0) * (rstd * rstd * rstd / d)[:, None]  # (KS, SP)
-            t_h = tl.cast(t, tl.int64) * H + rh[:, None, None]
-            if PARTS:  # every query of the row, zeros past n_q (a and r dz are zero there)
-                crow = t_h * n_src + k.to(tl.int64)[None, :, None]
-                c_on = km & (rh[:, None, None] < H)
-                _store_coef_parts(CA, crow, rq[None, None, :], a, c_on, SP)
-                _store_coef_parts(CB, crow, rq[None, None, :], rdz, c_on, SP)
-            else:
-                tl.store(CA + t_h * n_src * n_q + kq[None, :, :], a, mask=on)
-                tl.store(CB + t_h * n_src * n_q + kq[None, :, :], rdz, mask=on)
-        cc = CC
-        if SPLIT:  # this head's share
-            cc += tl.program_id(1).to(tl.int64) * n_tok * n_src * n_q
-        tl.store(cc + tl.cast(t, tl.int64) * n_src * n_q + kq, c, mask=kq_on)
-        if SCALES:
-            r_hi, r_lo = _operand(tl.permute(rdz, (0, 2, 1)), PREC)
-            dw_a = _dot_split_left(r_hi, r_lo, xa, dw_a, PREC)
+                xat, xbt, _ = _dot_tiles(table, k0, rk, n_src, row, cwa, cmwa, cwb, cmwb, elem, ALIGN, DB, True)
+            # this token's upstream gradients (transposed like w), statistics and offsets, loaded
+            # at every block (L2 hits after the first) so that the pipeliner copies them ahead
+            ga_hi, ga_lo = _grad_rows(G, gref, row, rq, n_q, cwa, cmwa, qon, ALIGN, PREC, G_EXACT)
             if DB > 0:
-                dw_b = _dot_split_left(r_hi, r_lo, xb, dw_b, PREC)
-        else:
-            r_hi, r_lo = _operand(rdz, PREC)
-            dw_a = _dot_split(xat, r_hi, r_lo, dw_a, PREC)
+                gb_hi, gb_lo = _grad_rows(G, gref, row, rq, n_q, cwb, cmwb, qon, ALIGN, PREC, G_EXACT)
+            if VH:  # the one head's, (SP,)
+                qs = rq.to(tl.int64) * n_tok + t
+                st = tl.load(STAT + qs, mask=rq < n_q, other=0.0)
+                of = tl.load(OFF + qs, mask=rq < n_q, other=0.0)
+            else:
+                hq = rq[None, :].to(tl.int64) * n_tok * H + t * H + rh[:, None]    # (HP, SP)
+                st = tl.load(STAT + hq, mask=hq_on, other=0.0)
+                of = tl.load(OFF + hq, mask=hq_on, other=0.0)
+            if SCALES:  # the forward's
+                rstd = tl.load(RSTD + (k0 + rk).to(tl.int64) * n_tok + t, mask=k0 + rk < n_src, other=1.0)
+            else:
+                ss = _sumsq(xa, xat, SS_DOT)                                 # (KS,)
+            zero = tl.zeros([HP, KS, SP], tl.float32)
+            zr = _dot_split(xa, wa_hi, wa_lo, zero, PREC)                    # (HP, KS, SP)
+            gx = _dot_g(xa, ga_hi, ga_lo, zero, PREC, G_EXACT)
             if DB > 0:
-                dw_b = _dot_split(xbt, r_hi, r_lo, dw_b, PREC)
+                if not SCALES:
+                    ss += _sumsq(xb, xbt, SS_DOT)
+                zr = _dot_split(xb, wb_hi, wb_lo, zr, PREC)
+                gx = _dot_g(xb, gb_hi, gb_lo, gx, PREC, G_EXACT)
+            if not SCALES:
+                rstd = 1.0 / tl.sqrt(ss / d + eps)
+            # coefficients of source k, query q, head h at token t: CA, CB at
+            # ((t * H + h) * n_src + k) * n_q + q (PARTS: ``_store_coef_parts``), CC at
+            # (t * n_src + k) * n_q + q
+            k = k0 + rk
+            kq = k.to(tl.int64)[:, None] * n_q + rq[None, :]                       # (KS, SP)
+            kq_on = (k < n_src)[:, None] & (rq[None, :] < n_q)
+            if VH:
+                # the one head's logits and g.x: the groups' sums, in one reduction across the
+                # program's warps; its coefficients and c from them as (KS, SP), no further
+                # reduction over the groups
+                zs, gs = tl.split(tl.sum(tl.join(zr, gx), axis=0))             # (KS, SP)
+                r2 = rstd[:, None]
+                a = tl.where(kq_on, tl.exp(zs * r2 - st[None, :]), 0.0)
+                dz = a * (gs + of[None, :])
+                rdz = dz * r2
+                c = dz * zs * (rstd * rstd * rstd / d)[:, None]               # (KS, SP)
+                row1 = tl.cast(t, tl.int64) * n_src + k.to(tl.int64)[:, None]  # (KS, 1): head 0
+                if PARTS:  # every query of the row, zeros past n_q (a and r dz are zero there)
+                    _store_coef_parts(CA, row1, rq[None, :], a, (k < n_src)[:, None], SP)
+                    _store_coef_parts(CB, row1, rq[None, :], rdz, (k < n_src)[:, None], SP)
+                else:
+                    tl.store(CA + tl.cast(t, tl.int64) * n_src * n_q + kq, a, mask=kq_on)
+                    tl.store(CB + tl.cast(t, tl.int64) * n_src * n_q + kq, rdz, mask=kq_on)
+                rdz = tl.broadcast_to(rdz[None, :, :], (HP, KS, SP))            # every group's d(q*g)
+            else:
+                r3 = rstd[None, :, None]
+                on = km & hq_on[:, None, :]
+                a = tl.where(on, tl.exp(zr * r3 - st[:, None, :]), 0.0)
+                dz = a * (gx + of[:, None, :])
+                rdz = dz * r3
+                c = tl.sum(dz * zr, axis=0) * (rstd * rstd * rstd / d)[:, None]  # (KS, SP)
+                t_h = tl.cast(t, tl.int64) * H + rh[:, None, None]
+                if PARTS:  # every query of the row, zeros past n_q (a and r dz are zero there)
+                    crow = t_h * n_src + k.to(tl.int64)[None, :, None]
+                    c_on = km & (rh[:, None, None] < H)
+                    _store_coef_parts(CA, crow, rq[None, None, :], a, c_on, SP)
+                    _store_coef_parts(CB, crow, rq[None, None, :], rdz, c_on, SP)
+                else:
+                    tl.store(CA + t_h * n_src * n_q + kq[None, :, :], a, mask=on)
+                    tl.store(CB + t_h * n_src * n_q + kq[None, :, :], rdz, mask=on)
+            cc = CC
+            if SPLIT:  # this head's share
+                cc += tl.program_id(1).to(tl.int64) * n_tok * n_src * n_q
+            tl.store(cc + tl.cast(t, tl.int64) * n_src * n_q + kq, c, mask=kq_on)
+            if SCALES:
+                r_hi, r_lo = _operand(tl.permute(rdz, (0, 2, 1)), PREC)
+                dw_a = _dot_split_left(r_hi, r_lo, xa, dw_a, PREC)
+                if DB > 0:
+                    dw_b = _dot_split_left(r_hi, r_lo, xb, dw_b, PREC)
+            else:
+                r_hi, r_lo = _operand(rdz, PREC)
+                dw_a = _dot_split(xat, r_hi, r_lo, dw_a, PREC)
+                if DB > 0:
+                    dw_b = _dot_split(xbt, r_hi, r_lo, dw_b, PREC)
     # this program's d(q*g) rows: DW[pid, q, h * dh + c]
     if SCALES:
         dwrow = (pid.to(tl.int64) * n_q + rq[None, :, None]) * d
