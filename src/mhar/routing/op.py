@@ -187,6 +187,12 @@ def _pow2(n: int) -> int:
 # In the routing benchmark's whole step at 1280/73 with 8 heads the gather took 13.37
 # against 14.61 ms (the step's kernels 61.93 against 63.18), at 1024/49 4.40 against 4.41;
 # the 1B training step 285.8 against 286.1 ms (bench/results/session22/, call 1).
+# gather_tokens: a read of at most 8 sources takes several tokens per program, as many as
+# fill the products' 16 rows, at most this many (triton_kernels._bwd_gather_kernel's TOK;
+# 1: a token per program, whose sources padded the rows). One phase-1 read at 1024 with 8
+# heads and 6 queries, 16384 tokens (bench/phase1_call.py), the gather at 1 / 2 / 4 / 8:
+# 1 source 0.376 / 0.308 / 0.330 / 0.489 ms, 4 sources 0.431 / 0.372 / 0.362 / 0.362,
+# 8 sources 0.465 / 0.417 / 0.416 / 0.416 (bench/results/session36/, call 1).
 _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 128, "gather_warps": 4,
                     "gather_precision": "bf16x3", "gather_maxnreg": None, "gather_xdot": True,
                     "gather_stages": 3, "coef_parts": True, "gather_tokens": 4}
@@ -293,6 +299,15 @@ _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 12
 # 7.09 / 28.65 / 59.76 ms against 7.30 / 29.10 / 60.78 with fp32 rows; the MHAR step
 # 135.1 and 135.8 ms at 350M against 135.9 and 136.9, 283.4 and 283.3 at 1B against
 # 283.6 and 283.9, 37.7 at 100M against 37.6 (one process each).
+# dot_tokens: the forward reading the key-norm scales (a head per program, or one head's
+# lane groups) and the COEF pass with a head per program take several tokens at a time
+# for a read of at most 8 sources, as many as fill the products' 16 rows, at most this
+# many (triton_kernels._fwd_packed, _coef_packed; 1: a token at a time). One phase-1 read
+# at 1024 with 8 heads and 6 queries (bench/phase1_call.py), 1 against 4: the forward
+# 0.238 / 0.180 ms with 1 source, 0.257 / 0.193 with 4, 0.260 / 0.225 with 8; the COEF
+# pass 0.274 / 0.224, 0.321 / 0.251, 0.338 / 0.253. With the gather's, the 350M block
+# MHAR step ran at 0.947 of the baseline against 0.935 with both off, one process each
+# (bench/results/session36/, call 2).
 _PHASE1_DOT = {"fwd_dot": False, "fwd_dot_progs_per_sm": 2, "dot_sources": 16, "dot_warps": 8, "dot_stages": 3,
                "dot_sumsq_products": True,
                "coef_dot": False, "coef_dot_progs_per_sm": 1,

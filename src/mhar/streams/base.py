@@ -130,7 +130,9 @@ def uses_two_phase(schedule: str, x: Tensor, heads: int, kind: str = "full") -> 
       cost a block of 16 sources whatever a block's count. With the first blocks (fewer
       than 4 summaries) one-pass and the rest two-phase, 0.940x at 350M against 0.930x
       one-pass and 0.915x all two-phase; at 1B 0.936x against 0.928x one-pass in one
-      process (session 35, bench/results/step_h200.md).
+      process (session 35, bench/results/step_h200.md). With phase 1 taking several
+      tokens at a time for few sources (session 36), 0.947x at 350M against 0.944x all
+      two-phase in one process, 0.949x at 1B.
     - The delta form with several heads stays one-pass (its blocks' batched reads were
       not re-measured in session 35).
     Elsewhere 'auto' is one-pass: at d = 512 two-phase was slower (session 5), and on the
