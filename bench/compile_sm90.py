@@ -125,14 +125,15 @@ def loop_conversions(ttgir: str, nesting: int = 1) -> str:
     depth, loops, found = 0, [], []
     for line in ttgir.splitlines():
         if "convert_layout" in line and len(loops) >= nesting:
-            found.append(re.search(r"tensor<([\dx]+)x\w+,", line).group(1))
+            shape = re.search(r"tensor<([\dx]+)x\w+,", line)
+            found.append(shape.group(1) if shape else "?")
         opened = depth
         depth += line.count("{") - line.count("}")
         if "scf.for" in line and depth > opened:
             loops.append(depth)
         while loops and depth < loops[-1]:
             loops.pop()
-    sizes = sorted(found, key=lambda s: math.prod(int(v) for v in s.split("x")))
+    sizes = sorted(found, key=lambda s: math.prod(int(v) for v in s.split("x") if v.isdigit()))
     return f"{len(found)} ({sizes[-1]})" if found else "0"
 
 
@@ -202,10 +203,13 @@ def main() -> None:
                     "coefficients as two bf16 parts or as fp32 (op's coef_parts; default: the library's setting, on)")
     ap.add_argument("--opcodes", action="store_true", help="after the table, each kernel's loops' most frequent "
                     "SASS opcodes per iteration")
+    ap.add_argument("--tokens", default="1", help="comma list of tokens at a time (TOK) for the split product "
+                    "kernels and the gather (op's dot_tokens, gather_tokens: reads of at most 16 / TOK sources)")
     ap.add_argument("--divisible", default="", help="comma list of integer arguments to compile as multiples of 16, "
                     "as triton's launcher specialises them when they are (e.g. n_tok,n_q for 16 queries)")
     args = ap.parse_args()
     DIVISIBLE.update(v for v in args.divisible.split(",") if v)
+    tokens = [int(v) for v in args.tokens.split(",")]
     if args.coef_parts:
         PARTS["on"] = args.coef_parts == "on"
     if args.stages:
@@ -277,11 +281,13 @@ def main() -> None:
                                         resources(fn, cg, w, PARTS_POINTERS if exact.get("PARTS") else None))
                             if heads > 1:  # a head per program (fwd_split, coef_split)
                                 for sw, stages in ((1, 1), (1, 3), (2, 3)):
-                                    row(f"{fn.fn.__name__} ({args.dot_sources} sources, {prec}, {stages} stages,"
-                                        f" a head per program)", d, heads, sw,
-                                        resources(fn, dict(c, HP=1, PREC=prec, STAGES=stages, SPLIT=True, SCALES=True,
-                                                           **exact),
-                                                  sw, PARTS_POINTERS if exact.get("PARTS") else None))
+                                    for tok in tokens:
+                                        many = f", {tok} tokens at a time" if tok > 1 else ""
+                                        row(f"{fn.fn.__name__} ({args.dot_sources} sources, {prec}, {stages} stages,"
+                                            f" a head per program{many})", d, heads, sw,
+                                            resources(fn, dict(c, HP=1, PREC=prec, STAGES=stages, SPLIT=True,
+                                                               SCALES=True, TOK=tok, **exact),
+                                                      sw, PARTS_POINTERS if exact.get("PARTS") else None))
             if kind == "twopass":
                 t = tile(d, heads)
                 ks = args.gather_sources
@@ -289,12 +295,15 @@ def main() -> None:
                 # bf16 gradient rows (a phase-1 read's sites in final form): EXACT, as the library;
                 # c in a part per head when the COEF pass runs a head per program (CH); the
                 # sources and sums as products as the library's default (XDOT)
-                c = dict(d=d, dh=t["dh"], H=heads, **geo, KS=ks, SP=8, ALIGN=16, ACCUM=True,
-                         PREC=args.gather_precision, EXACT=True, CH=heads, XDOT=_PHASE1_BACKWARD["gather_xdot"],
-                         PARTS=PARTS["on"])
-                row(f"_bwd_gather_kernel ({ks} sources, chunks of {args.gather_cols}, {args.gather_precision})", d,
-                    heads, args.gather_warps,
-                    resources(tk._bwd_gather_kernel, c, args.gather_warps, PARTS_POINTERS if PARTS["on"] else None))
+                for tok in tokens:  # TOK tokens per program: NSEG segments of gradient and w rows (op's)
+                    c = dict(d=d, dh=t["dh"], H=heads, **geo, KS=ks, SP=8, ALIGN=16, ACCUM=True,
+                             PREC=args.gather_precision, EXACT=True, CH=heads, XDOT=_PHASE1_BACKWARD["gather_xdot"],
+                             PARTS=PARTS["on"], TOK=tok, NSEG=_pow2(tok + 2))
+                    many = f", {tok} tokens per program" if tok > 1 else ""
+                    row(f"_bwd_gather_kernel ({ks} sources, chunks of {args.gather_cols}, {args.gather_precision}"
+                        f"{many})", d, heads, args.gather_warps,
+                        resources(tk._bwd_gather_kernel, c, args.gather_warps,
+                                  PARTS_POINTERS if PARTS["on"] else None))
     if opcodes:
         print("\nThe loops' most frequent SASS opcodes per iteration (per warp; loops as in the last column):")
         print("\n".join(opcodes))
