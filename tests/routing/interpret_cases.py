@@ -989,11 +989,12 @@ def test_gather_tokens_per_program(n, lead, d, heads, S, dtype, gen, gather_toke
                                                      (9, (3,), 32, 4, 3, 1)])
 def test_products_tokens_per_step(n, lead, d, heads, S, stages, gen, dot_launches):
     # phase 1's forward as products with the key-norm scales read (a head per program, or
-    # one head's lane groups) and its COEF pass with a head per program take several
-    # tokens at a time for a read of few sources (dot_tokens): each token's softmax over
-    # its own rows, the output one block-diagonal product; g.x against every token's
-    # gradient rows, each row keeping its own token's; token counts not a multiple of TOK;
-    # the same reads and gradients as a token at a time (within fp32's rounding), and fp64's
+    # one head's lane groups: dot_group_tokens) and its COEF pass with a head per program
+    # take several tokens at a time for a read of few sources (dot_tokens): each token's
+    # softmax over its own rows, the output one block-diagonal product; g.x against every
+    # token's gradient rows, each row keeping its own token's; token counts not a multiple
+    # of TOK; the same reads and gradients as a token at a time (within fp32's rounding),
+    # and fp64's. By default one head's groups take a token at a time.
     srcs, q, g = make_inputs(n, lead, d, torch.float32, "cpu", S=S, gen=gen)
     s64, (q64, g64) = [s.detach().double().requires_grad_() for s in srcs], [q.detach().double(), g.detach().double()]
     ref = R.route_partial(s64, q64.requires_grad_(), g64.requires_grad_(), heads)
@@ -1001,7 +1002,7 @@ def test_products_tokens_per_step(n, lead, d, heads, S, stages, gen, dot_launche
     ref_grads = torch.autograd.grad((ref.o * go).sum() + ref.l.sum(), [*s64, q64, g64])
     outs = {}
     for cap in (1, 2, 4, 8):
-        rop.TUNE = dict(dot_tokens=cap, dot_stages=stages, fwd_dot_stages=stages)
+        rop.TUNE = dict(dot_tokens=cap, dot_group_tokens=cap, dot_stages=stages, fwd_dot_stages=stages)
         dot_launches.clear()
         try:
             xs = [s.detach().requires_grad_() for s in srcs]
@@ -1019,6 +1020,10 @@ def test_products_tokens_per_step(n, lead, d, heads, S, stages, gen, dot_launche
     for cap in (2, 4, 8):
         for a, b in zip(outs[cap], outs[1]):
             assert rel(a, b) <= 1e-6, (cap, rel(a, b))
+    dot_launches.clear()
+    routing.route_partial(srcs, q, g, heads, scales=routing.KeyScales())
+    want = 1 if n > 8 or heads == 1 else min(4, 16 // rop._pow2(n))
+    assert [x[5] for x in dot_launches] == [want], dot_launches  # the defaults
 
 
 @pytest.mark.parametrize("n,lead,d,S,stages", [(18, (4,), 160, 3, 1), (5, (3,), 256, 8, 3), (17, (5,), 128, 2, 3)])

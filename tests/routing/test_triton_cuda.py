@@ -350,7 +350,7 @@ def test_tokens_per_step(n, d, heads, gen):
     # coefficients as parts) and fp32, a token count not a multiple of 8; against fp64,
     # and through running sums as a block's reads (8 at a time: the interpreter's tests)
     for cap in (2, 4):
-        rop.TUNE = dict(gather_tokens=cap, dot_tokens=cap)
+        rop.TUNE = dict(gather_tokens=cap, dot_tokens=cap, dot_group_tokens=cap)
         try:
             check_key_scales_chain(n, (301,), d, heads, 6, dtype=torch.bfloat16, tol=1e-2, device=DEV, gen=gen)
             check_partial(n, (301,), d, heads, 6, dtype=torch.bfloat16, tol=1e-2, device=DEV, gen=gen)

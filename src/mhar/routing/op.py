@@ -307,14 +307,18 @@ _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 12
 # 0.238 / 0.180 ms with 1 source, 0.257 / 0.193 with 4, 0.260 / 0.225 with 8; the COEF
 # pass 0.274 / 0.224, 0.321 / 0.251, 0.338 / 0.253. With the gather's, the 350M block
 # MHAR step ran at 0.947 of the baseline against 0.935 with both off, one process each
-# (bench/results/session36/, call 2).
+# (bench/results/session36/, call 2). dot_group_tokens: the same for one head's lane
+# groups' forward (the COEF pass with lane groups takes a token at a time), which the
+# kernel supports and the interpreter tests, but 1 until timed on a GPU: offline (sm_90,
+# triton 3.9) a step of 2 tokens at 1024 takes 676 instructions per warp against 569 for
+# one, with 27 barriers against 10 (bench/results/session36/compile_tokens_sm90.txt).
 _PHASE1_DOT = {"fwd_dot": False, "fwd_dot_progs_per_sm": 2, "dot_sources": 16, "dot_warps": 8, "dot_stages": 3,
                "dot_sumsq_products": True,
                "coef_dot": False, "coef_dot_progs_per_sm": 1,
                "coef_split": True, "coef_split_progs_per_sm": 8, "coef_split_warps": 1,
                "fwd_split": True, "fwd_split_progs_per_sm": 8, "fwd_split_warps": 1, "fwd_dot_min_queries": 2,
                "direct_rows": True, "rows_bf16": True, "dot_lane_groups": 8, "dot_group_scales": True, "fwd_dot_stages": None,
-               "merge_scales": True, "dot_tokens": 4}
+               "merge_scales": True, "dot_tokens": 4, "dot_group_tokens": 1}
 # One head (its lane groups) pipelines its COEF pass in 2 stages ("dot_stages") and its
 # forward in 3 ("fwd_dot_stages", where set: the forward's own). In the whole step at
 # 1280/73, 2 stages for both took 72.15 ms of kernels and 3 for both 71.77: the COEF pass
@@ -647,7 +651,8 @@ def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, h
             rstd = torch.empty((len(srcs), n_tok), dtype=torch.float32, device=dev)
             consts["RS"] = True
         if consts.get("SCALES"):  # few sources: several tokens at a time
-            consts["TOK"] = _tokens_per_step(cfg, "dot_tokens", dot["KS"], len(srcs))
+            key = "dot_group_tokens" if dot["VH"] else "dot_tokens"
+            consts["TOK"] = _tokens_per_step(cfg, key, dot["KS"], len(srcs))
         n_prog = _n_programs(dev, -(-n_tok // consts.get("TOK", 1)), per_sm, share=grid_h)
         args = (table, srcs[0], w, m, l, o, m if rstd is None else rstd, len(srcs), n_tok, S, n_prog, d)
         done = _launch_dot(_fwd_dot_kernel, (n_prog, grid_h), args, {**consts, "eps": eps}, warps, dev)
