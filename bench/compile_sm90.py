@@ -274,11 +274,15 @@ def main() -> None:
                             if heads == 1 and g > 1 and d % g == 0:  # one head as lane groups (VH)
                                 ga, gb = _head_parts(d // g)
                                 for scales, stages in ((False, 3), (True, 2), (True, 3)):
-                                    cg = dict(c, dh=d // g, H=g, HP=_pow2(g), DA=ga, DB=gb, PREC=prec, STAGES=stages,
-                                              VH=True, SCALES=scales, **exact)
-                                    row(f"{fn.fn.__name__} ({args.dot_sources} sources, {prec}, {stages} stages, "
-                                        f"{g} lane groups{', scales read' if scales else ''})", d, heads, w,
-                                        resources(fn, cg, w, PARTS_POINTERS if exact.get("PARTS") else None))
+                                    # the forward reading the scales can take several tokens (dot_group_tokens)
+                                    toks = tokens if scales and fn is tk._fwd_dot_kernel else [1]
+                                    for tok in toks:
+                                        cg = dict(c, dh=d // g, H=g, HP=_pow2(g), DA=ga, DB=gb, PREC=prec,
+                                                  STAGES=stages, VH=True, SCALES=scales, TOK=tok, **exact)
+                                        many = f", {tok} tokens at a time" if tok > 1 else ""
+                                        row(f"{fn.fn.__name__} ({args.dot_sources} sources, {prec}, {stages} stages, "
+                                            f"{g} lane groups{', scales read' if scales else ''}{many})", d, heads, w,
+                                            resources(fn, cg, w, PARTS_POINTERS if exact.get("PARTS") else None))
                             if heads > 1:  # a head per program (fwd_split, coef_split)
                                 for sw, stages in ((1, 1), (1, 3), (2, 3)):
                                     for tok in tokens:
