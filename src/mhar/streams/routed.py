@@ -69,7 +69,7 @@ class _RoutedState(StreamState):
         size = s.block_size or s.chunk  # a block is its own scheduling chunk
         if self.two_phase and i % size == 0:
             # a chunk whose phase 1 would read few sources reads one-pass: phase 1's kernels
-            # cost about the same whatever their source count
+            # cost much the same for 1 to 8 sources
             self.chunk_two_phase = n_src >= self.min_sources
             self.phase1_rows = None
         if not self.chunk_two_phase:
