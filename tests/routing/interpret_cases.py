@@ -639,10 +639,10 @@ def dot_launches(monkeypatch):
     seen = []
     real = rop._launch_dot
 
-    def spy(kernel, grid, args, consts, warps, device):
+    def spy(kernel, grid, args, consts, warps, device, maxnreg=None):
         seen.append((kernel.fn.__name__, grid, consts.get("SPLIT"), consts.get("RS"), consts.get("VH"),
                      consts.get("TOK", 1)))
-        return real(kernel, grid, args, consts, warps, device)
+        return real(kernel, grid, args, consts, warps, device, maxnreg)
 
     monkeypatch.setattr(rop, "_launch_dot", spy)
     return seen
@@ -990,7 +990,7 @@ def test_gather_tokens_per_program(n, lead, d, heads, S, dtype, gen, gather_toke
 def test_products_tokens_per_step(n, lead, d, heads, S, stages, gen, dot_launches):
     # phase 1's forward as products with the key-norm scales read (a head per program, or
     # one head's lane groups: dot_group_tokens) and its COEF pass with a head per program
-    # take several tokens at a time for a read of few sources (dot_tokens): each token's
+    # take several tokens at a time for a read of few sources (dot_tokens, coef_tokens): each token's
     # softmax over its own rows, the output one block-diagonal product; g.x against every
     # token's gradient rows, each row keeping its own token's; token counts not a multiple
     # of TOK; the same reads and gradients as a token at a time (within fp32's rounding),
@@ -1002,7 +1002,8 @@ def test_products_tokens_per_step(n, lead, d, heads, S, stages, gen, dot_launche
     ref_grads = torch.autograd.grad((ref.o * go).sum() + ref.l.sum(), [*s64, q64, g64])
     outs = {}
     for cap in (1, 2, 4, 8):
-        rop.TUNE = dict(dot_tokens=cap, dot_group_tokens=cap, dot_stages=stages, fwd_dot_stages=stages)
+        rop.TUNE = dict(dot_tokens=cap, dot_group_tokens=cap, coef_tokens=cap, dot_stages=stages,
+                        fwd_dot_stages=stages)
         dot_launches.clear()
         try:
             xs = [s.detach().requires_grad_() for s in srcs]
@@ -1022,7 +1023,8 @@ def test_products_tokens_per_step(n, lead, d, heads, S, stages, gen, dot_launche
             assert rel(a, b) <= 1e-6, (cap, rel(a, b))
     dot_launches.clear()
     routing.route_partial(srcs, q, g, heads, scales=routing.KeyScales())
-    want = 1 if n > 8 or heads == 1 else min(4, 16 // rop._pow2(n))
+    cfg = rop._cfg(rop._pow2(d), heads > 1)
+    want = 1 if n > 8 or heads == 1 else min(cfg["dot_tokens"], 16 // rop._pow2(n))
     assert [x[5] for x in dot_launches] == [want], dot_launches  # the defaults
 
 

@@ -260,9 +260,9 @@ def test_one_head_as_lane_groups(d, gen, monkeypatch):
     seen = []
     real = rop._launch_dot
 
-    def spy(kernel, grid, args, consts, warps, device):
+    def spy(kernel, grid, args, consts, warps, device, maxnreg=None):
         seen.append((kernel.fn.__name__, consts.get("VH")))
-        return real(kernel, grid, args, consts, warps, device)
+        return real(kernel, grid, args, consts, warps, device, maxnreg)
 
     monkeypatch.setattr(rop, "_launch_dot", spy)
     for stages in (1, 3):
@@ -346,11 +346,11 @@ def test_gradient_sink_block_running_sums(n_sites, d, heads, block, two_phase, g
 @pytest.mark.parametrize("n,d,heads", [(3, 1024, 8), (5, 1280, 8), (8, 1024, 8), (1, 512, 8), (4, 1280, 1)])
 def test_tokens_per_step(n, d, heads, gen):
     # phase 1's forward (with the key-norm scales read) and gather with several tokens at a
-    # time (dot_tokens, gather_tokens) for reads of at most 8 sources, bf16 (exact rows,
+    # time (dot_tokens, coef_tokens, gather_tokens) for reads of at most 8 sources, bf16 (exact rows,
     # coefficients as parts) and fp32, a token count not a multiple of 8; against fp64,
     # and through running sums as a block's reads (8 at a time: the interpreter's tests)
     for cap in (2, 4):
-        rop.TUNE = dict(gather_tokens=cap, dot_tokens=cap, dot_group_tokens=cap)
+        rop.TUNE = dict(gather_tokens=cap, dot_tokens=cap, dot_group_tokens=cap, coef_tokens=cap)
         try:
             check_key_scales_chain(n, (301,), d, heads, 6, dtype=torch.bfloat16, tol=1e-2, device=DEV, gen=gen)
             check_partial(n, (301,), d, heads, 6, dtype=torch.bfloat16, tol=1e-2, device=DEV, gen=gen)

@@ -318,7 +318,8 @@ _PHASE1_DOT = {"fwd_dot": False, "fwd_dot_progs_per_sm": 2, "dot_sources": 16, "
                "coef_split": True, "coef_split_progs_per_sm": 8, "coef_split_warps": 1,
                "fwd_split": True, "fwd_split_progs_per_sm": 8, "fwd_split_warps": 1, "fwd_dot_min_queries": 2,
                "direct_rows": True, "rows_bf16": True, "dot_lane_groups": 8, "dot_group_scales": True, "fwd_dot_stages": None,
-               "merge_scales": True, "dot_tokens": 4, "dot_group_tokens": 1}
+               "merge_scales": True, "dot_tokens": 4, "dot_group_tokens": 1, "coef_tokens": 4,
+               "fwd_split_maxnreg": None, "coef_split_maxnreg": None}
 # One head (its lane groups) pipelines its COEF pass in 2 stages ("dot_stages") and its
 # forward in 3 ("fwd_dot_stages", where set: the forward's own). In the whole step at
 # 1280/73, 2 stages for both took 72.15 ms of kernels and 3 for both 71.77: the COEF pass
@@ -558,7 +559,8 @@ def _n_programs(device: torch.device, n_tiles: int, per_sm: int, share: int = 1)
 _DOT_UNFIT: set = set()
 
 
-def _launch_dot(kernel, grid: tuple, args: tuple, consts: dict, warps: int, device: torch.device) -> bool:
+def _launch_dot(kernel, grid: tuple, args: tuple, consts: dict, warps: int, device: torch.device,
+                maxnreg: int | None = None) -> bool:
     """Launch a phase-1 kernel as matrix products; False (nothing launched) when it needs
     more shared memory than the GPU has, in its pipeline stages (``STAGES``) and then in
     one. With three stages, up to 148,544 bytes at the paper widths with every head in a
@@ -568,11 +570,11 @@ def _launch_dot(kernel, grid: tuple, args: tuple, consts: dict, warps: int, devi
     from triton.runtime.errors import OutOfResources
 
     name = kernel.fn.__name__ if hasattr(kernel, "fn") else str(kernel)
-    key = (name, tuple(sorted(consts.items())), warps, str(device))
+    key = (name, tuple(sorted(consts.items())), warps, maxnreg, str(device))
     stages = consts.get("STAGES", 1)
     if key not in _DOT_UNFIT:
         try:
-            kernel[grid](*args, **consts, num_warps=warps)
+            kernel[grid](*args, **consts, num_warps=warps, maxnreg=maxnreg)
             return True
         except OutOfResources as e:
             _DOT_UNFIT.add(key)
@@ -580,7 +582,7 @@ def _launch_dot(kernel, grid: tuple, args: tuple, consts: dict, warps: int, devi
             warnings.warn(f"mhar routing: {name} in {stages} pipeline stage(s) does not fit this GPU ({e}); {then}",
                           stacklevel=2)
     if stages > 1:  # one stage holds a single block's tiles in shared memory
-        return _launch_dot(kernel, grid, args, {**consts, "STAGES": 1}, warps, device)
+        return _launch_dot(kernel, grid, args, {**consts, "STAGES": 1}, warps, device, maxnreg)
     return False
 
 
@@ -636,7 +638,7 @@ def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, h
     if n_tok and dot:
         from mhar.routing.triton_kernels import _fwd_dot_kernel
 
-        consts, per_sm, warps, grid_h = dict(dot), cfg["fwd_dot_progs_per_sm"], cfg["dot_warps"], 1
+        consts, per_sm, warps, grid_h, maxnreg = dict(dot), cfg["fwd_dot_progs_per_sm"], cfg["dot_warps"], 1, None
         if cfg["fwd_dot_stages"]:
             consts["STAGES"] = cfg["fwd_dot_stages"]
         group_scales = dot["VH"] and cfg["dot_group_scales"]
@@ -644,6 +646,7 @@ def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, h
             rstd = scales.table(srcs, eps)
             consts.update(SPLIT=True, SCALES=True, HP=1)
             per_sm, warps, grid_h = cfg["fwd_split_progs_per_sm"], cfg["fwd_split_warps"], heads
+            maxnreg = cfg["fwd_split_maxnreg"]
         elif scales is not None and group_scales:  # one head's lane groups read them too
             rstd = scales.table(srcs, eps)
             consts["SCALES"] = True
@@ -655,7 +658,7 @@ def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, h
             consts["TOK"] = _tokens_per_step(cfg, key, dot["KS"], len(srcs))
         n_prog = _n_programs(dev, -(-n_tok // consts.get("TOK", 1)), per_sm, share=grid_h)
         args = (table, srcs[0], w, m, l, o, m if rstd is None else rstd, len(srcs), n_tok, S, n_prog, d)
-        done = _launch_dot(_fwd_dot_kernel, (n_prog, grid_h), args, {**consts, "eps": eps}, warps, dev)
+        done = _launch_dot(_fwd_dot_kernel, (n_prog, grid_h), args, {**consts, "eps": eps}, warps, dev, maxnreg)
     if n_tiles and not done:
         rstd = None
         _fwd_kernel[(S, n_tiles)](table, srcs[0], w, m, l, o, m, l, o, len(srcs), n_tok, d, dh, eps,
@@ -804,10 +807,10 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
         if dot:  # programs persistent over tokens, every query (and every head, unless split) in each
             from mhar.routing.triton_kernels import _coef_dot_kernel
 
-            per_sm, warps_dot, grid_h, tok = cfg["coef_dot_progs_per_sm"], cfg["dot_warps"], 1, 1
+            per_sm, warps_dot, grid_h, tok, maxnreg = cfg["coef_dot_progs_per_sm"], cfg["dot_warps"], 1, 1, None
             if split:  # programs per SM over all heads; few sources: several tokens at a time
                 per_sm, warps_dot, grid_h = cfg["coef_split_progs_per_sm"], cfg["coef_split_warps"], heads
-                tok = _tokens_per_step(cfg, "dot_tokens", dot["KS"], len(srcs))
+                tok, maxnreg = _tokens_per_step(cfg, "coef_tokens", dot["KS"], len(srcs)), cfg["coef_split_maxnreg"]
             n_prog = _n_programs(dev, -(-n_tok // tok), per_sm, share=grid_h)
             dw_parts = torch.empty((n_prog, S, d), dtype=torch.float32, device=dev)  # every (program, query) row
             args = (src_table, srcs[0], w, grad_table, rows[0], stat, off.contiguous(), dw_parts, coef_a, coef_b,
@@ -817,7 +820,7 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
                       "SCALES": scaled, "PARTS": parts, "TOK": tok}
             if split:
                 consts["HP"] = 1
-            done = _launch_dot(_coef_dot_kernel, (n_prog, grid_h), args, consts, warps_dot, dev)
+            done = _launch_dot(_coef_dot_kernel, (n_prog, grid_h), args, consts, warps_dot, dev, maxnreg)
             split = split and done
         if not done:
             n_prog = max(1, _n_programs(dev, n_tiles, cfg["bwd_progs_per_sm"]) // S)
