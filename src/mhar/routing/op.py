@@ -195,7 +195,7 @@ def _pow2(n: int) -> int:
 # 8 sources 0.465 / 0.417 / 0.416 / 0.416 (bench/results/session36/, call 1).
 _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 128, "gather_warps": 4,
                     "gather_precision": "bf16x3", "gather_maxnreg": None, "gather_xdot": True,
-                    "gather_stages": 3, "coef_parts": True, "gather_tokens": 4}
+                    "gather_stages": 3, "coef_parts": True, "gather_tokens": 4, "gather_tok4_maxnreg": None}
 # pad_heads: a head width that is not a power of two as one padded part (see _geometry).
 # (Session 10's "fwd_wide_b", a head's second part loaded in the first part's width, was
 # slower in the whole step: 131.5 against 118.5 ms at 1280/73 with 8 heads; its code is
@@ -848,7 +848,8 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
                 PREC="ieee" if srcs[0].dtype in (torch.float32, torch.float64) else cfg["gather_precision"],
                 CH=heads if split else 1, XDOT=exact and cfg["gather_xdot"], PARTS=parts,
                 num_warps=cfg["gather_warps"],
-                num_stages=cfg["gather_stages"], maxnreg=cfg["gather_maxnreg"])
+                num_stages=cfg["gather_stages"],
+                maxnreg=cfg["gather_tok4_maxnreg"] if tok >= 4 else cfg["gather_maxnreg"])
     else:
         n_tiles = -(-n_tok // tile["BM"])
         n_prog = _n_programs(dev, n_tiles, cfg["bwd_progs_per_sm"])
