@@ -195,7 +195,7 @@ def _pow2(n: int) -> int:
 # 8 sources 0.465 / 0.417 / 0.416 / 0.416 (bench/results/session36/, call 1).
 _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 128, "gather_warps": 4,
                     "gather_precision": "bf16x3", "gather_maxnreg": None, "gather_xdot": True,
-                    "gather_stages": 3, "coef_parts": True, "gather_tokens": 4, "gather_tok4_maxnreg": None}
+                    "gather_stages": 3, "coef_parts": True, "gather_tokens": 4, "gather_tokens_maxnreg": {}}
 # pad_heads: a head width that is not a power of two as one padded part (see _geometry).
 # (Session 10's "fwd_wide_b", a head's second part loaded in the first part's width, was
 # slower in the whole step: 131.5 against 118.5 ms at 1280/73 with 8 heads; its code is
@@ -318,7 +318,7 @@ _PHASE1_DOT = {"fwd_dot": False, "fwd_dot_progs_per_sm": 2, "dot_sources": 16, "
                "coef_split": True, "coef_split_progs_per_sm": 8, "coef_split_warps": 1,
                "fwd_split": True, "fwd_split_progs_per_sm": 8, "fwd_split_warps": 1, "fwd_dot_min_queries": 2,
                "direct_rows": True, "rows_bf16": True, "dot_lane_groups": 8, "dot_group_scales": True, "fwd_dot_stages": None,
-               "merge_scales": True, "dot_tokens": 4, "dot_group_tokens": 1, "coef_tokens": 4,
+               "merge_scales": True, "dot_tokens": 4, "dot_group_tokens": 1, "coef_tokens": 2,
                "fwd_split_maxnreg": None, "coef_split_maxnreg": None}
 # One head (its lane groups) pipelines its COEF pass in 2 stages ("dot_stages") and its
 # forward in 3 ("fwd_dot_stages", where set: the forward's own). In the whole step at
@@ -340,6 +340,9 @@ _DEFAULTS = {
 # The sweep's picks at the paper widths where they differ from the defaults.
 # The phase-1 gather entries are the whole-step picks at e88ebdb (bench/routing.py
 # --write-phase1-config; bench/results/routing_h200.md).
+# Phase 1 at 1024 with several heads (350M), session 37's picks (see CONFIG_TABLE's notes)
+_PHASE1_1024 = {"gather_maxnreg": 96, "gather_tokens_maxnreg": {2: 96, 4: 128}, "dot_stages": 2,
+                "fwd_dot_stages": 2, "fwd_split_maxnreg": 160, "fwd_split_progs_per_sm": 12}
 CONFIG_TABLE: dict[tuple[int, bool], dict] = {
     # One head at 512, measured with the host removed (session 7): a backward that writes
     # fresh gradients is faster with one token per program (0.371 ms per fwd+bwd call
@@ -351,11 +354,11 @@ CONFIG_TABLE: dict[tuple[int, bool], dict] = {
     # fresh gradients with two: 1.414 ms per fwd+bwd call replayed against 1.473
     # (bench/results/session14/, run 1; session 10 had picked one warp for both kinds while
     # the COEF pass still ran this kernel)
-    (1024, True): {"fwd_warps": 2, "bwd_warps": 2, "bwd_sum_warps": 1},
+    (1024, True): {"fwd_warps": 2, "bwd_warps": 2, "bwd_sum_warps": 1, **_PHASE1_1024},
     # at 1280 the gather (104-112 registers with token-major coefficients) capped at 96:
     # five programs per SM instead of four; the whole step at 1280/73 took 92.0 against
     # 93.3 ms of kernels with one head, 89.0 against 90.8 with eight (bench/results/session13/)
-    (1280, False): {"bwd_warps": 1, "gather_maxnreg": 96},
+    (1280, False): {"bwd_warps": 1, "gather_maxnreg": 96, "gather_tokens_maxnreg": {2: 96}},
     # and with several heads a backward that writes fresh gradients (a plain route call)
     # compiled with a cap of 224 registers (240 without; either way two warps per SM
     # sub-partition): 2.629 against 2.655 ms per fwd+bwd call replayed (session 15, run 1;
@@ -368,7 +371,9 @@ CONFIG_TABLE: dict[tuple[int, bool], dict] = {
     # against 11.5 ms uncapped (call 4). With coef_parts (session 22) the gather compiles to
     # 96 registers uncapped at 1280 with 8 heads, so the cap does not bind: 13.34 ms per step
     # at 1280/73 uncapped, 13.37 at 128, 13.34 at 96 (bench/results/session22/, call 1).
-    (1280, True): {"bwd_warps": 1, "gather_maxnreg": 128, "bwd_maxnreg": 224, "bwd_sum_maxnreg": None},
+    (1280, True): {"bwd_warps": 1, "gather_maxnreg": 96, "gather_tokens_maxnreg": {2: 128}, "bwd_maxnreg": 224,
+                   "bwd_sum_maxnreg": None},
+    (1024, False): {"gather_tokens_maxnreg": {2: 96}},
 }
 TUNE: dict | None = None
 
@@ -509,6 +514,16 @@ def _tokens_per_step(cfg: dict, key: str, rows: int, n_src: int) -> int:
     if cap < 1 or cap & (cap - 1):
         raise ValueError(f"routing config: {key} must be a power of two >= 1, got {cap}")
     return max(1, min(cap, rows // _pow2(n_src)))
+
+
+def _gather_maxnreg(cfg: dict, tok: int) -> int | None:
+    """The gather's register cap at ``tok`` tokens a program: config "gather_maxnreg" for
+    one, "gather_tokens_maxnreg"[tok] for several (absent: uncapped; keys ints, or strings
+    from a JSON config)."""
+    if tok == 1:
+        return cfg["gather_maxnreg"]
+    caps = cfg["gather_tokens_maxnreg"]
+    return caps.get(tok, caps.get(str(tok)))
 
 
 def _dot_tile(cfg: dict, key: str, dh: int, heads: int, S: int, align: int, src: Tensor) -> dict | None:
@@ -848,8 +863,7 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
                 PREC="ieee" if srcs[0].dtype in (torch.float32, torch.float64) else cfg["gather_precision"],
                 CH=heads if split else 1, XDOT=exact and cfg["gather_xdot"], PARTS=parts,
                 num_warps=cfg["gather_warps"],
-                num_stages=cfg["gather_stages"],
-                maxnreg=cfg["gather_tok4_maxnreg"] if tok >= 4 else cfg["gather_maxnreg"])
+                num_stages=cfg["gather_stages"], maxnreg=_gather_maxnreg(cfg, tok))
     else:
         n_tiles = -(-n_tok // tile["BM"])
         n_prog = _n_programs(dev, n_tiles, cfg["bwd_progs_per_sm"])
