@@ -9,6 +9,12 @@ backward adds into running sums. Prints each routing kernel's time per call; und
     ncu --clock-control none --set full -k regex:'_fwd_dot|_coef_dot|_bwd_gather' \\
         python3 bench/phase1_call.py --d 1280 --n 41 --heads 8 --iters 1
 
+``--direct-rows`` reads as the training step's two-phase schedule does: each site's row
+finalized from ``route_partial_rows`` (bf16 rows for bf16 sources, their gradients handed
+straight to the phase-1 backward in bf16: the gather's exact products and the COEF pass's
+coefficient parts). Without it the read is ``route_partial``'s fp32 partial, whose fp32
+gradients take the other kernel variants.
+
 ``--sweep FILE`` times the same read under several routing configs in one process: FILE
 is a JSON object of named overrides (each applied as ``mhar.routing.op.TUNE``), and
 ``--n`` may list several source counts. One row per (sources, config) with phase 1's three
@@ -32,6 +38,7 @@ def main():
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--tokens", type=int, default=16384)
     ap.add_argument("--iters", type=int, default=20, help="timed calls (1 under a profiler)")
+    ap.add_argument("--direct-rows", action="store_true", help="rows as training takes them (see above)")
     ap.add_argument("--sweep", help="JSON file of named routing-config overrides to time side by side")
     args = ap.parse_args()
     counts = [int(n) for n in args.n.split(",")]
@@ -47,17 +54,26 @@ def main():
     g = (1 + 0.1 * torch.randn(S + 1, d, device="cuda", generator=gen)).requires_grad_()
     gy = torch.randn(args.tokens, d, device="cuda", generator=gen, dtype=torch.bfloat16)
     go = torch.randn(S, args.tokens, d, device="cuda", generator=gen)
+    if args.direct_rows:
+        go = go.bfloat16()
 
     def call(n):
         sink = routing.GradientSink()
         reg = [sink.register(s) for s in srcs[:n]]
         # with the sources' key-norm scales as a stream keeps them (computed here for all n
         # sources per call; a stream computes each source's once per step)
-        part = routing.route_partial(reg, q[:S], g[:S], args.heads, sink=sink.span(0, n),
-                                     scales=routing.KeyScales())
+        if args.direct_rows:
+            rows = routing.route_partial_rows(reg, q[:S], g[:S], args.heads, sink=sink.span(0, n),
+                                              scales=routing.KeyScales())
+            loss = sum((routing.finalize(rows[i], (args.tokens, d), torch.bfloat16)[0].float() * go[i]).sum()
+                       for i in range(S))
+        else:
+            part = routing.route_partial(reg, q[:S], g[:S], args.heads, sink=sink.span(0, n),
+                                         scales=routing.KeyScales())
+            loss = (part.o * go).sum() + part.l.sum()
         # created after the phase-1 read, so its backward runs first and writes the sums
         y = routing.route(reg, q[S], g[S], args.heads, sink=sink.span(0, n))
-        loss = (part.o * go).sum() + part.l.sum() + (y.float() * gy).sum()
+        loss = loss + (y.float() * gy).sum()
         torch.autograd.grad(loss, [*srcs[:n], q, g])
 
     def kernel_times(n):
