@@ -318,7 +318,7 @@ _PHASE1_DOT = {"fwd_dot": False, "fwd_dot_progs_per_sm": 2, "dot_sources": 16, "
                "coef_split": True, "coef_split_progs_per_sm": 8, "coef_split_warps": 1,
                "fwd_split": True, "fwd_split_progs_per_sm": 8, "fwd_split_warps": 1, "fwd_dot_min_queries": 2,
                "direct_rows": True, "rows_bf16": True, "dot_lane_groups": 8, "dot_group_scales": True, "fwd_dot_stages": None,
-               "merge_scales": True, "dot_tokens": 4, "dot_group_tokens": 1, "coef_tokens": 2,
+               "merge_scales": True, "dot_tokens": 4, "dot_group_tokens": 1, "coef_tokens": 4,
                "fwd_split_maxnreg": None, "coef_split_maxnreg": None}
 # One head (its lane groups) pipelines its COEF pass in 2 stages ("dot_stages") and its
 # forward in 3 ("fwd_dot_stages", where set: the forward's own). In the whole step at
@@ -341,8 +341,7 @@ _DEFAULTS = {
 # The phase-1 gather entries are the whole-step picks at e88ebdb (bench/routing.py
 # --write-phase1-config; bench/results/routing_h200.md).
 # Phase 1 at 1024 with several heads (350M), session 37's picks (see CONFIG_TABLE's notes)
-_PHASE1_1024 = {"gather_maxnreg": 96, "gather_tokens_maxnreg": {2: 96, 4: 128}, "dot_stages": 2,
-                "fwd_dot_stages": 2, "fwd_split_maxnreg": 160, "fwd_split_progs_per_sm": 12}
+_PHASE1_1024 = {"dot_stages": 2, "fwd_dot_stages": 2, "fwd_split_maxnreg": 160, "fwd_split_progs_per_sm": 12}
 CONFIG_TABLE: dict[tuple[int, bool], dict] = {
     # One head at 512, measured with the host removed (session 7): a backward that writes
     # fresh gradients is faster with one token per program (0.371 ms per fwd+bwd call
@@ -358,7 +357,7 @@ CONFIG_TABLE: dict[tuple[int, bool], dict] = {
     # at 1280 the gather (104-112 registers with token-major coefficients) capped at 96:
     # five programs per SM instead of four; the whole step at 1280/73 took 92.0 against
     # 93.3 ms of kernels with one head, 89.0 against 90.8 with eight (bench/results/session13/)
-    (1280, False): {"bwd_warps": 1, "gather_maxnreg": 96, "gather_tokens_maxnreg": {2: 96}},
+    (1280, False): {"bwd_warps": 1, "gather_maxnreg": 96, "gather_tokens_maxnreg": {2: 96, 4: 96}},
     # and with several heads a backward that writes fresh gradients (a plain route call)
     # compiled with a cap of 224 registers (240 without; either way two warps per SM
     # sub-partition): 2.629 against 2.655 ms per fwd+bwd call replayed (session 15, run 1;
@@ -371,9 +370,9 @@ CONFIG_TABLE: dict[tuple[int, bool], dict] = {
     # against 11.5 ms uncapped (call 4). With coef_parts (session 22) the gather compiles to
     # 96 registers uncapped at 1280 with 8 heads, so the cap does not bind: 13.34 ms per step
     # at 1280/73 uncapped, 13.37 at 128, 13.34 at 96 (bench/results/session22/, call 1).
-    (1280, True): {"bwd_warps": 1, "gather_maxnreg": 96, "gather_tokens_maxnreg": {2: 128}, "bwd_maxnreg": 224,
+    (1280, True): {"bwd_warps": 1, "gather_maxnreg": 128, "bwd_maxnreg": 224,
                    "bwd_sum_maxnreg": None},
-    (1024, False): {"gather_tokens_maxnreg": {2: 96}},
+    (1024, False): {"dot_group_tokens": 4},
 }
 TUNE: dict | None = None
 
