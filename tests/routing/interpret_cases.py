@@ -994,7 +994,7 @@ def test_products_tokens_per_step(n, lead, d, heads, S, stages, gen, dot_launche
     # softmax over its own rows, the output one block-diagonal product; g.x against every
     # token's gradient rows, each row keeping its own token's; token counts not a multiple
     # of TOK; the same reads and gradients as a token at a time (within fp32's rounding),
-    # and fp64's. By default one head's groups take a token at a time.
+    # and fp64's; and the defaults' token counts.
     srcs, q, g = make_inputs(n, lead, d, torch.float32, "cpu", S=S, gen=gen)
     s64, (q64, g64) = [s.detach().double().requires_grad_() for s in srcs], [q.detach().double(), g.detach().double()]
     ref = R.route_partial(s64, q64.requires_grad_(), g64.requires_grad_(), heads)
@@ -1023,8 +1023,8 @@ def test_products_tokens_per_step(n, lead, d, heads, S, stages, gen, dot_launche
             assert rel(a, b) <= 1e-6, (cap, rel(a, b))
     dot_launches.clear()
     routing.route_partial(srcs, q, g, heads, scales=routing.KeyScales())
-    cfg = rop._cfg(rop._pow2(d), heads > 1)
-    want = 1 if n > 8 or heads == 1 else min(cfg["dot_tokens"], 16 // rop._pow2(n))
+    cfg = rop._cfg(rop.padded_width(d, heads), heads > 1)
+    want = 1 if n > 8 else min(cfg["dot_tokens" if heads > 1 else "dot_group_tokens"], 16 // rop._pow2(n))
     assert [x[5] for x in dot_launches] == [want], dot_launches  # the defaults
 
 

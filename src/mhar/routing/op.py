@@ -193,6 +193,14 @@ def _pow2(n: int) -> int:
 # heads and 6 queries, 16384 tokens (bench/phase1_call.py), the gather at 1 / 2 / 4 / 8:
 # 1 source 0.376 / 0.308 / 0.330 / 0.489 ms, 4 sources 0.431 / 0.372 / 0.362 / 0.362,
 # 8 sources 0.465 / 0.417 / 0.416 / 0.416 (bench/results/session36/, call 1).
+# gather_tokens_maxnreg: the gather's register cap at that many tokens a program (keys
+# 2, 4, ...; absent: uncapped); "gather_maxnreg" is a token at a time's. At 4 tokens the
+# gather compiles to 243-253 registers (two 4-warp programs per SM), yet a cap cost time
+# with the training step's bf16 rows: at 1024 with 8 heads 4 sources took 0.187 ms capped
+# at 96 against 0.164, at 1280 0.238 at 128 against 0.226 uncapped, one head at 1280
+# 0.227 at 96 against 0.206 (bench/phase1_call.py --direct-rows, session37/, calls 6-7).
+# (Calls 1-4 timed route_partial's fp32 partial, whose gather variant gained from caps;
+# training does not take it.)
 _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 128, "gather_warps": 4,
                     "gather_precision": "bf16x3", "gather_maxnreg": None, "gather_xdot": True,
                     "gather_stages": 3, "coef_parts": True, "gather_tokens": 4, "gather_tokens_maxnreg": {}}
@@ -250,7 +258,10 @@ _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 12
 # per SM were slower for both. The 1B MHAR step went from 0.805 to 0.825 of the baseline
 # (bench/results/session18/, calls 1, 2 and 4). (The next token's gradient rows loaded a
 # token ahead measured slower without the split, 18.3 against 15.6 ms, and the same with
-# it; its code is at 5c597d3.)
+# it; its code is at 5c597d3.) "fwd_split_maxnreg" / "coef_split_maxnreg": their register
+# caps (None: the compiler's 164-209). At 1024 the forward capped at 160 with 12 programs
+# per SM (see CONFIG_TABLE); the COEF pass at 160 or 128 took 1.3-1.9x as long (session 37,
+# call 2).
 # fwd_dot_min_queries: the fewest queries phase 1's forward takes as products. A chunk of
 # one site has nothing to share a source's read with, and ran the product kernel with
 # every head in one 8-warp program (the split needs S > 1): in bench/routing.py's whole
@@ -307,18 +318,21 @@ _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 12
 # 0.238 / 0.180 ms with 1 source, 0.257 / 0.193 with 4, 0.260 / 0.225 with 8; the COEF
 # pass 0.274 / 0.224, 0.321 / 0.251, 0.338 / 0.253. With the gather's, the 350M block
 # MHAR step ran at 0.947 of the baseline against 0.935 with both off, one process each
-# (bench/results/session36/, call 2). dot_group_tokens: the same for one head's lane
-# groups' forward (the COEF pass with lane groups takes a token at a time), which the
-# kernel supports and the interpreter tests, but 1 until timed on a GPU: offline (sm_90,
-# triton 3.9) a step of 2 tokens at 1024 takes 676 instructions per warp against 569 for
-# one, with 27 barriers against 10 (bench/results/session36/compile_tokens_sm90.txt).
+# (bench/results/session36/, call 2). coef_tokens: the COEF pass's own cap (4: with the
+# training step's bf16 rows a read of 4 sources took 0.103 ms against 0.147 at 2 at 1024
+# with 8 heads, 0.145 against 0.181 at 1280; session 37, call 6). dot_group_tokens: the
+# same for one head's lane groups' forward (the COEF pass with lane groups takes a token
+# at a time): a read of 4 sources took 0.272 ms at 4 against 0.350 a token at a time at
+# 1024, 0.326 against 0.398 at 1280; 5 to 8 sources (2 tokens) within 1.5% of a token at
+# a time (session 37, calls 6-7, --direct-rows); the attnres-block 350M step 0.936 of the
+# baseline against 0.927 with session 36's settings (call 7, with the 1024 picks below).
 _PHASE1_DOT = {"fwd_dot": False, "fwd_dot_progs_per_sm": 2, "dot_sources": 16, "dot_warps": 8, "dot_stages": 3,
                "dot_sumsq_products": True,
                "coef_dot": False, "coef_dot_progs_per_sm": 1,
                "coef_split": True, "coef_split_progs_per_sm": 8, "coef_split_warps": 1,
                "fwd_split": True, "fwd_split_progs_per_sm": 8, "fwd_split_warps": 1, "fwd_dot_min_queries": 2,
                "direct_rows": True, "rows_bf16": True, "dot_lane_groups": 8, "dot_group_scales": True, "fwd_dot_stages": None,
-               "merge_scales": True, "dot_tokens": 4, "dot_group_tokens": 1, "coef_tokens": 4,
+               "merge_scales": True, "dot_tokens": 4, "dot_group_tokens": 4, "coef_tokens": 4,
                "fwd_split_maxnreg": None, "coef_split_maxnreg": None}
 # One head (its lane groups) pipelines its COEF pass in 2 stages ("dot_stages") and its
 # forward in 3 ("fwd_dot_stages", where set: the forward's own). In the whole step at
@@ -340,7 +354,17 @@ _DEFAULTS = {
 # The sweep's picks at the paper widths where they differ from the defaults.
 # The phase-1 gather entries are the whole-step picks at e88ebdb (bench/routing.py
 # --write-phase1-config; bench/results/routing_h200.md).
-# Phase 1 at 1024 with several heads (350M), session 37's picks (see CONFIG_TABLE's notes)
+# Phase 1 at 1024 with several heads (350M): the forward with a head per program capped
+# at 160 registers (164-209 uncapped, by tokens a step), so that twelve one-warp programs
+# fit an SM (eight before), in 2 stages; the COEF pass in 2 stages. One read with the
+# training step's bf16 rows (bench/phase1_call.py --direct-rows, 6 queries), the forward
+# at 4 / 8 / 16 / 41 sources 0.135 / 0.159 / 0.191 / 0.491 ms against 0.150 / 0.184 /
+# 0.218 / 0.644 before; the COEF pass at 8 / 16 / 41 sources 0.180 / 0.300 / 0.868 against
+# 0.195 / 0.314 / 0.890 in 3 stages (bench/results/session37/, call 6). At 1280 the same
+# forward took 0.430 against 0.276 ms at 4 sources, and 2 stages alone lost from 41
+# sources on (call 4 and 6): 1280 keeps the defaults. The 350M step (call 7, one process
+# each): mhar 0.872 of the baseline against 0.858 with session 36's settings, mhar-block
+# 0.950 against 0.940.
 _PHASE1_1024 = {"dot_stages": 2, "fwd_dot_stages": 2, "fwd_split_maxnreg": 160, "fwd_split_progs_per_sm": 12}
 CONFIG_TABLE: dict[tuple[int, bool], dict] = {
     # One head at 512, measured with the host removed (session 7): a backward that writes
@@ -356,8 +380,9 @@ CONFIG_TABLE: dict[tuple[int, bool], dict] = {
     (1024, True): {"fwd_warps": 2, "bwd_warps": 2, "bwd_sum_warps": 1, **_PHASE1_1024},
     # at 1280 the gather (104-112 registers with token-major coefficients) capped at 96:
     # five programs per SM instead of four; the whole step at 1280/73 took 92.0 against
-    # 93.3 ms of kernels with one head, 89.0 against 90.8 with eight (bench/results/session13/)
-    (1280, False): {"bwd_warps": 1, "gather_maxnreg": 96, "gather_tokens_maxnreg": {2: 96, 4: 96}},
+    # 93.3 ms of kernels with one head, 89.0 against 90.8 with eight (bench/results/session13/);
+    # at two tokens a program too, four uncapped (gather_tokens_maxnreg)
+    (1280, False): {"bwd_warps": 1, "gather_maxnreg": 96, "gather_tokens_maxnreg": {2: 96}},
     # and with several heads a backward that writes fresh gradients (a plain route call)
     # compiled with a cap of 224 registers (240 without; either way two warps per SM
     # sub-partition): 2.629 against 2.655 ms per fwd+bwd call replayed (session 15, run 1;
@@ -370,9 +395,9 @@ CONFIG_TABLE: dict[tuple[int, bool], dict] = {
     # against 11.5 ms uncapped (call 4). With coef_parts (session 22) the gather compiles to
     # 96 registers uncapped at 1280 with 8 heads, so the cap does not bind: 13.34 ms per step
     # at 1280/73 uncapped, 13.37 at 128, 13.34 at 96 (bench/results/session22/, call 1).
+    # Several tokens a program uncapped (gather_tokens_maxnreg).
     (1280, True): {"bwd_warps": 1, "gather_maxnreg": 128, "bwd_maxnreg": 224,
                    "bwd_sum_maxnreg": None},
-    (1024, False): {"dot_group_tokens": 4},
 }
 TUNE: dict | None = None
 

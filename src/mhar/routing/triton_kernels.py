@@ -65,8 +65,8 @@ of sources and forms their gradients from them and the queries' upstream gradien
 head as a small matrix product (``tl.dot``). Each pass parallelises over the axis that
 owns its output, so neither holds all S queries' rows per token.
 
-Few sources (op's "dot_tokens", "gather_tokens"): a phase-1 read of at most 8 sources
-takes several tokens at a time in the product kernels (``_fwd_packed``, ``_coef_packed``,
+Few sources (op's "dot_tokens", "coef_tokens", "gather_tokens"): a phase-1 read of at
+most 8 sources takes several tokens at a time in the product kernels (``_fwd_packed``, ``_coef_packed``,
 the gather's ``TOK``), their sources side by side in a product's 16 rows, where a token
 alone padded them.
 
