@@ -990,8 +990,8 @@ def test_gather_tokens_per_program(n, lead, d, heads, S, dtype, gen, gather_toke
 def test_products_tokens_per_step(n, lead, d, heads, S, stages, gen, dot_launches):
     # phase 1's forward as products with the key-norm scales read (a head per program, or
     # one head's lane groups: dot_group_tokens) and its COEF pass with a head per program
-    # take several tokens at a time for a read of few sources (dot_tokens, coef_tokens): each token's
-    # softmax over its own rows, the output one block-diagonal product; g.x against every
+    # take several tokens at a time for a read of few sources (dot_tokens, coef_tokens):
+    # each token's softmax over its own rows, the output one block-diagonal product; g.x against every
     # token's gradient rows, each row keeping its own token's; token counts not a multiple
     # of TOK; the same reads and gradients as a token at a time (within fp32's rounding),
     # and fp64's; and the defaults' token counts.

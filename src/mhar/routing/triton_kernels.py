@@ -66,9 +66,9 @@ head as a small matrix product (``tl.dot``). Each pass parallelises over the axi
 owns its output, so neither holds all S queries' rows per token.
 
 Few sources (op's "dot_tokens", "coef_tokens", "gather_tokens"): a phase-1 read of at
-most 8 sources takes several tokens at a time in the product kernels (``_fwd_packed``, ``_coef_packed``,
-the gather's ``TOK``), their sources side by side in a product's 16 rows, where a token
-alone padded them.
+most 8 sources takes several tokens at a time in the product kernels (``_fwd_packed``,
+``_coef_packed``, the gather's ``TOK``), their sources side by side in a product's 16
+rows, where a token alone padded them.
 
 Finalize (``_finalize_fwd_kernel``, ``_finalize_bwd_kernel``): a partial read normalised,
 x = o / l per head, and its backward, each one pass over the rows: one program per
