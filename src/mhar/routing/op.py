@@ -362,7 +362,9 @@ _DEFAULTS = {
 # 0.218 / 0.644 before; the COEF pass at 8 / 16 / 41 sources 0.180 / 0.300 / 0.868 against
 # 0.195 / 0.314 / 0.890 in 3 stages (bench/results/session37/, call 6). At 1280 the same
 # forward took 0.430 against 0.276 ms at 4 sources, and 2 stages alone lost from 41
-# sources on (call 4 and 6): 1280 keeps the defaults. The 350M step (call 7, one process
+# sources on (call 4 and 6): 1280 keeps the defaults. Offline (sm_90, triton 3.9) the cap
+# spills 24-80 bytes at 1024 for 2-14% more instructions per step, 24-200 at 1280 for up
+# to 17% more (session37/compile_fwd_cap_sm90.txt). The 350M step (call 7, one process
 # each): mhar 0.872 of the baseline against 0.858 with session 36's settings, mhar-block
 # 0.950 against 0.940.
 _PHASE1_1024 = {"dot_stages": 2, "fwd_dot_stages": 2, "fwd_split_maxnreg": 160, "fwd_split_progs_per_sm": 12}
