@@ -190,8 +190,8 @@ def _pow2(n: int) -> int:
 # gather_tokens: a read of at most 8 sources takes several tokens per program, as many as
 # fill the products' 16 rows, at most this many (triton_kernels._bwd_gather_kernel's TOK;
 # 1: a token per program, whose sources padded the rows). One phase-1 read at 1024 with 8
-# heads and 6 queries, 16384 tokens (bench/phase1_call.py), the gather at 1 / 2 / 4 / 8:
-# 1 source 0.376 / 0.308 / 0.330 / 0.489 ms, 4 sources 0.431 / 0.372 / 0.362 / 0.362,
+# heads and 6 queries, 16384 tokens (bench/phase1_call.py, fp32 partials), the gather at
+# 1 / 2 / 4 / 8: 1 source 0.376 / 0.308 / 0.330 / 0.489 ms, 4 sources 0.431 / 0.372 / 0.362 / 0.362,
 # 8 sources 0.465 / 0.417 / 0.416 / 0.416 (bench/results/session36/, call 1).
 # gather_tokens_maxnreg: the gather's register cap at that many tokens a program (keys
 # 2, 4, ...; absent: uncapped); "gather_maxnreg" is a token at a time's. At 4 tokens the
@@ -314,8 +314,8 @@ _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 12
 # lane groups) and the COEF pass with a head per program take several tokens at a time
 # for a read of at most 8 sources, as many as fill the products' 16 rows, at most this
 # many (triton_kernels._fwd_packed, _coef_packed; 1: a token at a time). One phase-1 read
-# at 1024 with 8 heads and 6 queries (bench/phase1_call.py), 1 against 4: the forward
-# 0.238 / 0.180 ms with 1 source, 0.257 / 0.193 with 4, 0.260 / 0.225 with 8; the COEF
+# at 1024 with 8 heads and 6 queries (bench/phase1_call.py, fp32 partials), 1 against 4:
+# the forward 0.238 / 0.180 ms with 1 source, 0.257 / 0.193 with 4, 0.260 / 0.225 with 8; the COEF
 # pass 0.274 / 0.224, 0.321 / 0.251, 0.338 / 0.253. With the gather's, the 350M block
 # MHAR step ran at 0.947 of the baseline against 0.935 with both off, one process each
 # (bench/results/session36/, call 2). coef_tokens: the COEF pass's own cap (4: with the
