@@ -87,8 +87,9 @@ def main():
         return {ev.key: ev.device_time_total / 1e3 / args.iters for ev in prof.key_averages()
                 if "kernel" in ev.key and ev.device_time_total > 0}
 
+    rows = "direct rows (the training step's)" if args.direct_rows else "fp32 partial (not the training step's variant)"
     if not args.sweep:
-        print(f"d={d} N={counts[0]} S={S} H={args.heads} tokens={args.tokens}: ms per call")
+        print(f"d={d} N={counts[0]} S={S} H={args.heads} tokens={args.tokens}, {rows}: ms per call")
         for key, ms in sorted(kernel_times(counts[0]).items(), key=lambda kv: -kv[1]):
             print(f"  {ms:8.3f}  {key[:90]}")
         return
@@ -96,7 +97,7 @@ def main():
 
     with open(args.sweep) as f:
         configs = json.load(f)
-    print(f"d={d} S={S} H={args.heads} tokens={args.tokens}, {args.iters} calls: ms per call")
+    print(f"d={d} S={S} H={args.heads} tokens={args.tokens}, {rows}, {args.iters} calls: ms per call")
     print("| sources | config | forward | COEF pass | gather | routing kernels |")
     print("|---|---|---|---|---|---|")
     for n in counts:
