@@ -45,7 +45,8 @@ POINTERS = {"table": "*i64", "gtable": "*i64", "ref": "*bf16", "W": "*fp32", "WB
             "gref": "*bf16", "STAT": "*fp32",
             "OFF": "*fp32", "Y": "*bf16", "DW": "*fp32", "OUT_M": "*fp32", "OUT_L": "*fp32", "OUT_O": "*fp32",
             "M0": "*fp32", "L0": "*fp32", "O0": "*fp32", "CA": "*fp32", "CB": "*fp32", "CC": "*fp32",
-            "PM": "*fp32", "PGO": "*fp32", "PGL": "*fp32", "RSTD": "*fp32"}
+            "PM": "*fp32", "PGO": "*fp32", "PGL": "*fp32", "RSTD": "*fp32", "GT": "*i64", "CT": "*i64",
+            "PC": "*fp32"}
 # the COEF pass's coefficients as two bf16 parts (op's coef_parts; --coef-parts): CA and
 # CB bf16
 PARTS = {"on": _PHASE1_BACKWARD["coef_parts"]}
@@ -292,6 +293,12 @@ def main() -> None:
                                             resources(fn, dict(c, HP=1, PREC=prec, STAGES=stages, SPLIT=True,
                                                                SCALES=True, TOK=tok, **exact),
                                                       sw, PARTS_POINTERS if exact.get("PARTS") else None))
+                                    if fn is tk._coef_dot_kernel and exact.get("G_EXACT"):  # coef_grads
+                                        row(f"{fn.fn.__name__} ({args.dot_sources} sources, {prec}, {stages} stages,"
+                                            f" a head per program, gradients formed: GRAD)", d, heads, sw,
+                                            resources(fn, dict(c, HP=1, PREC=prec, STAGES=stages, SPLIT=True,
+                                                               SCALES=True, TOK=1, GRAD=True, **exact), sw,
+                                                      PARTS_POINTERS))
             if kind == "twopass":
                 t = tile(d, heads)
                 ks = args.gather_sources

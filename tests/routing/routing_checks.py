@@ -247,6 +247,54 @@ def check_sink_chain(n_sites, lead, d, heads, dtype=torch.float32, device="cpu",
         assert rel(a, b) <= tol, (name, rel(a, b))
 
 
+def check_coef_grads(n_sites, lead, d, heads, device="cpu", tol=1.5e-2, gen=None, chunk=4):
+    """Config "coef_grads": a bf16 chain through a sink in chunks, its phase-1 backward
+    passes forming the sources' gradients in the COEF pass with the key norm's x terms
+    deferred, gives the gradients of the two passes (COEF pass, then gather) on the same
+    inputs, within bf16 rounding; once with phase 2 claiming the deferred terms (the
+    stream's way) and once with the sink applying them all. The pass must have run with
+    GRAD, and every deferred term must have been applied and dropped."""
+    from mhar.routing import op as rop
+
+    state = gen.get_state()
+
+    def grads(coef_grads):
+        gen.set_state(state)
+        (emb,), q, g = make_inputs(1, lead, d, torch.bfloat16, device, S=n_sites + 1, gen=gen)
+        leaves = [torch.randn(*lead, d, generator=gen).to(device, torch.bfloat16).requires_grad_()
+                  for _ in range(n_sites)]
+        sink = routing.GradientSink()
+        rop.TUNE = {**(rop.TUNE or {}), "coef_grads": coef_grads}
+        out = _chain(emb, leaves, q, g, heads, False, chunk, sink)
+        gy = torch.randn(out.shape, generator=gen).to(device, torch.bfloat16)
+        got = torch.autograd.grad(out, [emb, q, g, *leaves], gy)
+        assert all(b is None for b in sink.buffers) and all(t is None for t in sink.deferred)
+        return got
+
+    launched = []
+    real = rop._launch_dot
+
+    def spy(kernel, grid, args, consts, warps, device, maxnreg=None):
+        launched.append(bool(consts.get("GRAD")))
+        return real(kernel, grid, args, consts, warps, device, maxnreg)
+
+    tune, claim = rop.TUNE, rop.SinkSpan.claim_last
+    rop._launch_dot = spy
+    try:
+        want = grads(False)
+        assert not any(launched)
+        for claiming in (True, False):
+            if not claiming:  # every deferred term left to the sink
+                rop.SinkSpan.claim_last = lambda self: None
+            launched.clear()
+            got = grads(True)
+            assert any(launched), "the COEF pass did not form the gradients"
+            for name, a, b in zip(["embedding", "queries", "norm_weights"] + ["leaf"] * n_sites, got, want):
+                assert rel(a.float(), b.float()) <= tol, (name, claiming, rel(a.float(), b.float()))
+    finally:
+        rop._launch_dot, rop.TUNE, rop.SinkSpan.claim_last = real, tune, claim
+
+
 def _finalize_case(lead, d, heads, S, dtype, device, gen):
     """``finalize`` of a random partial read (S rows; l >= 1, as a read's is, and
     x = o / l of order one), then of rows 0 and S - 1 as rows of a phase-1 read taken

@@ -17,7 +17,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from mhar import routing  # noqa: E402
 from mhar.routing import op as rop  # noqa: E402
 from mhar.routing import reference as R  # noqa: E402
-from routing_checks import (check_deterministic, check_finalize, check_finalized_rows,  # noqa: E402
+from routing_checks import (check_coef_grads, check_deterministic, check_finalize, check_finalized_rows,  # noqa: E402
                             check_key_scales_chain, check_partial, check_phase_one_rows, check_route,
                             check_sink_chain, check_two_phase, make_inputs, rel)
 
@@ -325,6 +325,15 @@ def test_phase_one_one_head_per_program(split, d, heads, gen):
                 _check_bf16_accuracy(d, heads, gen)
         finally:
             rop.TUNE = None
+
+
+@pytest.mark.parametrize("d,heads", [(1280, 8), (1024, 8), (512, 8)])
+def test_coef_grads(d, heads, gen):
+    # coef_grads (the default): the split COEF pass forms the sources' gradients, the key
+    # norm's x term deferred to phase 2 or the sink; the two passes' gradients within bf16
+    # rounding, and the chain against fp64
+    check_coef_grads(20, (256,), d, heads, device=DEV, gen=gen, chunk=8)
+    check_sink_chain(20, (256,), d, heads, dtype=torch.bfloat16, device=DEV, gen=gen, chunk=8, tol=2e-2)
 
 
 @pytest.mark.parametrize("n_sites,d,heads,extra,chunk", [(12, 512, 8, False, 0), (6, 1280, 1, True, 0),

@@ -333,7 +333,15 @@ _PHASE1_DOT = {"fwd_dot": False, "fwd_dot_progs_per_sm": 2, "dot_sources": 16, "
                "fwd_split": True, "fwd_split_progs_per_sm": 8, "fwd_split_warps": 1, "fwd_dot_min_queries": 2,
                "direct_rows": True, "rows_bf16": True, "dot_lane_groups": 8, "dot_group_scales": True, "fwd_dot_stages": None,
                "merge_scales": True, "dot_tokens": 4, "dot_group_tokens": 4, "coef_tokens": 4,
-               "fwd_split_maxnreg": None, "coef_split_maxnreg": None}
+               "fwd_split_maxnreg": None, "coef_split_maxnreg": None, "coef_grads": True}
+# coef_grads: a phase-1 backward whose sources are all a GradientSink's and whose COEF pass
+# runs a head per program a token at a time with bf16 rows forms the sources' gradients in
+# that pass (``_coef_dot_kernel``'s GRAD), with no coefficients in memory and no gather: it
+# reads each source once instead of twice. The key norm's x term needs every head's c, so
+# each head adds its share into the source's deferred terms in the sink, and the source's
+# next phase-2 read (its last in backward) or else the sink applies them. Session 12's
+# fusion, every head in one 8-warp program per SM with the x term in place, was slower
+# than the two passes (see above).
 # One head (its lane groups) pipelines its COEF pass in 2 stages ("dot_stages") and its
 # forward in 3 ("fwd_dot_stages", where set: the forward's own). In the whole step at
 # 1280/73, 2 stages for both took 72.15 ms of kernels and 3 for both 71.77: the COEF pass
@@ -830,55 +838,81 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
         split = dot is not None and rstd is not None and _coef_split(cfg, heads, S)
         # the forward's key-norm scales: read by the split pass, and by one head's lane groups
         scaled = split or (dot is not None and rstd is not None and dot["VH"] and cfg["dot_group_scales"])
-        if n_tiles:
+        g_exact = exact and dot is not None and dot["PREC"] == "bf16x2"
+        tok = _tokens_per_step(cfg, "coef_tokens", dot["KS"], len(srcs)) if split else 1
+        # the sources' gradients formed in the COEF pass (config "coef_grads"): every source a
+        # sink entry of its own (its deferred x terms live there), a head per program, a token
+        # at a time
+        grads_here = (split and g_exact and tok == 1 and cfg["coef_grads"] and sink is not None
+                      and len(sums) == len(srcs) and not sink.any_held())
+        w_parts = w
+        if exact:  # w's two bf16 parts, the gather's and GRAD's rows beside bf16 gradients
+            w_hi = w.bfloat16()
+            w_parts = torch.stack([w_hi, (w - w_hi.float()).bfloat16()])
+
+        def coefficients():
             # token-major, so that each gather program reads its block's coefficients as
             # contiguous runs (source-major, 32-byte pieces cost 5.2 of the gather's 22.7 ms
             # at 1280/73 with 8 heads, bench/results/session13/)
             if parts:  # (n_tok, H, n_src, 2 SP) bf16: a row's high parts, then its low parts
                 sp = max(8, _pow2(S))
                 alloc = torch.zeros if S < sp else torch.empty  # zeros past S (the gather reads them)
-                coef_a = alloc((n_tok, heads, len(srcs), 2 * sp), dtype=torch.bfloat16, device=dev)
-                coef_b = alloc(coef_a.shape, dtype=torch.bfloat16, device=dev)
+                ca = alloc((n_tok, heads, len(srcs), 2 * sp), dtype=torch.bfloat16, device=dev)
+                cb = alloc(ca.shape, dtype=torch.bfloat16, device=dev)
             else:
-                coef_a = torch.empty((n_tok, heads, len(srcs), S), dtype=torch.float32, device=dev)
-                coef_b = torch.empty_like(coef_a)
+                ca = torch.empty((n_tok, heads, len(srcs), S), dtype=torch.float32, device=dev)
+                cb = torch.empty_like(ca)
             # c per head when the COEF pass runs a head per program, summed by the gather
-            coef_c = torch.empty((heads if split else 1, n_tok, len(srcs), S), dtype=torch.float32, device=dev)
+            cc = torch.empty((heads if split else 1, n_tok, len(srcs), S), dtype=torch.float32, device=dev)
+            return ca, cb, cc
+
         done = False  # the COEF pass, by the kernel as matrix products
         if dot:  # programs persistent over tokens, every query (and every head, unless split) in each
             from mhar.routing.triton_kernels import _coef_dot_kernel
 
-            per_sm, warps_dot, grid_h, tok, maxnreg = cfg["coef_dot_progs_per_sm"], cfg["dot_warps"], 1, 1, None
+            per_sm, warps_dot, grid_h, maxnreg = cfg["coef_dot_progs_per_sm"], cfg["dot_warps"], 1, None
             if split:  # programs per SM over all heads; few sources: several tokens at a time
                 per_sm, warps_dot, grid_h = cfg["coef_split_progs_per_sm"], cfg["coef_split_warps"], heads
-                tok, maxnreg = _tokens_per_step(cfg, "coef_tokens", dot["KS"], len(srcs)), cfg["coef_split_maxnreg"]
+                maxnreg = cfg["coef_split_maxnreg"]
             n_prog = _n_programs(dev, -(-n_tok // tok), per_sm, share=grid_h)
             dw_parts = torch.empty((n_prog, S, d), dtype=torch.float32, device=dev)  # every (program, query) row
+            if grads_here:
+                coef_a = coef_b = coef_c = w  # (not read)
+                deferred, n_cacc = sink.deferred_terms(heads, n_tok, dev)
+                deferred_table = _ptr_table(deferred)[0]
+            else:
+                coef_a, coef_b, coef_c = coefficients()
+                deferred_table, n_cacc = w, 0
             args = (src_table, srcs[0], w, grad_table, rows[0], stat, off.contiguous(), dw_parts, coef_a, coef_b,
-                    coef_c, coef_c if rstd is None else rstd, len(srcs), n_tok, S, n_prog, d)
+                    coef_c, coef_c if rstd is None else rstd, len(srcs), n_tok, S, n_prog, dest_table, w_parts,
+                    deferred_table, n_acc, n_cacc, d)
             # bf16 gradients enter g.x as they are (one product; exact)
-            consts = {**dot, "eps": eps, "G_EXACT": exact and dot["PREC"] == "bf16x2", "SPLIT": split,
-                      "SCALES": scaled, "PARTS": parts, "TOK": tok}
+            consts = {**dot, "eps": eps, "G_EXACT": g_exact, "SPLIT": split, "SCALES": scaled, "PARTS": parts,
+                      "TOK": tok, "GRAD": grads_here}
             if split:
                 consts["HP"] = 1
             done = _launch_dot(_coef_dot_kernel, (n_prog, grid_h), args, consts, warps_dot, dev, maxnreg)
             split = split and done
+            if grads_here and not done:  # the two passes below instead: nothing deferred
+                if not n_cacc:
+                    for t in deferred:
+                        t.zero_()
+                grads_here = False
+                coef_a, coef_b, coef_c = coefficients()
         if not done:
             n_prog = max(1, _n_programs(dev, n_tiles, cfg["bwd_progs_per_sm"]) // S)
             dw_parts = torch.empty((n_prog, S, d), dtype=torch.float32, device=dev)
-        if n_tiles:
+            if n_tiles and not dot:
+                coef_a, coef_b, coef_c = coefficients()
+        if n_tiles and not grads_here:
             if not done:
                 _bwd_kernel[(S, n_prog)](src_table, srcs[0], src_table, w, grad_table, rows[0], stat,
                                          off.contiguous(), rows[0], dw_parts, coef_a, coef_b, coef_c,
-                                         dw_parts, dw_parts, dw_parts,
+                                         dw_parts, dw_parts, dw_parts, dw_parts,
                                          len(srcs), 0, n_tok, S, d, dh, eps, n_tiles, n_prog,
                                          **tile, SINGLE=True, FINAL=False, PF=cfg["bwd_pf"], COEF=True,
                                          PARTS=parts, SP=max(8, _pow2(S)), num_warps=warps,
                                          maxnreg=cfg["bwd_maxnreg"])
-            w_parts = w
-            if exact:
-                w_hi = w.bfloat16()
-                w_parts = torch.stack([w_hi, (w - w_hi.float()).bfloat16()])
             tok = _tokens_per_step(cfg, "gather_tokens", ks, len(srcs))
             grid = -(-len(srcs) // ks) * n_tok if tok == 1 else -(-n_tok // tok)
             _bwd_gather_kernel[(grid,)](
@@ -904,12 +938,16 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
             mode = 0 if partial is None else 1 if pm is not None else 2  # PARTIAL: the row's gradients, or -(g . y)
             if mode == 2:
                 pm = dw_parts
+            # the last source's deferred key-norm terms, applied with this read's (a one-query
+            # read with the source in its sink span: phase 2's read of it is its last)
+            claimed = sink.claim_last() if S == 1 and sink is not None and len(sums) == len(srcs) else None
             _bwd_kernel[(n_prog,)](src_table, srcs[0], dest_table, w, grad, grad, stat,
                                    stat if final else off.contiguous(),
                                    y.contiguous() if final else grad, dw_parts, dw_parts, dw_parts, dw_parts,
-                                   pm, pgo, pgl, len(srcs), n_acc, n_tok, S, d, dh, eps, n_tiles, n_prog,
+                                   pm, pgo, pgl, dw_parts if claimed is None else claimed,
+                                   len(srcs), n_acc, n_tok, S, d, dh, eps, n_tiles, n_prog,
                                    **tile, SINGLE=(S == 1), FINAL=final, ACCUM=n_acc > 0, PF=cfg["bwd_pf"],
-                                   PARTIAL=mode, num_warps=warps, maxnreg=maxnreg)
+                                   PARTIAL=mode, CLAIM=claimed is not None, num_warps=warps, maxnreg=maxnreg)
     if not n_tok:
         dw_parts.zero_()
         for g in dests[n_acc:]:
@@ -1152,12 +1190,18 @@ class GradientSink:
 
     def __init__(self):
         self.buffers: list[Tensor | None] = []
+        # per entry, the key norm's deferred x terms: (H, n_tok) fp32 shares of c left by
+        # phase-1 backward passes that formed the source's gradient by head (config
+        # "coef_grads"); applied as -(sum c) x by a later read of the source that claims them,
+        # else by the entry's node when it hands the sum over
+        self.deferred: list[Tensor | None] = []
         self.held: set[int] = set()  # reserved entries (running sums'): their summary's node keeps the sum
 
     def register(self, source: Tensor, index: int | None = None) -> Tensor:
         """The tensor to read ``source`` through; ``index``: an entry from ``reserve``."""
         if index is None:
             self.buffers.append(None)
+            self.deferred.append(None)
             index = len(self.buffers) - 1
         elif index not in self.held:
             raise ValueError(f"sink entry {index} was not reserved")
@@ -1168,6 +1212,7 @@ class GradientSink:
         ``register(summary, index)`` once its block is complete); reads of its running sum
         (``running_sum``) name it in their spans."""
         self.buffers.append(None)
+        self.deferred.append(None)
         self.held.add(len(self.buffers) - 1)
         return len(self.buffers) - 1
 
@@ -1201,12 +1246,46 @@ class SinkSpan:
                 bufs[j] = (torch.zeros if have else torch.empty)(s.shape, dtype=s.dtype, device=s.device)
         return [bufs[j] for j in idx], self.count if have else 0
 
+    def any_held(self) -> bool:
+        return any(j in self.sink.held for j in range(self.start, self.start + self.count))
+
+    def deferred_terms(self, heads: int, n_tok: int, device: torch.device) -> tuple[list[Tensor], int]:
+        """The entries' deferred key-norm terms (``GradientSink.deferred``) to add into, (H,
+        n_tok) fp32 each, and how many already hold some (as ``sums``)."""
+        terms = self.sink.deferred
+        idx = range(self.start, self.start + self.count)
+        have = sum(terms[j] is not None for j in idx)
+        for j in idx:
+            if terms[j] is None:
+                terms[j] = (torch.zeros if have else torch.empty)((heads, n_tok), dtype=torch.float32, device=device)
+        return [terms[j] for j in idx], self.count if have else 0
+
+    def claim_last(self) -> Tensor | None:
+        """The last entry's deferred terms, taken: the caller's kernel applies them."""
+        j = self.start + self.count - 1
+        term, self.sink.deferred[j] = self.sink.deferred[j], None
+        return term
+
     def add(self, grads: Sequence[Tensor]) -> list[Tensor | None]:
         """Reference path: add the first ``count`` gradients into the sums; None for them."""
         bufs = self.sink.buffers
         for j, g in zip(range(self.start, self.start + self.count), grads):
             bufs[j] = g if bufs[j] is None else bufs[j].add_(g)
         return [*[None] * self.count, *grads[self.count:]]
+
+
+def _apply_deferred(total: Tensor, source: Tensor, terms: Tensor) -> None:
+    """total -= (sum over heads of ``terms``) x, in place, per token: a source's deferred key-norm
+    x terms (``GradientSink.deferred``; (H, n_tok) fp32) into its gradient's sum."""
+    from mhar.routing.triton_kernels import _deferred_norm_kernel
+
+    d = source.shape[-1]
+    n_tok = source.numel() // d
+    if n_tok:
+        bt, bd = 16, min(256, _pow2(d))
+        grid = (-(-n_tok // bt), -(-d // bd))
+        _deferred_norm_kernel[grid](source.contiguous(), total, terms, n_tok, d, terms.shape[0],
+                                    HP=_pow2(terms.shape[0]), BT=bt, BD=bd, num_warps=4)
 
 
 class _SinkSource(torch.autograd.Function):
@@ -1217,12 +1296,16 @@ class _SinkSource(torch.autograd.Function):
     def forward(ctx, source, sink, index):
         ctx.set_materialize_grads(False)  # the reads return None: no zero-filled gradient
         ctx.sink, ctx.index = sink, index
+        ctx.save_for_backward(source)  # for deferred key-norm terms that no read claimed
         return source.view_as(source)
 
     @staticmethod
     def backward(ctx, grad):
         sink, i = ctx.sink, ctx.index
         total = sink.buffers[i]
+        deferred, sink.deferred[i] = sink.deferred[i], None
+        if deferred is not None:  # written with the sum it belongs to
+            _apply_deferred(total, ctx.saved_tensors[0], deferred)
         if i in sink.held:  # a block summary: its running sum's reads add into this same sum next
             if grad is not None:
                 sink.buffers[i] = total = grad.clone() if total is None else total.add_(grad)

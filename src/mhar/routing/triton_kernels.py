@@ -294,13 +294,13 @@ def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, M0, L0, O0,
 
 
 @triton.jit
-def _bwd_kernel(table, ref, gtable, W, G, gref, STAT, OFF, Y, DW, CA, CB, CC, PM, PGO, PGL,
+def _bwd_kernel(table, ref, gtable, W, G, gref, STAT, OFF, Y, DW, CA, CB, CC, PM, PGO, PGL, PC,
                 n_src, n_acc, n_tok, n_q, d: tl.constexpr, dh: tl.constexpr, eps, n_tiles, n_prog,
                 H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, DC: tl.constexpr,
                 CF: tl.constexpr, BM: tl.constexpr, HAS_B: tl.constexpr, EVEN: tl.constexpr, ALIGN: tl.constexpr,
                 SINGLE: tl.constexpr, FINAL: tl.constexpr, ACCUM: tl.constexpr = False, PF: tl.constexpr = 1,
                 COEF: tl.constexpr = False, PARTIAL: tl.constexpr = 0, PARTS: tl.constexpr = False,
-                SP: tl.constexpr = 8):
+                SP: tl.constexpr = 8, CLAIM: tl.constexpr = False):
     """gtable: data pointers of the sources' gradients; with ACCUM the first n_acc are
     running sums added into, the rest are written once (ACCUM is a constexpr so that
     calls without sums keep the registers the sum's tile would take).
@@ -326,7 +326,11 @@ def _bwd_kernel(table, ref, gtable, W, G, gref, STAT, OFF, Y, DW, CA, CB, CC, PM
     the g and g . y the kernel has loaded anyway (no separate elementwise passes); 2 writes
     PGL = -(g . y) and PGO = lse (n_tok, H), the STAT it read (a copy launch fewer per
     site): the phase-1 backward then takes the read in its final form (g,
-    lse and -(g . y); op's ``_RowGrads``)."""
+    lse and -(g . y); op's ``_RowGrads``).
+
+    CLAIM (with SINGLE, not COEF): the last source's deferred key-norm terms PC (H, n_tok)
+    fp32, the shares of c that earlier phase-1 backward passes left for it
+    (``_coef_grads``), join this read's c: their x term is applied with this one's."""
     pid = tl.program_id(0)
     dw_row = DW + pid.to(tl.int64) * d
     if COEF:  # one query per program: every per-query pointer moves to query q
@@ -395,6 +399,9 @@ def _bwd_kernel(table, ref, gtable, W, G, gref, STAT, OFF, Y, DW, CA, CB, CC, PM
             if PARTIAL == 2:  # the row's -(g . y) and lse per head; phase 1 reads g itself
                 _st(PGL + hoffs, of0, hmask, EVEN)
                 _st(PGO + hoffs, st0, hmask, EVEN)
+            if CLAIM:  # the last source's deferred c, summed over the heads' shares
+                c_last = tl.sum(tl.load(PC + rh[None, :].to(tl.int64) * n_tok + rm[:, None], mask=hmask, other=0.0),
+                                axis=1)
         for i in range(n_src):
             xa, xa_n, xa_n2 = _next_tile(xa_n, xa_n2, p_next, offs_a, mask_a, EVEN, PF)
             x2 = _head_sums(xa * xa, CF)
@@ -426,6 +433,8 @@ def _bwd_kernel(table, ref, gtable, W, G, gref, STAT, OFF, Y, DW, CA, CB, CC, PM
                 dz = a * (gx + of0)
                 rdz = dz * rstd[:, None]
                 c = tl.sum(dz * zr, axis=1) * rstd * rstd * rstd / d  # (BM,)
+                if CLAIM:
+                    c += tl.where(i == n_src - 1, c_last, 0.0)
                 dwa_acc += tl.sum(_heads_tile(rdz, CF) * xa, axis=0)
                 if HAS_B:
                     dwb_acc += tl.sum(_heads_tile(rdz, CF) * xb, axis=0)
@@ -1254,13 +1263,49 @@ def _coef_packed(table, W, G, gref, STAT, OFF, CA, CB, cc, RSTD, dw_a, dw_b, pid
 
 
 @triton.jit
+def _coef_grads(G, gref, WB, GT, CT, a, rdz, c, k, kmask, t, row, h, cx, cmx, n_acc, n_cacc, n_q, n_tok,
+                d: tl.constexpr, SP: tl.constexpr, ALIGN: tl.constexpr, elem: tl.constexpr, C_OUT: tl.constexpr):
+    """``_coef_dot_kernel``'s GRAD: one head's lanes ``cx`` (HP 1, 1, lanes) of the gradients of
+    the KS sources k at token t, formed in the COEF pass itself from the coefficients it
+    has just made (the gather's sum without its x term): a g + r dz w per query, one
+    product of [a | r dz | r dz | 0] (KS, 4 SP), as two bf16 parts, by the rows
+    [g_q(t) ; w_hi_q ; w_lo_q ; 0] (4 SP, lanes): bf16 upstream gradients and w's two bf16
+    parts (WB, (2, n_q, d)), as the gather's EXACT. Added into the first n_acc sources'
+    running sums (GT: the gradients' pointer table). The key norm's x term, -(sum c) x,
+    needs every head's c: this head's share (C_OUT, once per part) is added into the
+    source's deferred terms instead (CT: a table of (H, n_tok) fp32 buffers, the first
+    n_cacc added into, the rest written), which a later read of the source or the sink
+    applies (op's ``GradientSink``)."""
+    HP: tl.constexpr = a.shape[0]
+    KS: tl.constexpr = a.shape[1]
+    left = tl.reshape(tl.join(tl.join(a, rdz), tl.join(rdz, tl.zeros(a.shape, tl.float32))), (HP, KS, 4 * SP))
+    j = tl.arange(0, 4 * SP)  # a row's query j // 4 and part j % 4
+    qj = j // 4
+    part = j % 4
+    on = (qj < n_q) & (part < 3)
+    gp = tl.load(G + qj, mask=on & (part == 0), other=0).to(tl.pointer_type(gref.dtype.element_ty))
+    rows = tl.where(part == 0, tl.multiple_of(gp, ALIGN) + row, WB + ((part - 1) * n_q + qj).to(tl.int64) * d)
+    right = tl.load(rows[None, :, None] + cx, mask=on[None, :, None] & cmx, other=0.0)      # (HP, 4 SP, lanes)
+    dx = _dot_exact_rows(left, right, tl.zeros([HP, KS, cx.shape[2]], tl.float32))
+    dst = tl.multiple_of(tl.load(GT + k, mask=kmask, other=0).to(tl.pointer_type(elem)), ALIGN)
+    offs = dst[None, :, None] + row + cx
+    mask = kmask[None, :, None] & cmx
+    dx += tl.load(offs, mask=mask & (k < n_acc)[None, :, None], other=0.0).to(tl.float32)
+    tl.store(offs, dx.to(elem), mask=mask)
+    if C_OUT:
+        cp = tl.load(CT + k, mask=kmask, other=0).to(tl.pointer_type(tl.float32)) + (h.to(tl.int64) * n_tok + t)
+        cs = tl.sum(c, axis=1) + tl.load(cp, mask=kmask & (k < n_cacc), other=0.0)
+        tl.store(cp, cs, mask=kmask)
+
+
+@triton.jit
 def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_src, n_tok, n_q, n_prog,
-                     d: tl.constexpr,
+                     GT, WB, CT, n_acc, n_cacc, d: tl.constexpr,
                      dh: tl.constexpr, eps, H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr,
                      KS: tl.constexpr, SP: tl.constexpr, ALIGN: tl.constexpr, PREC: tl.constexpr,
                      STAGES: tl.constexpr = 1, SS_DOT: tl.constexpr = True, G_EXACT: tl.constexpr = False,
                      SPLIT: tl.constexpr = False, PARTS: tl.constexpr = False, VH: tl.constexpr = False,
-                     SCALES: tl.constexpr = False, TOK: tl.constexpr = 1):
+                     SCALES: tl.constexpr = False, TOK: tl.constexpr = 1, GRAD: tl.constexpr = False):
     """The COEF pass of phase 1's backward (``_bwd_kernel`` with COEF, see there) with every
     query in one program, as matrix products like ``_fwd_dot_kernel``: programs persistent
     over tokens, each source row read once per token. Per block of KS sources and head,
@@ -1285,7 +1330,12 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_
     coefficients and c follow as (KS, SP) tiles; every group's d(q*g) lanes take the same
     r dz.
     ``TOK`` > 1 (with SPLIT and SCALES; reads of at most KS / TOK sources): TOK tokens per
-    step of a program (``_coef_packed``)."""
+    step of a program (``_coef_packed``).
+
+    ``GRAD`` (with SPLIT, SCALES, G_EXACT and TOK 1): no coefficients stored and no gather
+    after: each head's program forms its lanes of the sources' gradients from them at
+    once (``_coef_grads``; GT, WB, CT, n_acc, n_cacc there), so a phase-1 backward reads
+    each source once instead of twice, and the key norm's x term is deferred."""
     pid = tl.program_id(0)
     elem = ref.dtype.element_ty
     if SPLIT:
@@ -1316,7 +1366,7 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_
         else:
             dw_b = tl.zeros([HP, DB, SP], tl.float32)
     if TOK > 1:
-        tl.static_assert(SPLIT and SCALES)
+        tl.static_assert(SPLIT and SCALES and not GRAD)
         cc = CC + tl.program_id(1).to(tl.int64) * n_tok * n_src * n_q  # this head's share of c
         dw_a, dw_b = _coef_packed(table, W, G, gref, STAT, OFF, CA, CB, cc, RSTD, dw_a, dw_b, pid, rh, wa_hi, wa_lo,
                                   wb_hi, wb_lo, cxa, cmxa, cxb, cmxb, cwa, cmwa, cwb, cmwb, n_src, n_tok, n_q,
@@ -1392,7 +1442,14 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_
                 rdz = dz * r3
                 c = tl.sum(dz * zr, axis=0) * (rstd * rstd * rstd / d)[:, None]  # (KS, SP)
                 t_h = tl.cast(t, tl.int64) * H + rh[:, None, None]
-                if PARTS:  # every query of the row, zeros past n_q (a and r dz are zero there)
+                if GRAD:
+                    tl.static_assert(SPLIT and SCALES and G_EXACT)
+                    _coef_grads(G, gref, WB, GT, CT, a, rdz, c, k, k < n_src, t, row, tl.program_id(1), cxa, cmxa,
+                                n_acc, n_cacc, n_q, n_tok, d, SP, ALIGN, elem, True)
+                    if DB > 0:
+                        _coef_grads(G, gref, WB, GT, CT, a, rdz, c, k, k < n_src, t, row, tl.program_id(1), cxb,
+                                    cmxb, n_acc, n_cacc, n_q, n_tok, d, SP, ALIGN, elem, False)
+                elif PARTS:  # every query of the row, zeros past n_q (a and r dz are zero there)
                     crow = t_h * n_src + k.to(tl.int64)[None, :, None]
                     c_on = km & (rh[:, None, None] < H)
                     _store_coef_parts(CA, crow, rq[None, None, :], a, c_on, SP)
@@ -1400,10 +1457,11 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_
                 else:
                     tl.store(CA + t_h * n_src * n_q + kq[None, :, :], a, mask=on)
                     tl.store(CB + t_h * n_src * n_q + kq[None, :, :], rdz, mask=on)
-            cc = CC
-            if SPLIT:  # this head's share
-                cc += tl.program_id(1).to(tl.int64) * n_tok * n_src * n_q
-            tl.store(cc + tl.cast(t, tl.int64) * n_src * n_q + kq, c, mask=kq_on)
+            if not GRAD:
+                cc = CC
+                if SPLIT:  # this head's share
+                    cc += tl.program_id(1).to(tl.int64) * n_tok * n_src * n_q
+                tl.store(cc + tl.cast(t, tl.int64) * n_src * n_q + kq, c, mask=kq_on)
             if SCALES:
                 r_hi, r_lo = _operand(tl.permute(rdz, (0, 2, 1)), PREC)
                 dw_a = _dot_split_left(r_hi, r_lo, xa, dw_a, PREC)
@@ -1477,3 +1535,21 @@ def _finalize_bwd_kernel(G, X, L, GO, GL, n_tok, d: tl.constexpr, dh: tl.constex
         tl.store(GL + rm64 * H + h, -tl.sum(gx, axis=1), mask=rmask)
     else:
         tl.store(GL + rm64 * H + h, -tl.sum(gx, axis=1) * inv, mask=rmask)
+
+
+@triton.jit
+def _deferred_norm_kernel(X, T, C, n_tok, d, H, HP: tl.constexpr, BT: tl.constexpr, BD: tl.constexpr):
+    """T -= (sum over heads of C) x per token, in place: a source X's deferred key-norm x
+    terms (C: (H, n_tok) fp32 shares of c, ``_coef_grads``) into its gradient's sum T,
+    computed in fp32. Grid (token blocks of BT, column blocks of BD)."""
+    rt = tl.program_id(0) * BT + tl.arange(0, BT)
+    rc = tl.program_id(1) * BD + tl.arange(0, BD)
+    rh = tl.arange(0, HP)
+    tmask = rt < n_tok
+    c = tl.sum(tl.load(C + rh[None, :].to(tl.int64) * n_tok + rt[:, None], mask=tmask[:, None] & (rh[None, :] < H),
+                       other=0.0), axis=1)
+    offs = rt.to(tl.int64)[:, None] * d + rc[None, :]
+    mask = tmask[:, None] & (rc[None, :] < d)
+    x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
+    t = tl.load(T + offs, mask=mask, other=0.0).to(tl.float32)
+    tl.store(T + offs, (t - c[:, None] * x).to(T.dtype.element_ty), mask=mask)
