@@ -297,7 +297,8 @@ def main() -> None:
                                         row(f"{fn.fn.__name__} ({args.dot_sources} sources, {prec}, {stages} stages,"
                                             f" a head per program, gradients formed: GRAD)", d, heads, sw,
                                             resources(fn, dict(c, HP=1, PREC=prec, STAGES=stages, SPLIT=True,
-                                                               SCALES=True, TOK=1, GRAD=True, **exact), sw,
+                                                               SCALES=True, TOK=1, GRAD=True, GL=min(64, pa),
+                                                               **exact), sw,
                                                       PARTS_POINTERS))
             if kind == "twopass":
                 t = tile(d, heads)

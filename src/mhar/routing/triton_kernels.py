@@ -1275,7 +1275,8 @@ def _coef_grads(G, gref, WB, GT, CT, a, rdz, c, k, kmask, t, row, h, cx, cmx, n_
     needs every head's c: this head's share (C_OUT, once per part) is added into the
     source's deferred terms instead (CT: a table of (H, n_tok) fp32 buffers, the first
     n_cacc added into, the rest written), which a later read of the source or the sink
-    applies (op's ``GradientSink``)."""
+    applies (op's ``GradientSink``). The adds are atomic only so that no program waits on a
+    load: each element has one program per launch, so the result is reproducible."""
     HP: tl.constexpr = a.shape[0]
     KS: tl.constexpr = a.shape[1]
     left = tl.reshape(tl.join(tl.join(a, rdz), tl.join(rdz, tl.zeros(a.shape, tl.float32))), (HP, KS, 4 * SP))
@@ -1286,16 +1287,23 @@ def _coef_grads(G, gref, WB, GT, CT, a, rdz, c, k, kmask, t, row, h, cx, cmx, n_
     gp = tl.load(G + qj, mask=on & (part == 0), other=0).to(tl.pointer_type(gref.dtype.element_ty))
     rows = tl.where(part == 0, tl.multiple_of(gp, ALIGN) + row, WB + ((part - 1) * n_q + qj).to(tl.int64) * d)
     right = tl.load(rows[None, :, None] + cx, mask=on[None, :, None] & cmx, other=0.0)      # (HP, 4 SP, lanes)
-    dx = _dot_exact_rows(left, right, tl.zeros([HP, KS, cx.shape[2]], tl.float32))
     dst = tl.multiple_of(tl.load(GT + k, mask=kmask, other=0).to(tl.pointer_type(elem)), ALIGN)
     offs = dst[None, :, None] + row + cx
     mask = kmask[None, :, None] & cmx
-    dx += tl.load(offs, mask=mask & (k < n_acc)[None, :, None], other=0.0).to(tl.float32)
+    # the running sums enter as a product, I prev, so that triton's pipeliner copies their
+    # tiles ahead like the products' other operands (the gather's XDOT)
+    prev = tl.load(offs, mask=mask & (k < n_acc)[None, :, None], other=0.0)
+    rk = tl.arange(0, KS)
+    eye = tl.broadcast_to(tl.where(rk[:, None] == rk[None, :], 1.0, 0.0).to(tl.bfloat16)[None, :, :], (HP, KS, KS))
+    dx = _dot_exact_rows(left, right, _dot_bf16(eye, prev, tl.zeros([HP, KS, cx.shape[2]], tl.float32)))
     tl.store(offs, dx.to(elem), mask=mask)
-    if C_OUT:
+    if C_OUT:  # written by a source's first deferring read, then added into (no load to wait on)
         cp = tl.load(CT + k, mask=kmask, other=0).to(tl.pointer_type(tl.float32)) + (h.to(tl.int64) * n_tok + t)
-        cs = tl.sum(c, axis=1) + tl.load(cp, mask=kmask & (k < n_cacc), other=0.0)
-        tl.store(cp, cs, mask=kmask)
+        cs = tl.sum(c, axis=1)
+        summing = k < n_cacc
+        tl.store(cp, cs, mask=kmask & ~summing)
+        # (one program adds into each element per launch: the sums' order is the launches')
+        tl.atomic_add(cp, cs, mask=kmask & summing, sem="relaxed")
 
 
 @triton.jit
@@ -1305,7 +1313,8 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_
                      KS: tl.constexpr, SP: tl.constexpr, ALIGN: tl.constexpr, PREC: tl.constexpr,
                      STAGES: tl.constexpr = 1, SS_DOT: tl.constexpr = True, G_EXACT: tl.constexpr = False,
                      SPLIT: tl.constexpr = False, PARTS: tl.constexpr = False, VH: tl.constexpr = False,
-                     SCALES: tl.constexpr = False, TOK: tl.constexpr = 1, GRAD: tl.constexpr = False):
+                     SCALES: tl.constexpr = False, TOK: tl.constexpr = 1, GRAD: tl.constexpr = False,
+                     GL: tl.constexpr = 64):
     """The COEF pass of phase 1's backward (``_bwd_kernel`` with COEF, see there) with every
     query in one program, as matrix products like ``_fwd_dot_kernel``: programs persistent
     over tokens, each source row read once per token. Per block of KS sources and head,
@@ -1335,7 +1344,8 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_
     ``GRAD`` (with SPLIT, SCALES, G_EXACT and TOK 1): no coefficients stored and no gather
     after: each head's program forms its lanes of the sources' gradients from them at
     once (``_coef_grads``; GT, WB, CT, n_acc, n_cacc there), so a phase-1 backward reads
-    each source once instead of twice, and the key norm's x term is deferred."""
+    each source once instead of twice, and the key norm's x term is deferred. ``GL``: the
+    lanes of part A per product (a power of two up to DA)."""
     pid = tl.program_id(0)
     elem = ref.dtype.element_ty
     if SPLIT:
@@ -1442,10 +1452,12 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_
                 rdz = dz * r3
                 c = tl.sum(dz * zr, axis=0) * (rstd * rstd * rstd / d)[:, None]  # (KS, SP)
                 t_h = tl.cast(t, tl.int64) * H + rh[:, None, None]
-                if GRAD:
+                if GRAD:  # part A in pieces of GL lanes (fewer registers for the product's output)
                     tl.static_assert(SPLIT and SCALES and G_EXACT)
-                    _coef_grads(G, gref, WB, GT, CT, a, rdz, c, k, k < n_src, t, row, tl.program_id(1), cxa, cmxa,
-                                n_acc, n_cacc, n_q, n_tok, d, SP, ALIGN, elem, True)
+                    for piece in tl.static_range(DA // GL):
+                        cg, cmg = _dot_cols(rh, tl.arange(0, GL), dh, H, piece * GL, 2)
+                        _coef_grads(G, gref, WB, GT, CT, a, rdz, c, k, k < n_src, t, row, tl.program_id(1), cg, cmg,
+                                    n_acc, n_cacc, n_q, n_tok, d, SP, ALIGN, elem, piece == 0)
                     if DB > 0:
                         _coef_grads(G, gref, WB, GT, CT, a, rdz, c, k, k < n_src, t, row, tl.program_id(1), cxb,
                                     cmxb, n_acc, n_cacc, n_q, n_tok, d, SP, ALIGN, elem, False)
