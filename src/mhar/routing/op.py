@@ -333,7 +333,7 @@ _PHASE1_DOT = {"fwd_dot": False, "fwd_dot_progs_per_sm": 2, "dot_sources": 16, "
                "fwd_split": True, "fwd_split_progs_per_sm": 8, "fwd_split_warps": 1, "fwd_dot_min_queries": 2,
                "direct_rows": True, "rows_bf16": True, "dot_lane_groups": 8, "dot_group_scales": True, "fwd_dot_stages": None,
                "merge_scales": True, "dot_tokens": 4, "dot_group_tokens": 4, "coef_tokens": 4,
-               "fwd_split_maxnreg": None, "coef_split_maxnreg": None, "coef_grads": True,
+               "fwd_split_maxnreg": None, "coef_split_maxnreg": None, "coef_grads": False,
                "coef_grads_lanes": 64}
 # coef_grads: a phase-1 backward whose sources are all a GradientSink's and whose COEF pass
 # runs a head per program a token at a time with bf16 rows forms the sources' gradients in
@@ -342,7 +342,15 @@ _PHASE1_DOT = {"fwd_dot": False, "fwd_dot_progs_per_sm": 2, "dot_sources": 16, "
 # each head adds its share into the source's deferred terms in the sink, and the source's
 # next phase-2 read (its last in backward) or else the sink applies them. Session 12's
 # fusion, every head in one 8-warp program per SM with the x term in place, was slower
-# than the two passes (see above).
+# than the two passes (see above). "coef_grads_lanes": part A's lanes per product of the
+# gradients (64: 255 registers and 64 stack bytes at 1024 with one warp, against 120 with
+# 128 lanes; offline, triton 3.9). One read with the training step's rows at 1024 with 8
+# heads (session 38, call 5): the fused pass 0.542 / 1.170 / 1.831 ms at 9 / 25 / 41
+# sources against 0.663 / 1.344 / 2.048 for the COEF pass and the gather; at 1280 it is
+# 1.6-2.3x slower than the two (2.459 against 1.678 ms at 17 sources, 7.182 against 4.320
+# at 65; two warps, 3 stages or 32 lanes no better than 1.4x), so it is on at 1024 only.
+# The 350M step ran mhar at 0.875 of the baseline against 0.864 with it off (call 4, one
+# process each).
 # One head (its lane groups) pipelines its COEF pass in 2 stages ("dot_stages") and its
 # forward in 3 ("fwd_dot_stages", where set: the forward's own). In the whole step at
 # 1280/73, 2 stages for both took 72.15 ms of kernels and 3 for both 71.77: the COEF pass
@@ -376,7 +384,8 @@ _DEFAULTS = {
 # to 17% more (session37/compile_fwd_cap_sm90.txt). The 350M step (call 7, one process
 # each): mhar 0.872 of the baseline against 0.858 with session 36's settings, mhar-block
 # 0.950 against 0.940.
-_PHASE1_1024 = {"dot_stages": 2, "fwd_dot_stages": 2, "fwd_split_maxnreg": 160, "fwd_split_progs_per_sm": 12}
+_PHASE1_1024 = {"dot_stages": 2, "fwd_dot_stages": 2, "fwd_split_maxnreg": 160, "fwd_split_progs_per_sm": 12,
+                "coef_grads": True}
 CONFIG_TABLE: dict[tuple[int, bool], dict] = {
     # One head at 512, measured with the host removed (session 7): a backward that writes
     # fresh gradients is faster with one token per program (0.371 ms per fwd+bwd call
