@@ -1198,6 +1198,12 @@ class GradientSink:
     becomes (``reserve``, ``running_sum``): the gradient of every partial sum, and of each
     output added into one, is that entry's running sum at the time, so the backward adds
     each read's gradient into it where autograd would add two tensors per sublayer.
+
+    An entry may also hold deferred key-norm terms (``deferred``; config "coef_grads"): a
+    phase-1 backward that forms a source's gradient a head at a time leaves the x term,
+    which needs every head, as per-head shares of c. The first later read that claims them
+    (phase 2's, ``SinkSpan.claim_last``) applies them in its kernel; the entry's node applies
+    whatever is left when it hands the sum over. Each term is applied exactly once.
     """
 
     def __init__(self):

@@ -63,7 +63,10 @@ Two-pass S-query backward (``op``'s "bwd_twopass", the default): ``_bwd_kernel``
 of the source's gradient; ``_bwd_gather_kernel`` runs one program per token and block
 of sources and forms their gradients from them and the queries' upstream gradients, per
 head as a small matrix product (``tl.dot``). Each pass parallelises over the axis that
-owns its output, so neither holds all S queries' rows per token.
+owns its output, so neither holds all S queries' rows per token. With a head per program
+the COEF pass can form its head's lanes of the gradients itself (``GRAD``,
+``_coef_grads``), the key norm's x term, which needs every head, deferred to a later
+kernel (op's "coef_grads" and ``GradientSink``).
 
 Few sources (op's "dot_tokens", "coef_tokens", "gather_tokens"): a phase-1 read of at
 most 8 sources takes several tokens at a time in the product kernels (``_fwd_packed``,
