@@ -350,7 +350,7 @@ _PHASE1_DOT = {"fwd_dot": False, "fwd_dot_progs_per_sm": 2, "dot_sources": 16, "
 # 1.6-2.3x slower than the two (2.459 against 1.678 ms at 17 sources, 7.182 against 4.320
 # at 65; two warps, 3 stages or 32 lanes no better than 1.4x), so it is on at 1024 only.
 # The 350M step ran mhar at 0.875 of the baseline against 0.864 with it off (call 4, one
-# process each).
+# process each), and at 0.876 against 0.873 with the order reversed (call 6).
 # One head (its lane groups) pipelines its COEF pass in 2 stages ("dot_stages") and its
 # forward in 3 ("fwd_dot_stages", where set: the forward's own). In the whole step at
 # 1280/73, 2 stages for both took 72.15 ms of kernels and 3 for both 71.77: the COEF pass
