@@ -952,7 +952,7 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
                 pm = dw_parts
             # the last source's deferred key-norm terms, applied with this read's (a one-query
             # read with the source in its sink span: phase 2's read of it is its last)
-            claimed = sink.claim_last() if S == 1 and sink is not None and len(sums) == len(srcs) else None
+            claimed = sink.claim_last(heads) if S == 1 and sink is not None and len(sums) == len(srcs) else None
             _bwd_kernel[(n_prog,)](src_table, srcs[0], dest_table, w, grad, grad, stat,
                                    stat if final else off.contiguous(),
                                    y.contiguous() if final else grad, dw_parts, dw_parts, dw_parts, dw_parts,
@@ -1278,10 +1278,14 @@ class SinkSpan:
                 terms[j] = (torch.zeros if have else torch.empty)((heads, n_tok), dtype=torch.float32, device=device)
         return [terms[j] for j in idx], self.count if have else 0
 
-    def claim_last(self) -> Tensor | None:
-        """The last entry's deferred terms, taken: the caller's kernel applies them."""
+    def claim_last(self, heads: int) -> Tensor | None:
+        """The last entry's deferred terms, taken (the caller's kernel applies them), if they
+        are shares of ``heads`` heads; else None and they stay for the sink."""
         j = self.start + self.count - 1
-        term, self.sink.deferred[j] = self.sink.deferred[j], None
+        term = self.sink.deferred[j]
+        if term is None or term.shape[0] != heads:
+            return None
+        self.sink.deferred[j] = None
         return term
 
     def add(self, grads: Sequence[Tensor]) -> list[Tensor | None]:
