@@ -343,7 +343,7 @@ _PHASE1_DOT = {"fwd_dot": False, "fwd_dot_progs_per_sm": 2, "dot_sources": 16, "
 # next phase-2 read (its last in backward) or else the sink applies them. Session 12's
 # fusion, every head in one 8-warp program per SM with the x term in place, was slower
 # than the two passes (see above). "coef_grads_lanes": part A's lanes per product of the
-# gradients (64: 255 registers and 64 stack bytes at 1024 with one warp, against 120 with
+# gradients (64: 255 registers and 64 stack bytes at 1024 with one warp, against 104 with
 # 128 lanes; offline, triton 3.9). One read with the training step's rows at 1024 with 8
 # heads (session 38, call 5): the fused pass 0.542 / 1.170 / 1.831 ms at 9 / 25 / 41
 # sources against 0.663 / 1.344 / 2.048 for the COEF pass and the gather; at 1280 it is
