@@ -347,8 +347,8 @@ _PHASE1_DOT = {"fwd_dot": False, "fwd_dot_progs_per_sm": 2, "dot_sources": 16, "
 # 128 lanes; offline, triton 3.9). One read with the training step's rows at 1024 with 8
 # heads (session 38, call 5): the fused pass 0.542 / 1.170 / 1.831 ms at 9 / 25 / 41
 # sources against 0.663 / 1.344 / 2.048 for the COEF pass and the gather; at 1280 it is
-# 1.6-2.3x slower than the two (2.459 against 1.678 ms at 17 sources, 7.182 against 4.320
-# at 65; two warps, 3 stages or 32 lanes no better than 1.4x), so it is on at 1024 only.
+# 1.5-1.7x slower than the two (2.459 against 1.678 ms at 17 sources, 7.182 against 4.320
+# at 65; 1.35-1.9x with two warps, 3 stages, 32 or 128 lanes), so it is on at 1024 only.
 # The 350M step ran mhar at 0.875 of the baseline against 0.864 with it off (call 4, one
 # process each), and at 0.876 against 0.873 with the order reversed (call 6).
 # One head (its lane groups) pipelines its COEF pass in 2 stages ("dot_stages") and its
