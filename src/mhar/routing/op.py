@@ -334,7 +334,8 @@ _PHASE1_DOT = {"fwd_dot": False, "fwd_dot_progs_per_sm": 2, "dot_sources": 16, "
                "direct_rows": True, "rows_bf16": True, "dot_lane_groups": 8, "dot_group_scales": True, "fwd_dot_stages": None,
                "merge_scales": True, "dot_tokens": 4, "dot_group_tokens": 4, "coef_tokens": 4,
                "fwd_split_maxnreg": None, "coef_split_maxnreg": None, "coef_grads": False,
-               "coef_grads_lanes": 64}
+               "coef_grads_lanes": 64, "phase2_deferred": False, "pending_elems": 4096, "pending_warps": 4,
+               "pending_progs_per_sm": 4, "pending_maxnreg": None}
 # coef_grads: a phase-1 backward whose sources are all a GradientSink's and whose COEF pass
 # runs a head per program a token at a time with bf16 rows forms the sources' gradients in
 # that pass (``_coef_dot_kernel``'s GRAD), with no coefficients in memory and no gather: it
@@ -967,6 +968,48 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
     dw = dw_parts.sum(0)
     return [(dw * norm_weights.float()).to(queries.dtype), (dw * queries.float()).to(norm_weights.dtype),
             *[None] * len(sums), *grads]
+
+
+def _deferred_reads_backward(source: Tensor, total: Tensor | None, claimed: Tensor | None, w: Tensor,
+                             g_rows: Sequence[Tensor], stat: Tensor, off: Tensor, heads: int,
+                             eps: float) -> tuple[Tensor, Tensor]:
+    """One source's share of P phase-2 reads' backward, deferred to the source's own
+    backward (config "phase2_deferred"; ``GradientSink``'s pending reads): the source is
+    read once and its gradient summed over the P reads in one kernel, where each read's
+    backward would add its own share into the running sum (a read and a write of the sum
+    per read, besides the source's read).
+
+    w (P, d) fp32: the reads' route weights; g_rows: their P (n_tok, d) upstream gradients
+    in one dtype; stat, off (P, n_tok, H): their lse and -(g . y) (the rows in final form,
+    ``_RowGrads``); total: the source's running sum, added into (None: written);
+    claimed: the source's deferred key-norm terms (H, n_tok) fp32, applied here, or None.
+    Returns (the gradient's sum, the reads' dw (P, d) fp32 over this source)."""
+    from mhar.routing.triton_kernels import _bwd_kernel
+
+    d = source.shape[-1]
+    n_tok = source.numel() // d
+    P = w.shape[0]
+    dev = source.device
+    dest = _new(source.shape, source.dtype, dev) if total is None else total
+    rows = _contig([g if g.dtype == g_rows[0].dtype else g.to(g_rows[0].dtype) for g in g_rows])
+    src_table, src_align = _ptr_table([source.contiguous()])
+    dest_table, dest_align = _ptr_table([dest])
+    grad_table, grad_align = _ptr_table(rows)
+    dh, cfg, tile = _geometry(d, heads, n_tok, "pending", min(src_align, dest_align, grad_align))
+    n_tiles = -(-n_tok // tile["BM"])
+    n_prog = _n_programs(dev, n_tiles, cfg["pending_progs_per_sm"])
+    dw_parts = torch.zeros((n_prog, P, d), dtype=torch.float32, device=dev)  # the S-query loop adds into its row
+    if n_tiles:
+        _bwd_kernel[(n_prog,)](src_table, source, dest_table, w.contiguous(), grad_table, rows[0], stat.contiguous(),
+                               off.contiguous(), rows[0], dw_parts, dw_parts, dw_parts, dw_parts, dw_parts,
+                               dw_parts, dw_parts, dw_parts if claimed is None else claimed,
+                               1, 0 if total is None else 1, n_tok, P, d, dh, eps, n_tiles, n_prog,
+                               **tile, SINGLE=False, FINAL=False, ACCUM=total is not None, PF=1,
+                               CLAIM=claimed is not None, GTAB=True, num_warps=cfg["pending_warps"],
+                               maxnreg=cfg["pending_maxnreg"])
+    elif total is None:
+        dest.zero_()
+    return dest, dw_parts.sum(0)
 
 
 # finalize's kernels: elements per program tile (a chunk of the head's columns) and

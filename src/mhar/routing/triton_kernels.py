@@ -303,7 +303,7 @@ def _bwd_kernel(table, ref, gtable, W, G, gref, STAT, OFF, Y, DW, CA, CB, CC, PM
                 CF: tl.constexpr, BM: tl.constexpr, HAS_B: tl.constexpr, EVEN: tl.constexpr, ALIGN: tl.constexpr,
                 SINGLE: tl.constexpr, FINAL: tl.constexpr, ACCUM: tl.constexpr = False, PF: tl.constexpr = 1,
                 COEF: tl.constexpr = False, PARTIAL: tl.constexpr = 0, PARTS: tl.constexpr = False,
-                SP: tl.constexpr = 8, CLAIM: tl.constexpr = False):
+                SP: tl.constexpr = 8, CLAIM: tl.constexpr = False, GTAB: tl.constexpr = False):
     """gtable: data pointers of the sources' gradients; with ACCUM the first n_acc are
     running sums added into, the rest are written once (ACCUM is a constexpr so that
     calls without sums keep the registers the sum's tile would take).
@@ -331,9 +331,14 @@ def _bwd_kernel(table, ref, gtable, W, G, gref, STAT, OFF, Y, DW, CA, CB, CC, PM
     site): the phase-1 backward then takes the read in its final form (g,
     lse and -(g . y); op's ``_RowGrads``).
 
-    CLAIM (with SINGLE, not COEF): the last source's deferred key-norm terms PC (H, n_tok)
-    fp32, the shares of c that earlier phase-1 backward passes left for it
-    (``_coef_grads``), join this read's c: their x term is applied with this one's."""
+    CLAIM (not COEF): the last source's deferred key-norm terms PC (H, n_tok) fp32, the
+    shares of c that earlier phase-1 backward passes left for it (``_coef_grads``), join
+    this read's c: their x term is applied with this one's.
+
+    GTAB (S queries, not SINGLE): G is a table of the S queries' (n_tok, d) gradient rows'
+    pointers, typed like ``gref``, instead of one stacked tensor: a source's deferred phase-2
+    reads (op's ``_deferred_reads_backward``), one source and the reads' rows as autograd
+    gave them."""
     pid = tl.program_id(0)
     dw_row = DW + pid.to(tl.int64) * d
     if COEF:  # one query per program: every per-query pointer moves to query q
@@ -402,9 +407,9 @@ def _bwd_kernel(table, ref, gtable, W, G, gref, STAT, OFF, Y, DW, CA, CB, CC, PM
             if PARTIAL == 2:  # the row's -(g . y) and lse per head; phase 1 reads g itself
                 _st(PGL + hoffs, of0, hmask, EVEN)
                 _st(PGO + hoffs, st0, hmask, EVEN)
-            if CLAIM:  # the last source's deferred c, summed over the heads' shares
-                c_last = tl.sum(tl.load(PC + rh[None, :].to(tl.int64) * n_tok + rm[:, None], mask=hmask, other=0.0),
-                                axis=1)
+        if CLAIM:  # the last source's deferred c, summed over the heads' shares
+            c_last = tl.sum(tl.load(PC + rh[None, :].to(tl.int64) * n_tok + rm[:, None], mask=hmask, other=0.0),
+                            axis=1)
         for i in range(n_src):
             xa, xa_n, xa_n2 = _next_tile(xa_n, xa_n2, p_next, offs_a, mask_a, EVEN, PF)
             x2 = _head_sums(xa * xa, CF)
@@ -470,15 +475,18 @@ def _bwd_kernel(table, ref, gtable, W, G, gref, STAT, OFF, Y, DW, CA, CB, CC, PM
                 oq = OFF
                 dwq = DW + pid.to(tl.int64) * n_q * d
                 for q in range(n_q):
+                    gp = gq
+                    if GTAB:
+                        gp = _src(G, q, gref, ALIGN)
                     wa = _ld(wq + col_a, cmask_a, EVEN).to(tl.float32)
-                    goa = _ld(gq + offs_a, mask_a, EVEN).to(tl.float32)
+                    goa = _ld(gp + offs_a, mask_a, EVEN).to(tl.float32)
                     st = _ld(sq + hoffs, hmask, EVEN).to(tl.float32)
                     of = _ld(oq + hoffs, hmask, EVEN).to(tl.float32)
                     zl = _head_sums(xa * wa[None, :, :, :], CF)
                     gl = _head_sums(goa * xa, CF)
                     if HAS_B:
                         wb = _ld(wq + col_b, cmask_b, EVEN).to(tl.float32)
-                        gob = _ld(gq + offs_b, mask_b, EVEN).to(tl.float32)
+                        gob = _ld(gp + offs_b, mask_b, EVEN).to(tl.float32)
                         zl = _add_parts(zl, _head_sums(xb * wb[None, :, :, :], CF), DC == DB)
                         gl = _add_parts(gl, _head_sums(gob * xb, CF), DC == DB)
                     zr = tl.sum(zl, axis=2)
@@ -502,6 +510,8 @@ def _bwd_kernel(table, ref, gtable, W, G, gref, STAT, OFF, Y, DW, CA, CB, CC, PM
                     oq += n_tok * H
                     dwq += d
                 c = cs * rstd * rstd * rstd / d
+                if CLAIM:
+                    c += tl.where(i == n_src - 1, c_last, 0.0)
                 dxa -= _heads_tile(c[:, None], CF) * xa
                 if HAS_B:
                     dxb -= _heads_tile(c[:, None], CF) * xb
