@@ -975,16 +975,16 @@ def _deferred_reads_backward(source: Tensor, total: Tensor | None, claimed: Tens
                              eps: float) -> tuple[Tensor, Tensor]:
     """One source's share of P phase-2 reads' backward, deferred to the source's own
     backward (config "phase2_deferred"; ``GradientSink``'s pending reads): the source is
-    read once and its gradient summed over the P reads in one kernel, where each read's
-    backward would add its own share into the running sum (a read and a write of the sum
-    per read, besides the source's read).
+    read once and its gradient summed over the P reads in one kernel
+    (``_deferred_bwd_kernel``), where each read's backward would read the source and add
+    its own share into the running sum (a read and a write of the sum per read).
 
     w (P, d) fp32: the reads' route weights; g_rows: their P (n_tok, d) upstream gradients
     in one dtype; stat, off (P, n_tok, H): their lse and -(g . y) (the rows in final form,
     ``_RowGrads``); total: the source's running sum, added into (None: written);
     claimed: the source's deferred key-norm terms (H, n_tok) fp32, applied here, or None.
     Returns (the gradient's sum, the reads' dw (P, d) fp32 over this source)."""
-    from mhar.routing.triton_kernels import _bwd_kernel
+    from mhar.routing.triton_kernels import _deferred_bwd_kernel
 
     d = source.shape[-1]
     n_tok = source.numel() // d
@@ -992,24 +992,27 @@ def _deferred_reads_backward(source: Tensor, total: Tensor | None, claimed: Tens
     dev = source.device
     dest = _new(source.shape, source.dtype, dev) if total is None else total
     rows = _contig([g if g.dtype == g_rows[0].dtype else g.to(g_rows[0].dtype) for g in g_rows])
-    src_table, src_align = _ptr_table([source.contiguous()])
-    dest_table, dest_align = _ptr_table([dest])
-    grad_table, grad_align = _ptr_table(rows)
-    dh, cfg, tile = _geometry(d, heads, n_tok, "pending", min(src_align, dest_align, grad_align))
-    n_tiles = -(-n_tok // tile["BM"])
-    n_prog = _n_programs(dev, n_tiles, cfg["pending_progs_per_sm"])
-    dw_parts = torch.zeros((n_prog, P, d), dtype=torch.float32, device=dev)  # the S-query loop adds into its row
-    if n_tiles:
-        _bwd_kernel[(n_prog,)](src_table, source, dest_table, w.contiguous(), grad_table, rows[0], stat.contiguous(),
-                               off.contiguous(), rows[0], dw_parts, dw_parts, dw_parts, dw_parts, dw_parts,
-                               dw_parts, dw_parts, dw_parts if claimed is None else claimed,
-                               1, 0 if total is None else 1, n_tok, P, d, dh, eps, n_tiles, n_prog,
-                               **tile, SINGLE=False, FINAL=False, ACCUM=total is not None, PF=1,
-                               CLAIM=claimed is not None, GTAB=True, num_warps=cfg["pending_warps"],
-                               maxnreg=cfg["pending_maxnreg"])
-    elif total is None:
-        dest.zero_()
+    cfg = _cfg(padded_width(d, heads), heads > 1)
+    bm = max(1, min(_pow2_floor(max(1, cfg["pending_elems"] // d)), _pow2(max(n_tok, 1))))
+    n_prog = _n_programs(dev, -(-n_tok // bm), cfg["pending_progs_per_sm"])
+    dw_parts = torch.empty((n_prog, P, d), dtype=torch.float32, device=dev)
+    if n_tok:
+        _deferred_bwd_kernel[(n_prog,)](source.contiguous(), dest, _ptr_table(rows)[0], rows[0], w.contiguous(),
+                                        stat.contiguous(), off.contiguous(), dw_parts,
+                                        dw_parts if claimed is None else claimed, P, n_tok, n_prog, eps, d, heads,
+                                        d // heads, bm, max(2, _pow2(P)), ACCUM=total is not None,
+                                        CLAIM=claimed is not None, num_warps=cfg["pending_warps"],
+                                        maxnreg=cfg["pending_maxnreg"])
+    else:
+        dw_parts.zero_()
     return dest, dw_parts.sum(0)
+
+
+def deferred_reads_fit(d: int, heads: int) -> bool:
+    """Whether ``_deferred_bwd_kernel`` takes rows of this width: heads and head width
+    powers of two (its tiles are (heads, head width), unmasked across lanes)."""
+    dh = d // heads
+    return heads * dh == d and heads == _pow2(heads) and dh == _pow2(dh)
 
 
 # finalize's kernels: elements per program tile (a chunk of the head's columns) and

@@ -1578,3 +1578,70 @@ def _deferred_norm_kernel(X, T, C, n_tok, d, H, HP: tl.constexpr, BT: tl.constex
     x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
     t = tl.load(T + offs, mask=mask, other=0.0).to(tl.float32)
     tl.store(T + offs, (t - c[:, None] * x).to(T.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _deferred_bwd_kernel(X, DEST, GT, gref, W, STAT, OFF, DW, PC, n_q, n_tok, n_prog, eps, d: tl.constexpr,
+                         H: tl.constexpr, DH: tl.constexpr, BM: tl.constexpr, SP: tl.constexpr,
+                         ACCUM: tl.constexpr, CLAIM: tl.constexpr):
+    """One source X's share of n_q phase-2 reads' backward, the reads deferred to the source
+    (op's ``_deferred_reads_backward``): per token, with x the source row, r its rstd and,
+    per read q, zr = x.w_q per head, a = exp(r zr - STAT_q), dz = a (g_q.x + OFF_q):
+    DEST = [DEST +] sum_q (a g_q + r dz w_q) - (r^3 sum_{q,h} dz zr / d) x, and DW's row
+    of this program gets dw_q += r dz x (DW (n_prog, n_q, d) fp32). The source row is read
+    once for all the reads (the per-read kernel reads it once per read and adds into DEST
+    each time); the reads' gradient rows (GT: a pointer table typed like ``gref``) stream
+    through, each loaded a read ahead. Rows of H heads of DH lanes (powers of two, H DH =
+    d), BM tokens per tile; the reads' dw held per program as (SP, H, DH) fp32 (SP >= n_q).
+    CLAIM: the source's deferred key-norm terms PC (H, n_tok) fp32 join c."""
+    pid = tl.program_id(0)
+    elem = X.dtype.element_ty
+    rb = tl.arange(0, BM)
+    rh = tl.arange(0, H)
+    rq = tl.arange(0, SP)
+    cols = rh[:, None] * DH + tl.arange(0, DH)[None, :]                    # (H, DH)
+    dw = tl.zeros([SP, H, DH], tl.float32)
+    for tile in range(pid, tl.cdiv(n_tok, BM), n_prog):
+        rm = tile * BM + rb
+        mm = rm < n_tok
+        offs = rm.to(tl.int64)[:, None, None] * d + cols[None, :, :]        # (BM, H, DH)
+        m3 = mm[:, None, None] & (cols[None, :, :] < d)
+        hm = mm[:, None] & (rh[None, :] < H)
+        hoffs = rm.to(tl.int64)[:, None] * H + rh[None, :]                   # (BM, H)
+        g_next = tl.load(tl.load(GT).to(tl.pointer_type(gref.dtype.element_ty)) + offs, mask=m3, other=0.0)
+        x = tl.load(X + offs, mask=m3, other=0.0).to(tl.float32)
+        if ACCUM:  # the running sum, loaded early so that it arrives while the reads are summed
+            prev = tl.load(DEST + offs, mask=m3, other=0.0)
+        rstd = 1.0 / tl.sqrt(tl.sum(tl.sum(x * x, axis=2), axis=1) / d + eps)  # (BM,)
+        dx = tl.zeros([BM, H, DH], tl.float32)
+        cs = tl.zeros([BM], tl.float32)
+        rdzs = tl.zeros([BM, H, SP], tl.float32)
+        for q in range(n_q):
+            g = g_next.to(tl.float32)
+            nxt = tl.load(GT + tl.minimum(q + 1, n_q - 1)).to(tl.pointer_type(gref.dtype.element_ty))
+            more = (tl.zeros([BM], tl.int32) + q + 1) < n_q  # (the last read loads nothing ahead)
+            g_next = tl.load(nxt + offs, mask=m3 & more[:, None, None], other=0.0)
+            wq = tl.load(W + q * d + cols)                                   # (H, DH) fp32
+            st = tl.load(STAT + q * n_tok * H + hoffs, mask=hm, other=0.0)
+            of = tl.load(OFF + q * n_tok * H + hoffs, mask=hm, other=0.0)
+            zr = tl.sum(x * wq[None, :, :], axis=2)                          # (BM, H)
+            gx = tl.sum(x * g, axis=2)
+            a = tl.where(hm, tl.exp(zr * rstd[:, None] - st), 0.0)
+            dz = a * (gx + of)
+            rdz = dz * rstd[:, None]
+            dx += a[:, :, None] * g + rdz[:, :, None] * wq[None, :, :]
+            cs += tl.sum(dz * zr, axis=1)
+            rdzs = tl.where(rq[None, None, :] == q, rdz[:, :, None], rdzs)
+        c = cs * rstd * rstd * rstd / d
+        if CLAIM:
+            c += tl.sum(tl.load(PC + rh[None, :].to(tl.int64) * n_tok + rm[:, None], mask=hm, other=0.0), axis=1)
+        dx -= c[:, None, None] * x
+        if ACCUM:
+            dx += prev.to(tl.float32)
+        tl.store(DEST + offs, dx.to(elem), mask=m3)
+        for t in tl.static_range(BM):  # dw_q += r dz x, a token at a time
+            xt = tl.sum(tl.where(rb[:, None, None] == t, x, 0.0), axis=0)                  # (H, DH)
+            rt = tl.sum(tl.where(rb[:, None, None] == t, rdzs, 0.0), axis=0)               # (H, SP)
+            dw += tl.permute(rt, (1, 0))[:, :, None] * xt[None, :, :]
+    tl.store(DW + (pid.to(tl.int64) * n_q + rq[:, None, None]) * d + cols[None, :, :], dw,
+             mask=(rq[:, None, None] < n_q) & (cols[None, :, :] < d))
