@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 
 import torch
 
@@ -93,25 +94,37 @@ def main():
     ap.add_argument("--tokens", type=int, default=16384)
     ap.add_argument("--sites", type=int, default=8)
     ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--sweep", default='{"default": {}}', help="JSON: name -> config overrides (rop.TUNE)")
     a = ap.parse_args()
     dev = torch.device("cuda")
     c = chunk(a.d, a.heads, a.tokens, a.sites, dev)
     ref = fresh(c, a.heads)
     per_read(c, a.heads, ref)
-    print(f"d={a.d} H={a.heads} tokens={a.tokens} sites={a.sites}: one chunk's phase-2 backward, ms")
-    print("| variant | ms | sums max err | dw max rel err |")
-    print("|---|---|---|---|")
-    print(f"| per read (today) | {timed(per_read, c, a.heads, a.iters):.3f} | - | - |", flush=True)
-    for name, cfg in json.loads(a.sweep).items():
+    print(f"d={a.d} H={a.heads} tokens={a.tokens} sites={a.sites}: one chunk's phase-2 backward, ms "
+          f"(median of {a.rounds} rounds of {a.iters} calls, the variants interleaved)")
+    variants = {"per read (today)": None, **{f"deferred {k}": v for k, v in json.loads(a.sweep).items()}}
+    errs, times = {}, {name: [] for name in variants}
+    for name, cfg in variants.items():
+        if cfg is None:
+            continue
         rop.TUNE = cfg or None
         out = fresh(c, a.heads)
         deferred(c, a.heads, out)
-        err = max((x.float() - y.float()).abs().max().item() for x, y in zip(out["sums"], ref["sums"]))
-        dw_err = ((out["dw"] - ref["dw"]).abs().max() / ref["dw"].abs().max()).item()
-        print(f"| deferred {name} | {timed(deferred, c, a.heads, a.iters):.3f} | {err:.3g} | {dw_err:.3g} |", flush=True)
+        errs[name] = (max((x.float() - y.float()).abs().max().item() for x, y in zip(out["sums"], ref["sums"])),
+                      ((out["dw"] - ref["dw"]).abs().max() / ref["dw"].abs().max()).item())
         rop.TUNE = None
-
+    for _ in range(a.rounds):
+        for name, cfg in variants.items():
+            rop.TUNE = cfg or None
+            times[name].append(timed(per_read if cfg is None else deferred, c, a.heads, a.iters))
+            rop.TUNE = None
+    print("| variant | ms | rounds | sums max err | dw max rel err |")
+    print("|---|---|---|---|---|")
+    for name, ts in times.items():
+        e = errs.get(name)
+        errs_s = "- | -" if e is None else f"{e[0]:.3g} | {e[1]:.3g}"
+        print(f"| {name} | {statistics.median(ts):.3f} | {' '.join(f'{t:.3f}' for t in ts)} | {errs_s} |", flush=True)
 
 if __name__ == "__main__":
     main()
