@@ -997,10 +997,11 @@ def _deferred_reads_backward(source: Tensor, total: Tensor | None, claimed: Tens
     n_prog = _n_programs(dev, -(-n_tok // bm), cfg["pending_progs_per_sm"])
     dw_parts = torch.empty((n_prog, P, d), dtype=torch.float32, device=dev)
     if n_tok:
-        _deferred_bwd_kernel[(n_prog,)](source.contiguous(), dest, _ptr_table(rows)[0], rows[0], w.contiguous(),
+        grad_table, align = _ptr_table(rows)
+        _deferred_bwd_kernel[(n_prog,)](source.contiguous(), dest, grad_table, rows[0], w.contiguous(),
                                         stat.contiguous(), off.contiguous(), dw_parts,
                                         dw_parts if claimed is None else claimed, P, n_tok, n_prog, eps, d, heads,
-                                        d // heads, bm, max(2, _pow2(P)), ACCUM=total is not None,
+                                        d // heads, bm, max(2, _pow2(P)), align, ACCUM=total is not None,
                                         CLAIM=claimed is not None, num_warps=cfg["pending_warps"],
                                         maxnreg=cfg["pending_maxnreg"])
     else:

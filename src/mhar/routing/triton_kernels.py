@@ -1583,7 +1583,7 @@ def _deferred_norm_kernel(X, T, C, n_tok, d, H, HP: tl.constexpr, BT: tl.constex
 @triton.jit
 def _deferred_bwd_kernel(X, DEST, GT, gref, W, STAT, OFF, DW, PC, n_q, n_tok, n_prog, eps, d: tl.constexpr,
                          H: tl.constexpr, DH: tl.constexpr, BM: tl.constexpr, SP: tl.constexpr,
-                         ACCUM: tl.constexpr, CLAIM: tl.constexpr):
+                         ALIGN: tl.constexpr, ACCUM: tl.constexpr, CLAIM: tl.constexpr):
     """One source X's share of n_q phase-2 reads' backward, the reads deferred to the source
     (op's ``_deferred_reads_backward``): per token, with x the source row, r its rstd and,
     per read q, zr = x.w_q per head, a = exp(r zr - STAT_q), dz = a (g_q.x + OFF_q):
@@ -1591,7 +1591,7 @@ def _deferred_bwd_kernel(X, DEST, GT, gref, W, STAT, OFF, DW, PC, n_q, n_tok, n_
     of this program gets dw_q += r dz x (DW (n_prog, n_q, d) fp32). The source row is read
     once for all the reads (the per-read kernel reads it once per read and adds into DEST
     each time); the reads' gradient rows (GT: a pointer table typed like ``gref``) stream
-    through, each loaded a read ahead. Rows of H heads of DH lanes (powers of two, H DH =
+    through, each loaded a read ahead (ALIGN: as ``_src``'s). Rows of H heads of DH lanes (powers of two, H DH =
     d), BM tokens per tile; the reads' dw held per program as (SP, H, DH) fp32 (SP >= n_q).
     CLAIM: the source's deferred key-norm terms PC (H, n_tok) fp32 join c."""
     pid = tl.program_id(0)
@@ -1608,7 +1608,7 @@ def _deferred_bwd_kernel(X, DEST, GT, gref, W, STAT, OFF, DW, PC, n_q, n_tok, n_
         m3 = mm[:, None, None] & (cols[None, :, :] < d)
         hm = mm[:, None] & (rh[None, :] < H)
         hoffs = rm.to(tl.int64)[:, None] * H + rh[None, :]                   # (BM, H)
-        g_next = tl.load(tl.load(GT).to(tl.pointer_type(gref.dtype.element_ty)) + offs, mask=m3, other=0.0)
+        g_next = tl.load(_src(GT, 0, gref, ALIGN) + offs, mask=m3, other=0.0)
         x = tl.load(X + offs, mask=m3, other=0.0).to(tl.float32)
         if ACCUM:  # the running sum, loaded early so that it arrives while the reads are summed
             prev = tl.load(DEST + offs, mask=m3, other=0.0)
@@ -1618,7 +1618,7 @@ def _deferred_bwd_kernel(X, DEST, GT, gref, W, STAT, OFF, DW, PC, n_q, n_tok, n_
         rdzs = tl.zeros([BM, H, SP], tl.float32)
         for q in range(n_q):
             g = g_next.to(tl.float32)
-            nxt = tl.load(GT + tl.minimum(q + 1, n_q - 1)).to(tl.pointer_type(gref.dtype.element_ty))
+            nxt = _src(GT, tl.minimum(q + 1, n_q - 1), gref, ALIGN)
             more = (tl.zeros([BM], tl.int32) + q + 1) < n_q  # (the last read loads nothing ahead)
             g_next = tl.load(nxt + offs, mask=m3 & more[:, None, None], other=0.0)
             wq = tl.load(W + q * d + cols)                                   # (H, DH) fp32
