@@ -1002,7 +1002,8 @@ def _deferred_reads_backward(source: Tensor, total: Tensor | None, claimed: Tens
                                         stat.contiguous(), off.contiguous(), dw_parts,
                                         dw_parts if claimed is None else claimed, P, n_tok, n_prog, eps, d, heads,
                                         d // heads, bm, max(2, _pow2(P)), align, ACCUM=total is not None,
-                                        CLAIM=claimed is not None, num_warps=cfg["pending_warps"],
+                                        CLAIM=claimed is not None, DW_ON=cfg.get("pending_dw", True),
+                                        num_warps=cfg["pending_warps"],
                                         maxnreg=cfg["pending_maxnreg"])
     else:
         dw_parts.zero_()
