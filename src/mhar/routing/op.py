@@ -1002,7 +1002,7 @@ def _deferred_reads_backward(source: Tensor, total: Tensor | None, claimed: Tens
                                         stat.contiguous(), off.contiguous(), dw_parts,
                                         dw_parts if claimed is None else claimed, P, n_tok, n_prog, eps, d, heads,
                                         d // heads, bm, max(2, _pow2(P)), align, ACCUM=total is not None,
-                                        CLAIM=claimed is not None, DW_ON=cfg.get("pending_dw", True),
+                                        CLAIM=claimed is not None, DW_ON=cfg.get("pending_dw", 1),
                                         num_warps=cfg["pending_warps"],
                                         maxnreg=cfg["pending_maxnreg"])
     else:

@@ -1583,7 +1583,7 @@ def _deferred_norm_kernel(X, T, C, n_tok, d, H, HP: tl.constexpr, BT: tl.constex
 @triton.jit
 def _deferred_bwd_kernel(X, DEST, GT, gref, W, STAT, OFF, DW, PC, n_q, n_tok, n_prog, eps, d: tl.constexpr,
                          H: tl.constexpr, DH: tl.constexpr, BM: tl.constexpr, SP: tl.constexpr,
-                         ALIGN: tl.constexpr, ACCUM: tl.constexpr, CLAIM: tl.constexpr, DW_ON: tl.constexpr = True):
+                         ALIGN: tl.constexpr, ACCUM: tl.constexpr, CLAIM: tl.constexpr, DW_ON: tl.constexpr = 1):
     """One source X's share of n_q phase-2 reads' backward, the reads deferred to the source
     (op's ``_deferred_reads_backward``): per token, with x the source row, r its rstd and,
     per read q, zr = x.w_q per head, a = exp(r zr - STAT_q), dz = a (g_q.x + OFF_q):
@@ -1631,7 +1631,10 @@ def _deferred_bwd_kernel(X, DEST, GT, gref, W, STAT, OFF, DW, PC, n_q, n_tok, n_
             rdz = dz * rstd[:, None]
             dx += a[:, :, None] * g + rdz[:, :, None] * wq[None, :, :]
             cs += tl.sum(dz * zr, axis=1)
-            rdzs = tl.where(rq[None, None, :] == q, rdz[:, :, None], rdzs)
+            if DW_ON == 1:
+                rdzs = tl.where(rq[None, None, :] == q, rdz[:, :, None], rdzs)
+            if DW_ON == 2:  # read q's row of dw, in place: the tile's tokens summed, one select per element
+                dw = tl.where(rq[:, None, None] == q, dw + tl.sum(rdz[:, :, None] * x, axis=0)[None, :, :], dw)
         c = cs * rstd * rstd * rstd / d
         if CLAIM:
             c += tl.sum(tl.load(PC + rh[None, :].to(tl.int64) * n_tok + rm[:, None], mask=hm, other=0.0), axis=1)
@@ -1639,7 +1642,7 @@ def _deferred_bwd_kernel(X, DEST, GT, gref, W, STAT, OFF, DW, PC, n_q, n_tok, n_
         if ACCUM:
             dx += prev.to(tl.float32)
         tl.store(DEST + offs, dx.to(elem), mask=m3)
-        for t in tl.static_range(BM if DW_ON else 0):  # dw_q += r dz x, a token at a time
+        for t in tl.static_range(BM if DW_ON == 1 else 0):  # dw_q += r dz x, a token at a time
             xt = tl.sum(tl.where(rb[:, None, None] == t, x, 0.0), axis=0)                  # (H, DH)
             rt = tl.sum(tl.where(rb[:, None, None] == t, rdzs, 0.0), axis=0)               # (H, SP)
             dw += tl.permute(rt, (1, 0))[:, :, None] * xt[None, :, :]
