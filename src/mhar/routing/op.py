@@ -995,17 +995,26 @@ def _deferred_reads_backward(source: Tensor, total: Tensor | None, claimed: Tens
     cfg = _cfg(padded_width(d, heads), heads > 1)
     bm = max(1, min(_pow2_floor(max(1, cfg["pending_elems"] // d)), _pow2(max(n_tok, 1))))
     n_prog = _n_programs(dev, -(-n_tok // bm), cfg["pending_progs_per_sm"])
-    dw_parts = torch.empty((n_prog, P, d), dtype=torch.float32, device=dev)
+    mode = cfg.get("pending_dw", 1)
+    sp = max(2, _pow2(P))
+    dw_parts = torch.empty((n_prog, P, d) if mode in (1, 2) else (1, P, d), dtype=torch.float32, device=dev)
+    rdz = torch.empty((heads, 2 * sp, n_tok) if mode == 3 else (1,), dtype=torch.bfloat16, device=dev)
     if n_tok:
         grad_table, align = _ptr_table(rows)
         _deferred_bwd_kernel[(n_prog,)](source.contiguous(), dest, grad_table, rows[0], w.contiguous(),
                                         stat.contiguous(), off.contiguous(), dw_parts,
-                                        dw_parts if claimed is None else claimed, P, n_tok, n_prog, eps, d, heads,
-                                        d // heads, bm, max(2, _pow2(P)), align, ACCUM=total is not None,
-                                        CLAIM=claimed is not None, DW_ON=cfg.get("pending_dw", 1),
-                                        num_warps=cfg["pending_warps"],
-                                        maxnreg=cfg["pending_maxnreg"])
-    else:
+                                        dw_parts if claimed is None else claimed, rdz, P, n_tok, n_prog, eps, d, heads,
+                                        d // heads, bm, sp, align, ACCUM=total is not None,
+                                        CLAIM=claimed is not None, DW_ON=mode,
+                                        num_warps=cfg["pending_warps"], maxnreg=cfg["pending_maxnreg"])
+    if mode == 3:  # dw = r dz x per head: one product over the tokens, r dz as two bf16 parts
+        x = source.reshape(n_tok, heads, d // heads).transpose(0, 1)
+        if n_tok:
+            # (bf16 products with fp32 output on CUDA; the CPU build has no such bmm)
+            dw = torch.bmm(rdz, x, out_dtype=torch.float32) if x.is_cuda else torch.bmm(rdz.float(), x.float())
+            return dest, (dw[:, :P] + dw[:, sp:sp + P]).transpose(0, 1).reshape(P, d)
+        return dest, torch.zeros((P, d), dtype=torch.float32, device=dev)
+    if not n_tok:
         dw_parts.zero_()
     return dest, dw_parts.sum(0)
 

@@ -1581,7 +1581,7 @@ def _deferred_norm_kernel(X, T, C, n_tok, d, H, HP: tl.constexpr, BT: tl.constex
 
 
 @triton.jit
-def _deferred_bwd_kernel(X, DEST, GT, gref, W, STAT, OFF, DW, PC, n_q, n_tok, n_prog, eps, d: tl.constexpr,
+def _deferred_bwd_kernel(X, DEST, GT, gref, W, STAT, OFF, DW, PC, RDZ, n_q, n_tok, n_prog, eps, d: tl.constexpr,
                          H: tl.constexpr, DH: tl.constexpr, BM: tl.constexpr, SP: tl.constexpr,
                          ALIGN: tl.constexpr, ACCUM: tl.constexpr, CLAIM: tl.constexpr, DW_ON: tl.constexpr = 1):
     """One source X's share of n_q phase-2 reads' backward, the reads deferred to the source
@@ -1631,7 +1631,7 @@ def _deferred_bwd_kernel(X, DEST, GT, gref, W, STAT, OFF, DW, PC, n_q, n_tok, n_
             rdz = dz * rstd[:, None]
             dx += a[:, :, None] * g + rdz[:, :, None] * wq[None, :, :]
             cs += tl.sum(dz * zr, axis=1)
-            if DW_ON == 1:
+            if DW_ON == 1 or DW_ON == 3:
                 rdzs = tl.where(rq[None, None, :] == q, rdz[:, :, None], rdzs)
             if DW_ON == 2:  # read q's row of dw, in place: the tile's tokens summed, one select per element
                 dw = tl.where(rq[:, None, None] == q, dw + tl.sum(rdz[:, :, None] * x, axis=0)[None, :, :], dw)
@@ -1642,9 +1642,15 @@ def _deferred_bwd_kernel(X, DEST, GT, gref, W, STAT, OFF, DW, PC, n_q, n_tok, n_
         if ACCUM:
             dx += prev.to(tl.float32)
         tl.store(DEST + offs, dx.to(elem), mask=m3)
+        if DW_ON == 3:  # r dz out as two bf16 parts, (H, 2 SP, n_tok), for dw as one product per source (op's)
+            rz = (rh[None, :, None] * 2 * SP + rq[None, None, :]).to(tl.int64) * n_tok + rm[:, None, None]
+            hi = rdzs.to(tl.bfloat16)
+            tl.store(RDZ + rz, hi, mask=mm[:, None, None])
+            tl.store(RDZ + rz + SP * n_tok, (rdzs - hi.to(tl.float32)).to(tl.bfloat16), mask=mm[:, None, None])
         for t in tl.static_range(BM if DW_ON == 1 else 0):  # dw_q += r dz x, a token at a time
             xt = tl.sum(tl.where(rb[:, None, None] == t, x, 0.0), axis=0)                  # (H, DH)
             rt = tl.sum(tl.where(rb[:, None, None] == t, rdzs, 0.0), axis=0)               # (H, SP)
             dw += tl.permute(rt, (1, 0))[:, :, None] * xt[None, :, :]
-    tl.store(DW + (pid.to(tl.int64) * n_q + rq[:, None, None]) * d + cols[None, :, :], dw,
-             mask=(rq[:, None, None] < n_q) & (cols[None, :, :] < d))
+    if DW_ON == 1 or DW_ON == 2:
+        tl.store(DW + (pid.to(tl.int64) * n_q + rq[:, None, None]) * d + cols[None, :, :], dw,
+                 mask=(rq[:, None, None] < n_q) & (cols[None, :, :] < d))
