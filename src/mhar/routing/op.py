@@ -998,7 +998,7 @@ def _deferred_reads_backward(source: Tensor, total: Tensor | None, claimed: Tens
     mode = cfg.get("pending_dw", 1)
     sp = max(2, _pow2(P))
     dw_parts = torch.empty((n_prog, P, d) if mode in (1, 2) else (1, P, d), dtype=torch.float32, device=dev)
-    rdz = torch.empty((heads, 2 * sp, n_tok) if mode == 3 else (1,), dtype=torch.bfloat16, device=dev)
+    rdz = torch.empty((n_tok, heads, 2 * sp) if mode == 3 else (1,), dtype=torch.bfloat16, device=dev)
     if n_tok:
         grad_table, align = _ptr_table(rows)
         _deferred_bwd_kernel[(n_prog,)](source.contiguous(), dest, grad_table, rows[0], w.contiguous(),
@@ -1009,6 +1009,7 @@ def _deferred_reads_backward(source: Tensor, total: Tensor | None, claimed: Tens
                                         num_warps=cfg["pending_warps"], maxnreg=cfg["pending_maxnreg"])
     if mode == 3:  # dw = r dz x per head: one product over the tokens, r dz as two bf16 parts
         x = source.reshape(n_tok, heads, d // heads).transpose(0, 1)
+        rdz = rdz.permute(1, 2, 0)  # (H, 2 SP, n_tok), token-major in memory (coalesced stores)
         if n_tok:
             # (bf16 products with fp32 output on CUDA; the CPU build has no such bmm)
             dw = torch.bmm(rdz, x, out_dtype=torch.float32) if x.is_cuda else torch.bmm(rdz.float(), x.float())

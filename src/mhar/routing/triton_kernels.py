@@ -1642,11 +1642,11 @@ def _deferred_bwd_kernel(X, DEST, GT, gref, W, STAT, OFF, DW, PC, RDZ, n_q, n_to
         if ACCUM:
             dx += prev.to(tl.float32)
         tl.store(DEST + offs, dx.to(elem), mask=m3)
-        if DW_ON == 3:  # r dz out as two bf16 parts, (H, 2 SP, n_tok), for dw as one product per source (op's)
-            rz = (rh[None, :, None] * 2 * SP + rq[None, None, :]).to(tl.int64) * n_tok + rm[:, None, None]
+        if DW_ON == 3:  # r dz out as two bf16 parts, (n_tok, H, 2 SP), for dw as one product per source (op's)
+            rz = (rm.to(tl.int64)[:, None, None] * H + rh[None, :, None]) * 2 * SP + rq[None, None, :]
             hi = rdzs.to(tl.bfloat16)
             tl.store(RDZ + rz, hi, mask=mm[:, None, None])
-            tl.store(RDZ + rz + SP * n_tok, (rdzs - hi.to(tl.float32)).to(tl.bfloat16), mask=mm[:, None, None])
+            tl.store(RDZ + rz + SP, (rdzs - hi.to(tl.float32)).to(tl.bfloat16), mask=mm[:, None, None])
         for t in tl.static_range(BM if DW_ON == 1 else 0):  # dw_q += r dz x, a token at a time
             xt = tl.sum(tl.where(rb[:, None, None] == t, x, 0.0), axis=0)                  # (H, DH)
             rt = tl.sum(tl.where(rb[:, None, None] == t, rdzs, 0.0), axis=0)               # (H, SP)
