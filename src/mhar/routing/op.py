@@ -1007,14 +1007,20 @@ def _deferred_reads_backward(source: Tensor, total: Tensor | None, claimed: Tens
                                         d // heads, bm, sp, align, ACCUM=total is not None,
                                         CLAIM=claimed is not None, DW_ON=mode,
                                         num_warps=cfg["pending_warps"], maxnreg=cfg["pending_maxnreg"])
-    if mode == 3:  # dw = r dz x per head: one product over the tokens, r dz as two bf16 parts
-        x = source.reshape(n_tok, heads, d // heads).transpose(0, 1)
-        rdz = rdz.permute(1, 2, 0)  # (H, 2 SP, n_tok), token-major in memory (coalesced stores)
+    if mode == 3:  # dw = r dz x per head: products over the tokens, r dz as two bf16 parts
+        from mhar.routing.triton_kernels import _deferred_dw_kernel
+
+        dh, m = d // heads, max(16, 2 * sp)
+        bt = cfg.get("pending_dw_tokens", 64)
+        n_dw = _n_programs(dev, -(-n_tok // bt), cfg.get("pending_dw_progs_per_sm", 4), share=heads)
+        parts = torch.empty((n_dw, heads, m, dh), dtype=torch.float32, device=dev)
         if n_tok:
-            # (bf16 products with fp32 output on CUDA; the CPU build has no such bmm)
-            dw = torch.bmm(rdz, x, out_dtype=torch.float32) if x.is_cuda else torch.bmm(rdz.float(), x.float())
-            return dest, (dw[:, :P] + dw[:, sp:sp + P]).transpose(0, 1).reshape(P, d)
-        return dest, torch.zeros((P, d), dtype=torch.float32, device=dev)
+            _deferred_dw_kernel[(n_dw, heads)](rdz, source.contiguous(), parts, n_tok, n_dw, d, heads, dh, sp, m, bt,
+                                               num_warps=4)
+        else:
+            parts.zero_()
+        dw = parts.sum(0)
+        return dest, (dw[:, 0:2 * P:2] + dw[:, 1:2 * P:2]).transpose(0, 1).reshape(P, d)
     if not n_tok:
         dw_parts.zero_()
     return dest, dw_parts.sum(0)

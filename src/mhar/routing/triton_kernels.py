@@ -1642,11 +1642,12 @@ def _deferred_bwd_kernel(X, DEST, GT, gref, W, STAT, OFF, DW, PC, RDZ, n_q, n_to
         if ACCUM:
             dx += prev.to(tl.float32)
         tl.store(DEST + offs, dx.to(elem), mask=m3)
-        if DW_ON == 3:  # r dz out as two bf16 parts, (n_tok, H, 2 SP), for dw as one product per source (op's)
-            rz = (rm.to(tl.int64)[:, None, None] * H + rh[None, :, None]) * 2 * SP + rq[None, None, :]
+        if DW_ON == 3:  # r dz out for dw as products (``_deferred_dw_kernel``): (n_tok, H, SP, 2), two bf16 parts
             hi = rdzs.to(tl.bfloat16)
-            tl.store(RDZ + rz, hi, mask=mm[:, None, None])
-            tl.store(RDZ + rz + SP, (rdzs - hi.to(tl.float32)).to(tl.bfloat16), mask=mm[:, None, None])
+            parts = tl.reshape(tl.join(hi, (rdzs - hi.to(tl.float32)).to(tl.bfloat16)), (BM, H, 2 * SP))
+            r2 = tl.arange(0, 2 * SP)
+            rz = (rm.to(tl.int64)[:, None, None] * H + rh[None, :, None]) * 2 * SP + r2[None, None, :]
+            tl.store(RDZ + rz, parts, mask=mm[:, None, None])
         for t in tl.static_range(BM if DW_ON == 1 else 0):  # dw_q += r dz x, a token at a time
             xt = tl.sum(tl.where(rb[:, None, None] == t, x, 0.0), axis=0)                  # (H, DH)
             rt = tl.sum(tl.where(rb[:, None, None] == t, rdzs, 0.0), axis=0)               # (H, SP)
@@ -1654,3 +1655,27 @@ def _deferred_bwd_kernel(X, DEST, GT, gref, W, STAT, OFF, DW, PC, RDZ, n_q, n_to
     if DW_ON == 1 or DW_ON == 2:
         tl.store(DW + (pid.to(tl.int64) * n_q + rq[:, None, None]) * d + cols[None, :, :], dw,
                  mask=(rq[:, None, None] < n_q) & (cols[None, :, :] < d))
+
+
+@triton.jit
+def _deferred_dw_kernel(RDZ, X, DW, n_tok, n_prog, d: tl.constexpr, H: tl.constexpr, DH: tl.constexpr,
+                        SP: tl.constexpr, M: tl.constexpr, BT: tl.constexpr):
+    """The deferred reads' dw over their source X (``_deferred_bwd_kernel``'s DW_ON 3): per
+    head h (grid axis 1), DW[pid, h] (M, DH) fp32 = sum over this program's tokens of
+    RDZ[t, h, :] x[t, h lanes], one (M, BT) by (BT, DH) product per block of BT tokens;
+    RDZ (n_tok, H, 2 SP) bf16 holds r dz's two parts per read, read j's at 2 j and 2 j + 1
+    (rows past 2 SP, up to the product's M >= 16, are zeros)."""
+    pid = tl.program_id(0)
+    h = tl.program_id(1)
+    rt = tl.arange(0, BT)
+    rq = tl.arange(0, M)
+    rl = tl.arange(0, DH)
+    acc = tl.zeros([M, DH], tl.float32)
+    for blk in range(pid, tl.cdiv(n_tok, BT), n_prog):
+        t = blk * BT + rt
+        tm = t < n_tok
+        r = tl.load(RDZ + (t.to(tl.int64)[None, :] * H + h) * (2 * SP) + rq[:, None],
+                    mask=tm[None, :] & (rq[:, None] < 2 * SP), other=0.0)               # (M, BT)
+        x = tl.load(X + t.to(tl.int64)[:, None] * d + h * DH + rl[None, :], mask=tm[:, None], other=0.0)
+        acc = _dot_bf16(r, x, acc)
+    tl.store(DW + ((pid.to(tl.int64) * H + h) * M + rq[:, None]) * DH + rl[None, :], acc)
