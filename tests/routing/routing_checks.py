@@ -365,7 +365,9 @@ def _finalize_case(lead, d, heads, S, dtype, device, gen):
         x.backward(gy[i:i + 1].to(device, dtype))
         assert l32.grad is None and o32.grad is None, "a direct row goes to the read's backward"
         # the row in final form (g, lse, -(g . x)), as gradients of l and o
-        grad_l, grad_o = rop._RowGrads.as_partial(m, *rows.grads.take())
+        *final, dw = rows.grads.take()
+        assert dw is None, "no phase-2 read was deferred"
+        grad_l, grad_o = rop._RowGrads.as_partial(m, *final)
         got += [x, grad_l[i], grad_o[i]]
         want += [x64[i:i + 1], want[1][i], want[2][i]]
     return got, want
