@@ -295,52 +295,6 @@ def check_coef_grads(n_sites, lead, d, heads, device="cpu", tol=1.5e-2, gen=None
         rop._launch_dot, rop.TUNE, rop.SinkSpan.claim_last = real, tune, claim
 
 
-def check_phase2_deferred(n_sites, lead, d, heads, device="cpu", tol=1.5e-2, gen=None, chunk=4, **config):
-    """Config "phase2_deferred": a bf16 chain through a sink in chunks, its fused phase-2
-    reads deferred to their sources (each source's node sums its reads' shares in one
-    kernel, the reads' dw going to their phase-1 backward), gives the gradients of each
-    read's own backward on the same inputs, within bf16 rounding. The deferred kernel must
-    have run, and every note, sum and deferred term must have been taken and dropped.
-    ``config``: further routing-config overrides for both runs (e.g. "coef_grads")."""
-    from mhar.routing import op as rop
-
-    state = gen.get_state()
-
-    def grads(deferred):
-        gen.set_state(state)
-        (emb,), q, g = make_inputs(1, lead, d, torch.bfloat16, device, S=n_sites + 1, gen=gen)
-        leaves = [torch.randn(*lead, d, generator=gen).to(device, torch.bfloat16).requires_grad_()
-                  for _ in range(n_sites)]
-        sink = routing.GradientSink()
-        rop.TUNE = {**(tune or {}), **config, "phase2_deferred": deferred}
-        out = _chain(emb, leaves, q, g, heads, False, chunk, sink)
-        gy = torch.randn(out.shape, generator=gen).to(device, torch.bfloat16)
-        got = torch.autograd.grad(out, [emb, q, g, *leaves], gy)
-        assert all(b is None for b in sink.buffers) and all(t is None for t in sink.deferred)
-        assert all(p is None for p in sink.pending)
-        return got
-
-    launched = []
-    real = rop._deferred_reads_backward
-
-    def spy(*args, **kwargs):
-        launched.append(args[3].shape[0])  # the reads summed
-        return real(*args, **kwargs)
-
-    tune = rop.TUNE
-    rop._deferred_reads_backward = spy
-    try:
-        want = grads(False)
-        assert not launched
-        got = grads(True)
-        # every source of a chunk but its last is read by the chunk's later sites
-        assert len(launched) == (n_sites // chunk) * (chunk - 1) + max(0, n_sites % chunk - 1), launched
-        for name, a, b in zip(["embedding", "queries", "norm_weights"] + ["leaf"] * n_sites, got, want):
-            assert rel(a.float(), b.float()) <= tol, (name, rel(a.float(), b.float()))
-    finally:
-        rop._deferred_reads_backward, rop.TUNE = real, tune
-
-
 def _finalize_case(lead, d, heads, S, dtype, device, gen):
     """``finalize`` of a random partial read (S rows; l >= 1, as a read's is, and
     x = o / l of order one), then of rows 0 and S - 1 as rows of a phase-1 read taken
@@ -365,9 +319,7 @@ def _finalize_case(lead, d, heads, S, dtype, device, gen):
         x.backward(gy[i:i + 1].to(device, dtype))
         assert l32.grad is None and o32.grad is None, "a direct row goes to the read's backward"
         # the row in final form (g, lse, -(g . x)), as gradients of l and o
-        *final, dw = rows.grads.take()
-        assert dw is None, "no phase-2 read was deferred"
-        grad_l, grad_o = rop._RowGrads.as_partial(m, *final)
+        grad_l, grad_o = rop._RowGrads.as_partial(m, *rows.grads.take())
         got += [x, grad_l[i], grad_o[i]]
         want += [x64[i:i + 1], want[1][i], want[2][i]]
     return got, want

@@ -17,7 +17,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from mhar import routing  # noqa: E402
 from mhar.routing import op as rop  # noqa: E402
 from mhar.routing import reference as R  # noqa: E402
-from routing_checks import (check_coef_grads, check_phase2_deferred, check_deterministic, check_finalize, check_finalized_rows,  # noqa: E402
+from routing_checks import (check_coef_grads, check_deterministic, check_finalize, check_finalized_rows,  # noqa: E402
                             check_key_scales_chain, check_partial, check_phase_one_rows, check_route,
                             check_sink_chain, check_two_phase, make_inputs, rel)
 
@@ -334,18 +334,6 @@ def test_coef_grads(d, heads, gen):
     # rounding, and the chain against fp64
     check_coef_grads(20, (256,), d, heads, device=DEV, gen=gen, chunk=8)
     check_sink_chain(20, (256,), d, heads, dtype=torch.bfloat16, device=DEV, gen=gen, chunk=8, tol=2e-2)
-
-
-@pytest.mark.parametrize("d,heads,mode", [(1024, 8, 1), (1024, 8, 3), (512, 4, 3)])
-def test_phase2_deferred(d, heads, mode, gen):
-    # phase2_deferred: the chunks' phase-2 reads summed by their sources' nodes, dw to phase
-    # 1; the chain against fp64, and each read's own backward's gradients within bf16 rounding
-    rop.TUNE = {"phase2_deferred": True, "pending_dw": mode}
-    try:
-        check_sink_chain(20, (256,), d, heads, dtype=torch.bfloat16, device=DEV, gen=gen, chunk=8, tol=2e-2)
-    finally:
-        rop.TUNE = None
-    check_phase2_deferred(20, (256,), d, heads, device=DEV, gen=gen, chunk=8, pending_dw=mode)
 
 
 @pytest.mark.parametrize("n_sites,d,heads,extra,chunk", [(12, 512, 8, False, 0), (6, 1280, 1, True, 0),

@@ -334,8 +334,7 @@ _PHASE1_DOT = {"fwd_dot": False, "fwd_dot_progs_per_sm": 2, "dot_sources": 16, "
                "direct_rows": True, "rows_bf16": True, "dot_lane_groups": 8, "dot_group_scales": True, "fwd_dot_stages": None,
                "merge_scales": True, "dot_tokens": 4, "dot_group_tokens": 4, "coef_tokens": 4,
                "fwd_split_maxnreg": None, "coef_split_maxnreg": None, "coef_grads": False,
-               "coef_grads_lanes": 64, "phase2_deferred": False, "pending_elems": 4096, "pending_warps": 4,
-               "pending_progs_per_sm": 4, "pending_maxnreg": None}
+               "coef_grads_lanes": 64}
 # coef_grads: a phase-1 backward whose sources are all a GradientSink's and whose COEF pass
 # runs a head per program a token at a time with bf16 rows forms the sources' gradients in
 # that pass (``_coef_dot_kernel``'s GRAD), with no coefficients in memory and no gather: it
@@ -795,8 +794,7 @@ def _stacked(grad: Tensor | Sequence[Tensor]) -> Tensor:
 def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, grad: Tensor | Sequence[Tensor],
                      stat: Tensor, off: Tensor | None, y: Tensor | None, heads: int, eps: float,
                      sink: SinkSpan | None = None, partial: tuple | None = None,
-                     rstd: Tensor | None = None, w: Tensor | None = None,
-                     dw_extra: Tensor | None = None) -> list[Tensor | None]:
+                     rstd: Tensor | None = None, w: Tensor | None = None) -> list[Tensor | None]:
     """grad: (S, M, d), or the S queries' (M, d) gradients as separate tensors in any one
     dtype (a phase-1 read's rows in final form, ``_RowGrads``; the phase-1 kernels read
     them through a pointer table, the others take them stacked).
@@ -967,73 +965,8 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
         for g in dests[n_acc:]:
             g.zero_()
     dw = dw_parts.sum(0)
-    if dw_extra is not None:  # the sites' dw over phase-2 reads deferred to their sources
-        dw += dw_extra
     return [(dw * norm_weights.float()).to(queries.dtype), (dw * queries.float()).to(norm_weights.dtype),
             *[None] * len(sums), *grads]
-
-
-def _deferred_reads_backward(source: Tensor, total: Tensor | None, claimed: Tensor | None, w: Tensor,
-                             g_rows: Sequence[Tensor], stat: Tensor, off: Tensor, heads: int,
-                             eps: float) -> tuple[Tensor, Tensor]:
-    """One source's share of P phase-2 reads' backward, deferred to the source's own
-    backward (config "phase2_deferred"; ``GradientSink``'s pending reads): the source is
-    read once and its gradient summed over the P reads in one kernel
-    (``_deferred_bwd_kernel``), where each read's backward would read the source and add
-    its own share into the running sum (a read and a write of the sum per read).
-
-    w (P, d) fp32: the reads' route weights; g_rows: their P (n_tok, d) upstream gradients
-    in one dtype; stat, off (P, n_tok, H): their lse and -(g . y) (the rows in final form,
-    ``_RowGrads``); total: the source's running sum, added into (None: written);
-    claimed: the source's deferred key-norm terms (H, n_tok) fp32, applied here, or None.
-    Returns (the gradient's sum, the reads' dw (P, d) fp32 over this source)."""
-    from mhar.routing.triton_kernels import _deferred_bwd_kernel
-
-    d = source.shape[-1]
-    n_tok = source.numel() // d
-    P = w.shape[0]
-    dev = source.device
-    dest = _new(source.shape, source.dtype, dev) if total is None else total
-    rows = _contig([g if g.dtype == g_rows[0].dtype else g.to(g_rows[0].dtype) for g in g_rows])
-    cfg = _cfg(padded_width(d, heads), heads > 1)
-    bm = max(1, min(_pow2_floor(max(1, cfg["pending_elems"] // d)), _pow2(max(n_tok, 1))))
-    n_prog = _n_programs(dev, -(-n_tok // bm), cfg["pending_progs_per_sm"])
-    mode = cfg.get("pending_dw", 1)
-    sp = max(2, _pow2(P))
-    dw_parts = torch.empty((n_prog, P, d) if mode in (1, 2) else (1, P, d), dtype=torch.float32, device=dev)
-    rdz = torch.empty((n_tok, heads, 2 * sp) if mode == 3 else (1,), dtype=torch.bfloat16, device=dev)
-    if n_tok:
-        grad_table, align = _ptr_table(rows)
-        _deferred_bwd_kernel[(n_prog,)](source.contiguous(), dest, grad_table, rows[0], w.contiguous(),
-                                        stat.contiguous(), off.contiguous(), dw_parts,
-                                        dw_parts if claimed is None else claimed, rdz, P, n_tok, n_prog, eps, d, heads,
-                                        d // heads, bm, sp, align, ACCUM=total is not None,
-                                        CLAIM=claimed is not None, DW_ON=mode,
-                                        num_warps=cfg["pending_warps"], maxnreg=cfg["pending_maxnreg"])
-    if mode == 3:  # dw = r dz x per head: products over the tokens, r dz as two bf16 parts
-        from mhar.routing.triton_kernels import _deferred_dw_kernel
-
-        dh, m = d // heads, max(16, 2 * sp)
-        bt = cfg.get("pending_dw_tokens", 64)
-        n_dw = _n_programs(dev, -(-n_tok // bt), cfg.get("pending_dw_progs_per_sm", 4), share=heads)
-        parts = torch.empty((n_dw, heads, m, dh), dtype=torch.float32, device=dev)
-        if n_tok:
-            _deferred_dw_kernel[(n_dw, heads)](rdz, source.contiguous(), parts, n_tok, n_dw, d, heads, dh, sp, m, bt,
-                                               num_warps=4)
-        else:
-            parts.zero_()
-        dw = parts.sum(0)
-        return dest, (dw[:, 0:2 * P:2] + dw[:, 1:2 * P:2]).transpose(0, 1).reshape(P, d)
-    if not n_tok:
-        dw_parts.zero_()
-    return dest, dw_parts.sum(0)
-
-
-def deferred_reads_fit(d: int, heads: int) -> bool:
-    """Whether ``_deferred_bwd_kernel`` takes rows of this width: heads and head width
-    powers of two (its tiles are (heads, head width), unmasked across lanes)."""
-    dh = d // heads
-    return heads * dh == d and heads == _pow2(heads) and dh == _pow2(dh)
 
 
 # finalize's kernels: elements per program tile (a chunk of the head's columns) and
@@ -1124,26 +1057,21 @@ def _forward_impl(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, hea
 def _backward_impl(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, grad: Tensor, stat: Tensor,
                    off: Tensor | None, y: Tensor | None, heads: int, eps: float,
                    sink: SinkSpan | None = None, rstd: Tensor | None = None,
-                   w: Tensor | None = None, dw_extra: Tensor | None = None) -> list[Tensor | None]:
+                   w: Tensor | None = None) -> list[Tensor | None]:
     """grad (S, M, d) or S (M, d) tensors, stat (S, M, H): m (partial) or lse (final, with
     y given and off None); off (S, M, H): grad_l of a partial read, or -(g . y) with lse.
     rstd: the forward's key-norm scales (``_triton_forward``), or None; w: the forward's
-    ``_route_weights`` or None; dw_extra (S, d) fp32: added to the queries' d(q*g) (their
-    sites' dw over phase-2 reads deferred to their sources, ``_RowGrads``), or None.
+    ``_route_weights`` or None.
     Returns [grad_queries, grad_norm_weights, *grad_sources], with None for the sources
     whose gradient went into ``sink``."""
     if _use_triton(srcs[0]):
-        return _triton_backward(srcs, queries, norm_weights, grad, stat, off, y, heads, eps, sink, rstd=rstd, w=w,
-                                dw_extra=dw_extra)
+        return _triton_backward(srcs, queries, norm_weights, grad, stat, off, y, heads, eps, sink, rstd=rstd, w=w)
     grad = _stacked(grad)
     if off is None:
         S, n_tok, _ = stat.shape
         d = queries.shape[-1]
         off = -(grad.to(stat.dtype) * y.reshape(S, n_tok, d).to(stat.dtype)).view(S, n_tok, heads, d // heads).sum(-1)
     res = [t.contiguous() for t in _ref_backward(srcs, queries, norm_weights, grad, stat, off, heads, eps)]
-    if dw_extra is not None:
-        res[0] = res[0] + (dw_extra * norm_weights.float()).to(res[0].dtype)
-        res[1] = res[1] + (dw_extra * queries.float()).to(res[1].dtype)
     return res if sink is None else [*res[:2], *sink.add(res[2:])]
 
 
@@ -1276,13 +1204,6 @@ class GradientSink:
     which needs every head, as per-head shares of c. The first later read that claims them
     (phase 2's, ``SinkSpan.claim_last``) applies them in its kernel; the entry's node applies
     whatever is left when it hands the sum over. Each term is applied exactly once.
-
-    And phase-2 reads deferred to it (``pending``; config "phase2_deferred"): a fused
-    phase-2 read of a chunk (``route_merge`` of a direct phase-1 row) writes only its lse
-    and -(g . y) in backward and leaves each of its sources a note; the source's node then
-    sums all its noted reads' shares of its gradient in one kernel, reading the source
-    once (``_deferred_reads_backward``), and hands the reads' dw to their phase-1 backward
-    (``_RowGrads``), which runs after every source of its chunk.
     """
 
     def __init__(self):
@@ -1293,16 +1214,12 @@ class GradientSink:
         # else by the entry's node when it hands the sum over
         self.deferred: list[Tensor | None] = []
         self.held: set[int] = set()  # reserved entries (running sums'): their summary's node keeps the sum
-        # per entry, the phase-2 reads deferred to it (config "phase2_deferred"): a
-        # _PendingReads, or None
-        self.pending: list[_PendingReads | None] = []
 
     def register(self, source: Tensor, index: int | None = None) -> Tensor:
         """The tensor to read ``source`` through; ``index``: an entry from ``reserve``."""
         if index is None:
             self.buffers.append(None)
             self.deferred.append(None)
-            self.pending.append(None)
             index = len(self.buffers) - 1
         elif index not in self.held:
             raise ValueError(f"sink entry {index} was not reserved")
@@ -1314,7 +1231,6 @@ class GradientSink:
         (``running_sum``) name it in their spans."""
         self.buffers.append(None)
         self.deferred.append(None)
-        self.pending.append(None)
         self.held.add(len(self.buffers) - 1)
         return len(self.buffers) - 1
 
@@ -1372,55 +1288,12 @@ class SinkSpan:
         self.sink.deferred[j] = None
         return term
 
-    def defer(self, rows: "_RowGrads", site: int, heads: int, eps: float) -> None:
-        """Note phase-2 read ``site`` of ``rows`` (a chunk's direct rows) on every entry of
-        the span: each source's node then takes the read's share of its gradient."""
-        for j in range(self.start, self.start + self.count):
-            note = self.sink.pending[j]
-            if note is None:
-                self.sink.pending[j] = note = _PendingReads(rows, heads, eps)
-                rows.pending += 1
-            elif note.rows is not rows:
-                raise RuntimeError("a source's phase-2 reads must all be of one phase-1 read's rows")
-            note.sites.append(site)
-
     def add(self, grads: Sequence[Tensor]) -> list[Tensor | None]:
         """Reference path: add the first ``count`` gradients into the sums; None for them."""
         bufs = self.sink.buffers
         for j, g in zip(range(self.start, self.start + self.count), grads):
             bufs[j] = g if bufs[j] is None else bufs[j].add_(g)
         return [*[None] * self.count, *grads[self.count:]]
-
-
-class _PendingReads:
-    """The phase-2 reads deferred to one sink entry: ``sites`` of one chunk's ``rows``."""
-
-    def __init__(self, rows: "_RowGrads", heads: int, eps: float):
-        self.rows, self.heads, self.eps = rows, heads, eps
-        self.sites: list[int] = []
-
-
-def _take_pending(total: Tensor | None, source: Tensor, note: _PendingReads,
-                  terms: Tensor | None) -> tuple[Tensor, Tensor | None]:
-    """A source's deferred phase-2 reads, summed into its gradient (``total``; None: a new
-    one), their dw added into their rows' (``_RowGrads.dw``). ``terms``: the source's
-    deferred key-norm terms, applied with them where the kernel takes them. Returns the
-    gradient and the terms left (None when applied)."""
-    rows, sites = note.rows, sorted(note.sites)
-    runs, first = [], 0  # contiguous runs of sites (one in the streams: a source's later sites)
-    for k in range(1, len(sites) + 1):
-        if k == len(sites) or sites[k] != sites[k - 1] + 1:
-            runs.append((sites[first], sites[k - 1] + 1))
-            first = k
-    for lo, hi in runs:
-        claim = terms if terms is not None and terms.shape[0] == note.heads else None
-        total, dw = _deferred_reads_backward(source, total, claim, rows.w[lo:hi], [rows.grads[i] for i in range(lo, hi)],
-                                             rows.stat[lo:hi], rows.off[lo:hi], note.heads, note.eps)
-        if claim is not None:
-            terms = None
-        rows.add_dw(lo, dw)
-    rows.pending -= 1
-    return total, terms
 
 
 def _apply_deferred(total: Tensor, source: Tensor, terms: Tensor) -> None:
@@ -1453,10 +1326,6 @@ class _SinkSource(torch.autograd.Function):
         sink, i = ctx.sink, ctx.index
         total = sink.buffers[i]
         deferred, sink.deferred[i] = sink.deferred[i], None
-        note, sink.pending[i] = sink.pending[i], None
-        if note is not None:  # phase-2 reads deferred to this source (with its terms, where they fit)
-            total, deferred = _take_pending(total, ctx.saved_tensors[0], note, deferred)
-            sink.buffers[i] = total
         if deferred is not None:  # written with the sum it belongs to
             _apply_deferred(total, ctx.saved_tensors[0], deferred)
         if i in sink.held:  # a block summary: its running sum's reads add into this same sum next
@@ -1529,9 +1398,6 @@ class _PartialFn(torch.autograd.Function):
                                       scales=scales, w=ctx.w, o_dtype=o_dtype)
         ctx.save_for_backward(queries, norm_weights, m, rstd, *sources)
         ctx.heads, ctx.eps, ctx.sink, ctx.grads = heads, eps, sink, grads
-        if grads is not None:  # for phase-2 reads deferred to their sources (route_merge)
-            grads.w = ctx.w
-            grads.query_ptrs = tuple((q.data_ptr(), g.data_ptr()) for q, g in zip(queries, norm_weights))
         ctx.mark_non_differentiable(m)
         ctx.set_materialize_grads(False)
         return m, l, o
@@ -1541,28 +1407,23 @@ class _PartialFn(torch.autograd.Function):
         queries, norm_weights, m, rstd, *sources = ctx.saved_tensors
         S, d = queries.shape
         rows = ctx.grads.take() if ctx.grads is not None else None
-        dw_extra = None
-        if rows is not None:  # (the sites' dw over their deferred phase-2 reads, or None)
-            *rows, dw_extra = rows
         if rows is not None and grad_l is None and grad_o is None:
             # the sites' reads in final form: g, lse and -(g . y) per query
             res = _backward_impl(sources, queries, norm_weights, *rows, None, ctx.heads, ctx.eps, ctx.sink, rstd,
-                                 w=ctx.w, dw_extra=dw_extra)
+                                 w=ctx.w)
             return (res[0], res[1], None, None, None, None, None, *res[2:])
         if rows is not None:  # l or o reached by autograd too: the rows as gradients of l and o, added
             row_l, row_o = _RowGrads.as_partial(m, *rows)
             grad_l = row_l if grad_l is None else row_l + grad_l
             grad_o = row_o if grad_o is None else row_o + grad_o
         if grad_l is None and grad_o is None:
-            if dw_extra is not None:  # (no site wrote a row, yet some deferred: not reachable)
-                raise RuntimeError("phase-2 reads were deferred without their rows")
             return (None,) * (7 + len(sources))
         if grad_l is None:
             grad_l = torch.zeros_like(m)
         if grad_o is None:
             grad_o = m.new_zeros((S, m.shape[1], d))
         res = _backward_impl(sources, queries, norm_weights, grad_o, m, grad_l, None, ctx.heads, ctx.eps, ctx.sink,
-                             rstd, w=ctx.w, dw_extra=dw_extra)
+                             rstd, w=ctx.w)
         return (res[0], res[1], None, None, None, None, None, *res[2:])
 
 
@@ -1592,20 +1453,6 @@ class _RowGrads:
         self.h_shape, self.device = h_shape, device  # (S, M, H)
         self.stat = self.off = None
         self.grads: dict[int, Tensor] = {}
-        # phase-2 reads deferred to their sources (config "phase2_deferred"): the read's
-        # route weights (S, d) fp32 (its forward's), the sites' dw over their phase-2
-        # sources, added by the sources' nodes (None until one does), and how many sources
-        # still hold a deferred read (none may when the phase-1 backward takes the rows)
-        self.w: Tensor | None = None
-        self.query_ptrs: tuple = ()
-        self.dw: Tensor | None = None
-        self.pending = 0
-
-    def add_dw(self, lo: int, dw: Tensor) -> None:
-        """Sites lo.. lo + len(dw) - 1's dw over one of their phase-2 sources."""
-        if self.dw is None:
-            self.dw = torch.zeros_like(self.w)
-        self.dw[lo:lo + dw.shape[0]] += dw
 
     def row(self, i: int, g: Tensor) -> tuple[Tensor, Tensor]:
         """Record site i's upstream gradient g (M, d), contiguous; returns its lse and
@@ -1616,16 +1463,11 @@ class _RowGrads:
         self.grads[i] = g
         return self.stat[i], self.off[i]
 
-    def take(self) -> tuple[list[Tensor], Tensor, Tensor, Tensor | None] | None:
-        """(g rows, lse (S, M, H), -(g . y) (S, M, H), the sites' dw over their deferred
-        phase-2 reads (S, d) fp32 or None), or None when no site wrote; the buffers are
-        released. A row no site wrote reads zeros with lse = +inf (weight 0)."""
-        if self.pending:
-            raise RuntimeError(f"{self.pending} source(s) still hold phase-2 reads deferred to them when their "
-                               "phase-1 read's backward runs: their sites' query gradients would be incomplete "
-                               "(config phase2_deferred needs each source's node to run first, as in the streams)")
-        grads, stat, off, dw = self.grads, self.stat, self.off, self.dw
-        self.grads, self.stat, self.off, self.dw = {}, None, None, None
+    def take(self) -> tuple[list[Tensor], Tensor, Tensor] | None:
+        """(g rows, lse (S, M, H), -(g . y) (S, M, H)), or None when no site wrote; the
+        buffers are released. A row no site wrote reads zeros with lse = +inf (weight 0)."""
+        grads, stat, off = self.grads, self.stat, self.off
+        self.grads, self.stat, self.off = {}, None, None
         if not grads:
             return None
         dtypes = {g.dtype for g in grads.values()}
@@ -1639,7 +1481,7 @@ class _RowGrads:
                 stat[i].fill_(float("inf"))
                 off[i].zero_()
             rows.append(g.to(dtype))
-        return rows, stat, off, dw
+        return rows, stat, off
 
     @staticmethod
     def as_partial(m: Tensor, rows: list[Tensor], stat: Tensor, off: Tensor) -> tuple[Tensor, Tensor]:
@@ -1719,16 +1561,6 @@ class _MergeFn(torch.autograd.Function):
         query, norm_weight, y, lse, m0, *sources = ctx.saved_tensors
         heads, d, n_tok = ctx.heads, query.shape[-1], lse.shape[0]
         grad_y = grad_y.reshape(n_tok, d).contiguous()
-        if _defers(ctx, query, norm_weight, sources, grad_y):
-            # deferred to the sources (config "phase2_deferred"): the row in final form now,
-            # lse and -(g . y); each source's node sums this read's share of its gradient,
-            # and the read's dw goes to its phase-1 backward with the row
-            rows, site = ctx.row
-            stat, off = rows.row(site, grad_y)
-            _triton_finalize_backward(grad_y, y, lse, None, off)
-            stat.copy_(lse)
-            ctx.sink.defer(rows, site, heads, ctx.eps)
-            return (None,) * (10 + len(sources))
         if ctx.row is not None:
             # a direct row: handed to phase 1 in final form (g, lse, and -(g . y), which the
             # same kernel writes); None to autograd
@@ -1744,24 +1576,6 @@ class _MergeFn(torch.autograd.Function):
             grad_l = grad_o = None
         return (None, grad_l, grad_o, res[0].view(query.shape), res[1].view(norm_weight.shape), None, None, None,
                 None, None, *res[2:])
-
-
-def _defers(ctx, query: Tensor, norm_weight: Tensor, sources: Sequence[Tensor], grad_y: Tensor) -> bool:
-    """Whether a fused phase-2 read's backward is deferred to its sources (config
-    "phase2_deferred"): a direct phase-1 row whose query and key-norm weight are that row's
-    own (its dw goes to the phase-1 backward's queries), every source a plain entry of the
-    sink (no block running sum), bf16 sources and upstream gradient, and heads the deferred
-    kernel takes."""
-    sink, row = ctx.sink, ctx.row
-    if row is None or sink is None or sink.count != len(sources) or sink.any_held():
-        return False
-    d = query.shape[-1]
-    if not (_cfg(padded_width(d, ctx.heads), ctx.heads > 1)["phase2_deferred"] and deferred_reads_fit(d, ctx.heads)):
-        return False
-    rows, site = row
-    if rows.w is None or rows.query_ptrs[site] != (query.data_ptr(), norm_weight.data_ptr()):
-        return False
-    return grad_y.dtype == torch.bfloat16 and all(s.dtype == torch.bfloat16 for s in sources)
 
 
 def _finalize_on_triton(l: Tensor, dtype: torch.dtype) -> bool:

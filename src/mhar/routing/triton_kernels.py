@@ -303,7 +303,7 @@ def _bwd_kernel(table, ref, gtable, W, G, gref, STAT, OFF, Y, DW, CA, CB, CC, PM
                 CF: tl.constexpr, BM: tl.constexpr, HAS_B: tl.constexpr, EVEN: tl.constexpr, ALIGN: tl.constexpr,
                 SINGLE: tl.constexpr, FINAL: tl.constexpr, ACCUM: tl.constexpr = False, PF: tl.constexpr = 1,
                 COEF: tl.constexpr = False, PARTIAL: tl.constexpr = 0, PARTS: tl.constexpr = False,
-                SP: tl.constexpr = 8, CLAIM: tl.constexpr = False, GTAB: tl.constexpr = False):
+                SP: tl.constexpr = 8, CLAIM: tl.constexpr = False):
     """gtable: data pointers of the sources' gradients; with ACCUM the first n_acc are
     running sums added into, the rest are written once (ACCUM is a constexpr so that
     calls without sums keep the registers the sum's tile would take).
@@ -331,14 +331,9 @@ def _bwd_kernel(table, ref, gtable, W, G, gref, STAT, OFF, Y, DW, CA, CB, CC, PM
     site): the phase-1 backward then takes the read in its final form (g,
     lse and -(g . y); op's ``_RowGrads``).
 
-    CLAIM (not COEF): the last source's deferred key-norm terms PC (H, n_tok) fp32, the
-    shares of c that earlier phase-1 backward passes left for it (``_coef_grads``), join
-    this read's c: their x term is applied with this one's.
-
-    GTAB (S queries, not SINGLE): G is a table of the S queries' (n_tok, d) gradient rows'
-    pointers, typed like ``gref``, instead of one stacked tensor: a source's deferred phase-2
-    reads (op's ``_deferred_reads_backward``), one source and the reads' rows as autograd
-    gave them."""
+    CLAIM (with SINGLE, not COEF): the last source's deferred key-norm terms PC (H, n_tok)
+    fp32, the shares of c that earlier phase-1 backward passes left for it
+    (``_coef_grads``), join this read's c: their x term is applied with this one's."""
     pid = tl.program_id(0)
     dw_row = DW + pid.to(tl.int64) * d
     if COEF:  # one query per program: every per-query pointer moves to query q
@@ -407,9 +402,9 @@ def _bwd_kernel(table, ref, gtable, W, G, gref, STAT, OFF, Y, DW, CA, CB, CC, PM
             if PARTIAL == 2:  # the row's -(g . y) and lse per head; phase 1 reads g itself
                 _st(PGL + hoffs, of0, hmask, EVEN)
                 _st(PGO + hoffs, st0, hmask, EVEN)
-        if CLAIM:  # the last source's deferred c, summed over the heads' shares
-            c_last = tl.sum(tl.load(PC + rh[None, :].to(tl.int64) * n_tok + rm[:, None], mask=hmask, other=0.0),
-                            axis=1)
+            if CLAIM:  # the last source's deferred c, summed over the heads' shares
+                c_last = tl.sum(tl.load(PC + rh[None, :].to(tl.int64) * n_tok + rm[:, None], mask=hmask, other=0.0),
+                                axis=1)
         for i in range(n_src):
             xa, xa_n, xa_n2 = _next_tile(xa_n, xa_n2, p_next, offs_a, mask_a, EVEN, PF)
             x2 = _head_sums(xa * xa, CF)
@@ -475,18 +470,15 @@ def _bwd_kernel(table, ref, gtable, W, G, gref, STAT, OFF, Y, DW, CA, CB, CC, PM
                 oq = OFF
                 dwq = DW + pid.to(tl.int64) * n_q * d
                 for q in range(n_q):
-                    gp = gq
-                    if GTAB:
-                        gp = _src(G, q, gref, ALIGN)
                     wa = _ld(wq + col_a, cmask_a, EVEN).to(tl.float32)
-                    goa = _ld(gp + offs_a, mask_a, EVEN).to(tl.float32)
+                    goa = _ld(gq + offs_a, mask_a, EVEN).to(tl.float32)
                     st = _ld(sq + hoffs, hmask, EVEN).to(tl.float32)
                     of = _ld(oq + hoffs, hmask, EVEN).to(tl.float32)
                     zl = _head_sums(xa * wa[None, :, :, :], CF)
                     gl = _head_sums(goa * xa, CF)
                     if HAS_B:
                         wb = _ld(wq + col_b, cmask_b, EVEN).to(tl.float32)
-                        gob = _ld(gp + offs_b, mask_b, EVEN).to(tl.float32)
+                        gob = _ld(gq + offs_b, mask_b, EVEN).to(tl.float32)
                         zl = _add_parts(zl, _head_sums(xb * wb[None, :, :, :], CF), DC == DB)
                         gl = _add_parts(gl, _head_sums(gob * xb, CF), DC == DB)
                     zr = tl.sum(zl, axis=2)
@@ -510,8 +502,6 @@ def _bwd_kernel(table, ref, gtable, W, G, gref, STAT, OFF, Y, DW, CA, CB, CC, PM
                     oq += n_tok * H
                     dwq += d
                 c = cs * rstd * rstd * rstd / d
-                if CLAIM:
-                    c += tl.where(i == n_src - 1, c_last, 0.0)
                 dxa -= _heads_tile(c[:, None], CF) * xa
                 if HAS_B:
                     dxb -= _heads_tile(c[:, None], CF) * xb
@@ -1578,104 +1568,3 @@ def _deferred_norm_kernel(X, T, C, n_tok, d, H, HP: tl.constexpr, BT: tl.constex
     x = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
     t = tl.load(T + offs, mask=mask, other=0.0).to(tl.float32)
     tl.store(T + offs, (t - c[:, None] * x).to(T.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def _deferred_bwd_kernel(X, DEST, GT, gref, W, STAT, OFF, DW, PC, RDZ, n_q, n_tok, n_prog, eps, d: tl.constexpr,
-                         H: tl.constexpr, DH: tl.constexpr, BM: tl.constexpr, SP: tl.constexpr,
-                         ALIGN: tl.constexpr, ACCUM: tl.constexpr, CLAIM: tl.constexpr, DW_ON: tl.constexpr = 1):
-    """One source X's share of n_q phase-2 reads' backward, the reads deferred to the source
-    (op's ``_deferred_reads_backward``): per token, with x the source row, r its rstd and,
-    per read q, zr = x.w_q per head, a = exp(r zr - STAT_q), dz = a (g_q.x + OFF_q):
-    DEST = [DEST +] sum_q (a g_q + r dz w_q) - (r^3 sum_{q,h} dz zr / d) x, and DW's row
-    of this program gets dw_q += r dz x (DW (n_prog, n_q, d) fp32). The source row is read
-    once for all the reads (the per-read kernel reads it once per read and adds into DEST
-    each time); the reads' gradient rows (GT: a pointer table typed like ``gref``) stream
-    through, each loaded a read ahead (ALIGN: as ``_src``'s). Rows of H heads of DH lanes (powers of two, H DH =
-    d), BM tokens per tile; the reads' dw held per program as (SP, H, DH) fp32 (SP >= n_q).
-    CLAIM: the source's deferred key-norm terms PC (H, n_tok) fp32 join c."""
-    pid = tl.program_id(0)
-    elem = X.dtype.element_ty
-    rb = tl.arange(0, BM)
-    rh = tl.arange(0, H)
-    rq = tl.arange(0, SP)
-    cols = rh[:, None] * DH + tl.arange(0, DH)[None, :]                    # (H, DH)
-    dw = tl.zeros([SP, H, DH], tl.float32)
-    for tile in range(pid, tl.cdiv(n_tok, BM), n_prog):
-        rm = tile * BM + rb
-        mm = rm < n_tok
-        offs = rm.to(tl.int64)[:, None, None] * d + cols[None, :, :]        # (BM, H, DH)
-        m3 = mm[:, None, None] & (cols[None, :, :] < d)
-        hm = mm[:, None] & (rh[None, :] < H)
-        hoffs = rm.to(tl.int64)[:, None] * H + rh[None, :]                   # (BM, H)
-        g_next = tl.load(_src(GT, 0, gref, ALIGN) + offs, mask=m3, other=0.0)
-        x = tl.load(X + offs, mask=m3, other=0.0).to(tl.float32)
-        if ACCUM:  # the running sum, loaded early so that it arrives while the reads are summed
-            prev = tl.load(DEST + offs, mask=m3, other=0.0)
-        rstd = 1.0 / tl.sqrt(tl.sum(tl.sum(x * x, axis=2), axis=1) / d + eps)  # (BM,)
-        dx = tl.zeros([BM, H, DH], tl.float32)
-        cs = tl.zeros([BM], tl.float32)
-        rdzs = tl.zeros([BM, H, SP], tl.float32)
-        for q in range(n_q):
-            g = g_next.to(tl.float32)
-            nxt = _src(GT, tl.minimum(q + 1, n_q - 1), gref, ALIGN)
-            more = (tl.zeros([BM], tl.int32) + q + 1) < n_q  # (the last read loads nothing ahead)
-            g_next = tl.load(nxt + offs, mask=m3 & more[:, None, None], other=0.0)
-            wq = tl.load(W + q * d + cols)                                   # (H, DH) fp32
-            st = tl.load(STAT + q * n_tok * H + hoffs, mask=hm, other=0.0)
-            of = tl.load(OFF + q * n_tok * H + hoffs, mask=hm, other=0.0)
-            zr = tl.sum(x * wq[None, :, :], axis=2)                          # (BM, H)
-            gx = tl.sum(x * g, axis=2)
-            a = tl.where(hm, tl.exp(zr * rstd[:, None] - st), 0.0)
-            dz = a * (gx + of)
-            rdz = dz * rstd[:, None]
-            dx += a[:, :, None] * g + rdz[:, :, None] * wq[None, :, :]
-            cs += tl.sum(dz * zr, axis=1)
-            if DW_ON == 1 or DW_ON == 3:
-                rdzs = tl.where(rq[None, None, :] == q, rdz[:, :, None], rdzs)
-            if DW_ON == 2:  # read q's row of dw, in place: the tile's tokens summed, one select per element
-                dw = tl.where(rq[:, None, None] == q, dw + tl.sum(rdz[:, :, None] * x, axis=0)[None, :, :], dw)
-        c = cs * rstd * rstd * rstd / d
-        if CLAIM:
-            c += tl.sum(tl.load(PC + rh[None, :].to(tl.int64) * n_tok + rm[:, None], mask=hm, other=0.0), axis=1)
-        dx -= c[:, None, None] * x
-        if ACCUM:
-            dx += prev.to(tl.float32)
-        tl.store(DEST + offs, dx.to(elem), mask=m3)
-        if DW_ON == 3:  # r dz out for dw as products (``_deferred_dw_kernel``): (n_tok, H, SP, 2), two bf16 parts
-            hi = rdzs.to(tl.bfloat16)
-            parts = tl.reshape(tl.join(hi, (rdzs - hi.to(tl.float32)).to(tl.bfloat16)), (BM, H, 2 * SP))
-            r2 = tl.arange(0, 2 * SP)
-            rz = (rm.to(tl.int64)[:, None, None] * H + rh[None, :, None]) * 2 * SP + r2[None, None, :]
-            tl.store(RDZ + rz, parts, mask=mm[:, None, None])
-        for t in tl.static_range(BM if DW_ON == 1 else 0):  # dw_q += r dz x, a token at a time
-            xt = tl.sum(tl.where(rb[:, None, None] == t, x, 0.0), axis=0)                  # (H, DH)
-            rt = tl.sum(tl.where(rb[:, None, None] == t, rdzs, 0.0), axis=0)               # (H, SP)
-            dw += tl.permute(rt, (1, 0))[:, :, None] * xt[None, :, :]
-    if DW_ON == 1 or DW_ON == 2:
-        tl.store(DW + (pid.to(tl.int64) * n_q + rq[:, None, None]) * d + cols[None, :, :], dw,
-                 mask=(rq[:, None, None] < n_q) & (cols[None, :, :] < d))
-
-
-@triton.jit
-def _deferred_dw_kernel(RDZ, X, DW, n_tok, n_prog, d: tl.constexpr, H: tl.constexpr, DH: tl.constexpr,
-                        SP: tl.constexpr, M: tl.constexpr, BT: tl.constexpr):
-    """The deferred reads' dw over their source X (``_deferred_bwd_kernel``'s DW_ON 3): per
-    head h (grid axis 1), DW[pid, h] (M, DH) fp32 = sum over this program's tokens of
-    RDZ[t, h, :] x[t, h lanes], one (M, BT) by (BT, DH) product per block of BT tokens;
-    RDZ (n_tok, H, 2 SP) bf16 holds r dz's two parts per read, read j's at 2 j and 2 j + 1
-    (rows past 2 SP, up to the product's M >= 16, are zeros)."""
-    pid = tl.program_id(0)
-    h = tl.program_id(1)
-    rt = tl.arange(0, BT)
-    rq = tl.arange(0, M)
-    rl = tl.arange(0, DH)
-    acc = tl.zeros([M, DH], tl.float32)
-    for blk in range(pid, tl.cdiv(n_tok, BT), n_prog):
-        t = blk * BT + rt
-        tm = t < n_tok
-        r = tl.load(RDZ + (t.to(tl.int64)[None, :] * H + h) * (2 * SP) + rq[:, None],
-                    mask=tm[None, :] & (rq[:, None] < 2 * SP), other=0.0)               # (M, BT)
-        x = tl.load(X + t.to(tl.int64)[:, None] * d + h * DH + rl[None, :], mask=tm[:, None], other=0.0)
-        acc = _dot_bf16(r, x, acc)
-    tl.store(DW + ((pid.to(tl.int64) * H + h) * M + rq[:, None]) * DH + rl[None, :], acc)
