@@ -1251,18 +1251,23 @@ class SinkSpan:
     def __init__(self, sink: GradientSink, start: int, count: int):
         self.sink, self.start, self.count = sink, start, count
 
+    def _entries(self, store: list, specs: Sequence[tuple]) -> tuple[list[Tensor], int]:
+        """The span's entries of ``store`` (the sink's sums or deferred terms), each
+        allocated where missing as its (shape, dtype, device) in ``specs``, and how many to
+        add into: all of them when some already held values (the others start from zero;
+        no schedule of ours does this, the streams' final read covers every source), else
+        none (the kernel writes them all)."""
+        idx = range(self.start, self.start + self.count)
+        have = any(store[j] is not None for j in idx)
+        for j, (shape, dtype, device) in zip(idx, specs):
+            if store[j] is None:
+                store[j] = (torch.zeros if have else torch.empty)(shape, dtype=dtype, device=device)
+        return [store[j] for j in idx], self.count if have else 0
+
     def sums(self, srcs: Sequence[Tensor]) -> tuple[list[Tensor], int]:
         """The running sums to add into (allocated on the first read of a backward, which
         then writes them: n_acc 0) and how many of them already hold a sum."""
-        bufs = self.sink.buffers
-        idx = range(self.start, self.start + self.count)
-        have = sum(bufs[j] is not None for j in idx)
-        for j, s in zip(idx, srcs):
-            if bufs[j] is None:
-                # part of a span summed before: start the others from zero (no schedule
-                # of ours does this; the streams' final read covers every source)
-                bufs[j] = (torch.zeros if have else torch.empty)(s.shape, dtype=s.dtype, device=s.device)
-        return [bufs[j] for j in idx], self.count if have else 0
+        return self._entries(self.sink.buffers, [(s.shape, s.dtype, s.device) for s in srcs[:self.count]])
 
     def any_held(self) -> bool:
         return any(j in self.sink.held for j in range(self.start, self.start + self.count))
@@ -1270,13 +1275,7 @@ class SinkSpan:
     def deferred_terms(self, heads: int, n_tok: int, device: torch.device) -> tuple[list[Tensor], int]:
         """The entries' deferred key-norm terms (``GradientSink.deferred``) to add into, (H,
         n_tok) fp32 each, and how many already hold some (as ``sums``)."""
-        terms = self.sink.deferred
-        idx = range(self.start, self.start + self.count)
-        have = sum(terms[j] is not None for j in idx)
-        for j in idx:
-            if terms[j] is None:
-                terms[j] = (torch.zeros if have else torch.empty)((heads, n_tok), dtype=torch.float32, device=device)
-        return [terms[j] for j in idx], self.count if have else 0
+        return self._entries(self.sink.deferred, [((heads, n_tok), torch.float32, device)] * self.count)
 
     def claim_last(self, heads: int) -> Tensor | None:
         """The last entry's deferred terms, taken (the caller's kernel applies them), if they
