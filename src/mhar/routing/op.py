@@ -259,7 +259,7 @@ _PHASE1_BACKWARD = {"bwd_twopass": True, "gather_sources": 16, "gather_cols": 12
 # (bench/results/session18/, calls 1, 2 and 4). (The next token's gradient rows loaded a
 # token ahead measured slower without the split, 18.3 against 15.6 ms, and the same with
 # it; its code is at 5c597d3.) "fwd_split_maxnreg" / "coef_split_maxnreg": their register
-# caps (None: the compiler's 164-209). At 1024 the forward capped at 160 with 12 programs
+# caps (None: the compiler's 164-209). At 1024 the forward capped at 168 with 12 programs
 # per SM (see CONFIG_TABLE); the COEF pass at 160 or 128 took 1.3-1.9x as long (session 37,
 # call 2).
 # fwd_dot_min_queries: the fewest queries phase 1's forward takes as products. A chunk of
@@ -383,8 +383,12 @@ _DEFAULTS = {
 # spills 24-80 bytes at 1024 for 2-14% more instructions per step, 24-200 at 1280 for up
 # to 17% more (session37/compile_fwd_cap_sm90.txt). The 350M step (call 7, one process
 # each): mhar 0.872 of the baseline against 0.858 with session 36's settings, mhar-block
-# 0.950 against 0.940.
-_PHASE1_1024 = {"dot_stages": 2, "fwd_dot_stages": 2, "fwd_split_maxnreg": 160, "fwd_split_progs_per_sm": 12,
+# 0.950 against 0.940. Session 40 raised the cap to 168, the most that twelve one-warp
+# programs can hold (12 x 32 x 168 <= 65,536): the cap of 160 spilled (ncu: 1.8 M
+# local-memory requests in one read at 41 sources), and at 9 / 25 / 41 sources the forward
+# took 0.187 / 0.330 / 0.473 ms against 0.202 / 0.355 / 0.507 (bench/results/session40/,
+# call 5; at 1280 the cap of 168 and 12 per SM still lost, 0.857 against 0.672 at 41).
+_PHASE1_1024 = {"dot_stages": 2, "fwd_dot_stages": 2, "fwd_split_maxnreg": 168, "fwd_split_progs_per_sm": 12,
                 "coef_grads": True}
 CONFIG_TABLE: dict[tuple[int, bool], dict] = {
     # One head at 512, measured with the host removed (session 7): a backward that writes
