@@ -1288,9 +1288,9 @@ def _coef_grads(G, gref, WB, GT, CT, a, rdz, c, k, kmask, t, row, h, cx, cmx, n_
     part = j % 4
     on = (qj < n_q) & (part < 3)
     gp = tl.load(G + qj, mask=on & (part == 0), other=0).to(tl.pointer_type(gref.dtype.element_ty))
-    # the two bases' alignment hint given after the select (a select of hinted pointers
-    # drops it: 2-byte loads), and the row offsets as multiples of d after it, so that the
-    # compiler sees their alignment whatever d is
+    # the bases' alignment hint given after the select (triton 3.9 drops one given before
+    # it: 2-byte loads), the row offsets added after it as multiples of d, so that the
+    # compiler sees their alignment whatever d is (WB is op's fresh (2, n_q, d) tensor)
     base = tl.multiple_of(tl.where(part == 0, gp, WB), ALIGN)
     rows = base + tl.where(part == 0, t, (part - 1) * n_q + qj).to(tl.int64) * d
     right = tl.load(rows[None, :, None] + cx, mask=on[None, :, None] & cmx, other=0.0)      # (HP, 4 SP, lanes)
