@@ -3,8 +3,10 @@
 # 16 bytes at a time (the alignment hint after the select; before, 2-byte loads: 128 a loop
 # step, 1,793 -> 1,294 SASS instructions offline at 1024). (1) one phase-1 read at 1024
 # and 1280, fused against the two passes, with this kernel file and with the one before
-# (triton_kernels_before.py, HEAD's parent); (2) the GPU tests of the fused pass and the
+# (the file at 16bcb0c); (2) the GPU tests of the fused pass and the
 # sink; (3) the 350M step with the new file and the old, one process each, alternating.
+# The old file is not kept here (it ran as a copy in this folder): make it first with
+#   git show 16bcb0c:src/mhar/routing/triton_kernels.py > /tmp/triton_kernels_before.py
 # run: C=<commit> OUT=$OUT bash bench/results/session40/4_aligned_rows/call.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1 MHAR_COMMIT=$C
@@ -13,7 +15,7 @@ pack() { tar czf "$OUT/r.tar.gz" -C "$OUT" r; }
 nvidia-smi --query-gpu=name --format=csv,noheader | tee $R/gpu.csv
 D=bench/results/session40/4_aligned_rows
 NEW=$PWD/src; OLD=/tmp/old/src
-mkdir -p /tmp/old && cp -r src /tmp/old/ && cp $D/triton_kernels_before.py $OLD/mhar/routing/triton_kernels.py
+mkdir -p /tmp/old && cp -r src /tmp/old/ && cp /tmp/triton_kernels_before.py $OLD/mhar/routing/triton_kernels.py
 sweep() {  # tree, tag, d, sources
   PYTHONPATH=$1 timeout 90 python3 bench/phase1_call.py --direct-rows --d $3 --n $4 --queries 8 --heads 8 --iters 10 \
     --sweep $D/sweep.json > $R/sweep_$2.md 2>&1; echo "$2"; grep "^|" $R/sweep_$2.md | grep -v -- "---"; tail -n 1 $R/sweep_$2.md; pack

@@ -1,8 +1,9 @@
 """The fused COEF pass (`_coef_dot_kernel` with GRAD, a head per program, one warp, 2
 stages, as launched at 1024 / 1280 / 512 with 8 heads) compiled offline for sm_90: registers,
 stack, shared memory, 16-byte and 2-byte global memory ops, SASS instructions per loop step.
-With a path argument, that file's kernels instead of the library's (e.g. call 4's
-``triton_kernels_before.py``, the code before the alignment fix).
+With a path argument, that file's kernels instead of the library's (the code before
+the alignment fix: ``git show 16bcb0c:src/mhar/routing/triton_kernels.py > before.py``;
+the output's "kernels from" lines name the copy it ran on, since removed).
 
     PYTHONPATH=src python bench/results/session40/offline/compile_grad.py [KERNELS.py]
 
