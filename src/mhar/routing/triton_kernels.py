@@ -1267,7 +1267,8 @@ def _coef_packed(table, W, G, gref, STAT, OFF, CA, CB, cc, RSTD, dw_a, dw_b, pid
 
 @triton.jit
 def _coef_grads(G, gref, WB, GT, CT, a, rdz, c, k, kmask, t, row, h, cx, cmx, n_acc, n_cacc, n_q, n_tok,
-                d: tl.constexpr, SP: tl.constexpr, ALIGN: tl.constexpr, elem: tl.constexpr, C_OUT: tl.constexpr):
+                d: tl.constexpr, SP: tl.constexpr, ALIGN: tl.constexpr, elem: tl.constexpr, C_OUT: tl.constexpr,
+                W_LO: tl.constexpr = True):
     """``_coef_dot_kernel``'s GRAD: one head's lanes ``cx`` (HP 1, 1, lanes) of the gradients of
     the KS sources k at token t, formed in the COEF pass itself from the coefficients it
     has just made (the gather's sum without its x term): a g + r dz w per query, one
@@ -1282,11 +1283,18 @@ def _coef_grads(G, gref, WB, GT, CT, a, rdz, c, k, kmask, t, row, h, cx, cmx, n_
     load: each element has one program per launch, so the result is reproducible."""
     HP: tl.constexpr = a.shape[0]
     KS: tl.constexpr = a.shape[1]
-    left = tl.reshape(tl.join(tl.join(a, rdz), tl.join(rdz, tl.zeros(a.shape, tl.float32))), (HP, KS, 4 * SP))
-    j = tl.arange(0, 4 * SP)  # a row's query j // 4 and part j % 4
-    qj = j // 4
-    part = j % 4
-    on = (qj < n_q) & (part < 3)
+    if W_LO:
+        left = tl.reshape(tl.join(tl.join(a, rdz), tl.join(rdz, tl.zeros(a.shape, tl.float32))), (HP, KS, 4 * SP))
+        j = tl.arange(0, 4 * SP)  # a row's query j // 4 and part j % 4
+        qj = j // 4
+        part = j % 4
+        on = (qj < n_q) & (part < 3)
+    else:  # [a | r dz] by [g ; w_hi]: w rounded to bf16, half the right operand
+        left = tl.reshape(tl.join(a, rdz), (HP, KS, 2 * SP))
+        j = tl.arange(0, 2 * SP)  # a row's query j // 2 and part j % 2
+        qj = j // 2
+        part = j % 2
+        on = qj < n_q
     gp = tl.load(G + qj, mask=on & (part == 0), other=0).to(tl.pointer_type(gref.dtype.element_ty))
     # the bases' alignment hint given after the select (triton 3.9 drops one given before
     # it: 2-byte loads), the row offsets added after it as multiples of d, so that the
@@ -1321,7 +1329,7 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_
                      STAGES: tl.constexpr = 1, SS_DOT: tl.constexpr = True, G_EXACT: tl.constexpr = False,
                      SPLIT: tl.constexpr = False, PARTS: tl.constexpr = False, VH: tl.constexpr = False,
                      SCALES: tl.constexpr = False, TOK: tl.constexpr = 1, GRAD: tl.constexpr = False,
-                     GL: tl.constexpr = 64):
+                     GL: tl.constexpr = 64, W_LO: tl.constexpr = True):
     """The COEF pass of phase 1's backward (``_bwd_kernel`` with COEF, see there) with every
     query in one program, as matrix products like ``_fwd_dot_kernel``: programs persistent
     over tokens, each source row read once per token. Per block of KS sources and head,
@@ -1464,10 +1472,10 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_
                     for piece in tl.static_range(DA // GL):
                         cg, cmg = _dot_cols(rh, tl.arange(0, GL), dh, H, piece * GL, 2)
                         _coef_grads(G, gref, WB, GT, CT, a, rdz, c, k, k < n_src, t, row, tl.program_id(1), cg, cmg,
-                                    n_acc, n_cacc, n_q, n_tok, d, SP, ALIGN, elem, piece == 0)
+                                    n_acc, n_cacc, n_q, n_tok, d, SP, ALIGN, elem, piece == 0, W_LO)
                     if DB > 0:
                         _coef_grads(G, gref, WB, GT, CT, a, rdz, c, k, k < n_src, t, row, tl.program_id(1), cxb,
-                                    cmxb, n_acc, n_cacc, n_q, n_tok, d, SP, ALIGN, elem, False)
+                                    cmxb, n_acc, n_cacc, n_q, n_tok, d, SP, ALIGN, elem, False, W_LO)
                 elif PARTS:  # every query of the row, zeros past n_q (a and r dz are zero there)
                     crow = t_h * n_src + k.to(tl.int64)[None, :, None]
                     c_on = km & (rh[:, None, None] < H)
