@@ -327,13 +327,19 @@ def test_phase_one_one_head_per_program(split, d, heads, gen):
             rop.TUNE = None
 
 
-@pytest.mark.parametrize("d,heads", [(1280, 8), (1024, 8), (512, 8)])
-def test_coef_grads(d, heads, gen):
-    # coef_grads (the default): the split COEF pass forms the sources' gradients, the key
-    # norm's x term deferred to phase 2 or the sink; the two passes' gradients within bf16
-    # rounding, and the chain against fp64
-    check_coef_grads(20, (256,), d, heads, device=DEV, gen=gen, chunk=8)
-    check_sink_chain(20, (256,), d, heads, dtype=torch.bfloat16, device=DEV, gen=gen, chunk=8, tol=2e-2)
+@pytest.mark.parametrize("d,heads,w_lo", [(1280, 8, False), (1024, 8, False), (512, 8, False), (1280, 8, True),
+                                          (1024, 8, True)])
+def test_coef_grads(d, heads, w_lo, gen):
+    # coef_grads (the default at 1024 and 1280): the split COEF pass forms the sources'
+    # gradients, the key norm's x term deferred to phase 2 or the sink; the two passes'
+    # gradients within bf16 rounding, and the chain against fp64; w in the gradient
+    # product rounded to bf16 (the default) or as two parts
+    rop.TUNE = {"coef_grads_w_lo": w_lo}
+    try:
+        check_coef_grads(20, (256,), d, heads, device=DEV, gen=gen, chunk=8)
+        check_sink_chain(20, (256,), d, heads, dtype=torch.bfloat16, device=DEV, gen=gen, chunk=8, tol=2e-2)
+    finally:
+        rop.TUNE = None
 
 
 @pytest.mark.parametrize("n_sites,d,heads,extra,chunk", [(12, 512, 8, False, 0), (6, 1280, 1, True, 0),

@@ -334,7 +334,7 @@ _PHASE1_DOT = {"fwd_dot": False, "fwd_dot_progs_per_sm": 2, "dot_sources": 16, "
                "direct_rows": True, "rows_bf16": True, "dot_lane_groups": 8, "dot_group_scales": True, "fwd_dot_stages": None,
                "merge_scales": True, "dot_tokens": 4, "dot_group_tokens": 4, "coef_tokens": 4,
                "fwd_split_maxnreg": None, "coef_split_maxnreg": None, "coef_grads": False,
-               "coef_grads_lanes": 64, "coef_grads_w_lo": True}
+               "coef_grads_lanes": 64, "coef_grads_w_lo": False}
 # coef_grads: a phase-1 backward whose sources are all a GradientSink's and whose COEF pass
 # runs a head per program a token at a time with bf16 rows forms the sources' gradients in
 # that pass (``_coef_dot_kernel``'s GRAD), with no coefficients in memory and no gather: it
@@ -348,9 +348,26 @@ _PHASE1_DOT = {"fwd_dot": False, "fwd_dot_progs_per_sm": 2, "dot_sources": 16, "
 # heads (session 38, call 5): the fused pass 0.542 / 1.170 / 1.831 ms at 9 / 25 / 41
 # sources against 0.663 / 1.344 / 2.048 for the COEF pass and the gather; at 1280 it is
 # 1.5-1.7x slower than the two (2.459 against 1.678 ms at 17 sources, 7.182 against 4.320
-# at 65; 1.35-1.9x with two warps, 3 stages, 32 or 128 lanes), so it is on at 1024 only.
+# at 65; 1.35-1.9x with two warps, 3 stages, 32 or 128 lanes), so it was on at 1024 only.
 # The 350M step ran mhar at 0.875 of the baseline against 0.864 with it off (call 4, one
 # process each), and at 0.876 against 0.873 with the order reversed (call 6).
+# Why 1280 lost (session 41): its program took 29,504 bytes of shared memory, and with
+# the 1 KB each program reserves 8 do not fit the SM's 228 KB, so the eighth program of
+# each SM ran as a second wave (7 per SM: 2.84 against 4.54 ms at 41 sources).
+# "coef_grads_w_lo": the gradient product's right operand holds w's two bf16 parts,
+# [a | r dz | r dz | 0] by [g ; w_hi ; w_lo ; 0] (True), or w rounded to bf16, [a | r dz] by
+# [g ; w_hi] (False): half the operand, which the pipeliner copies per token, and half
+# the product. Rounding w costs at most 2^-9 of the r dz w term, the size of the bf16
+# rounding of the running sum it is added into: in the interpreter the gradients were
+# 0.89% / 1.10% from the two passes' at 160 / 8 and 64 / 4 heads, against 0.91% / 1.09%
+# with w's two parts. It takes the pass at 1280 to 23,872 bytes (8 per SM fit; 252
+# registers, no stack, with 32-lane pieces, offline on triton 3.6) and at 1024 from 255 to
+# 238 registers. One read with the training rows (session 41, call 2), ms:
+# - 1024, 9 / 25 / 41 sources: 0.444 / 0.909 / 1.404 against 0.536 / 1.138 / 1.774 with
+#   w's two parts (the 350M step, one process each: mhar 0.882 against 0.877);
+# - 1280, 17 / 41 / 65 sources, 32-lane pieces: 1.066 / 2.073 / 3.473 against the two
+#   passes' 1.660 / 2.623 / 4.300 (the 1B step: mhar 0.866 against 0.858, with
+#   the forward in 2 stages, which lost 0.13 ms a read at 41 sources: 3 stages kept).
 # One head (its lane groups) pipelines its COEF pass in 2 stages ("dot_stages") and its
 # forward in 3 ("fwd_dot_stages", where set: the forward's own). In the whole step at
 # 1280/73, 2 stages for both took 72.15 ms of kernels and 3 for both 71.77: the COEF pass
@@ -420,8 +437,10 @@ CONFIG_TABLE: dict[tuple[int, bool], dict] = {
     # 96 registers uncapped at 1280 with 8 heads, so the cap does not bind: 13.34 ms per step
     # at 1280/73 uncapped, 13.37 at 128, 13.34 at 96 (bench/results/session22/, call 1).
     # Several tokens a program uncapped (gather_tokens_maxnreg).
+    # The fused COEF pass (coef_grads, see above) with w in one bf16 part, in 32-lane pieces
+    # (no stack; 64 lanes spill 56 bytes offline and measured within 4% either way).
     (1280, True): {"bwd_warps": 1, "gather_maxnreg": 128, "bwd_maxnreg": 224,
-                   "bwd_sum_maxnreg": None},
+                   "bwd_sum_maxnreg": None, "coef_grads": True, "coef_grads_lanes": 32},
 }
 TUNE: dict | None = None
 
