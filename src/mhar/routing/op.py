@@ -366,8 +366,9 @@ _PHASE1_DOT = {"fwd_dot": False, "fwd_dot_progs_per_sm": 2, "dot_sources": 16, "
 # - 1024, 9 / 25 / 41 sources: 0.444 / 0.909 / 1.404 against 0.536 / 1.138 / 1.774 with
 #   w's two parts (the 350M step, one process each: mhar 0.882 against 0.877);
 # - 1280, 17 / 41 / 65 sources, 32-lane pieces: 1.066 / 2.073 / 3.473 against the two
-#   passes' 1.660 / 2.623 / 4.300 (the 1B step: mhar 0.866 against 0.858, with
-#   the forward in 2 stages, which lost 0.13 ms a read at 41 sources: 3 stages kept).
+#   passes' 1.660 / 2.623 / 4.300. The 1B step, alternating processes (call 5): mhar
+#   0.863 / 0.865 (277.4 / 276.6 ms) against 0.850 / 0.845 (282.2 / 283.7) with the two
+#   passes, baselines 239.2-239.8 ms.
 # One head (its lane groups) pipelines its COEF pass in 2 stages ("dot_stages") and its
 # forward in 3 ("fwd_dot_stages", where set: the forward's own). In the whole step at
 # 1280/73, 2 stages for both took 72.15 ms of kernels and 3 for both 71.77: the COEF pass
