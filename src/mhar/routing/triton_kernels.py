@@ -1278,8 +1278,8 @@ def _coef_grads(G, gref, WB, GT, CT, a, rdz, c, k, kmask, t, row, h, cx, cmx, n_
     [g_q(t) ; w_hi_q]: w rounded to bf16 (at most 2^-9 of the r dz w term, as much as the
     bf16 sum it is added into rounds), half the right operand that the pipeliner copies
     per token, so that at 1280 eight programs fit an SM's shared memory. Added into the
-    first n_acc sources' running sums (GT: the gradients' pointer table). The key norm's x term, -(sum c) x,
-    needs every head's c: this head's share (C_OUT, once per part) is added into the
+    first n_acc sources' running sums (GT: the gradients' pointer table). The key norm's x
+    term, -(sum c) x, needs every head's c: this head's share (C_OUT, once per part) is added into the
     source's deferred terms instead (CT: a table of (H, n_tok) fp32 buffers, the first
     n_cacc added into, the rest written), which a later read of the source or the sink
     applies (op's ``GradientSink``). The adds are atomic only so that no program waits on a
