@@ -327,14 +327,21 @@ def test_phase_one_one_head_per_program(split, d, heads, gen):
             rop.TUNE = None
 
 
-@pytest.mark.parametrize("d,heads,w_lo", [(1280, 8, False), (1024, 8, False), (512, 8, False), (1280, 8, True),
-                                          (1024, 8, True)])
-def test_coef_grads(d, heads, w_lo, gen):
+_CAPPED = {"coef_grads_maxnreg": 168, "coef_grads_progs_per_sm": 12, "coef_grads_stages": 1}
+
+
+@pytest.mark.parametrize("d,heads,tune", [(1280, 8, {}), (1024, 8, {}), (512, 8, {}),
+                                          (1280, 8, {"coef_grads_w_lo": True}), (1024, 8, {"coef_grads_w_lo": True}),
+                                          (1024, 8, {**_CAPPED, "coef_grads_lanes": 16}),
+                                          (1024, 8, {**_CAPPED, "coef_grads_progs_per_sm": 11, "coef_grads_stages": 2})],
+                         ids=["1280", "1024", "512", "1280-w_lo", "1024-w_lo", "1024-capped-1stage", "1024-capped"])
+def test_coef_grads(d, heads, tune, gen):
     # coef_grads (the default at 1024 and 1280): the split COEF pass forms the sources'
     # gradients, the key norm's x term deferred to phase 2 or the sink; the two passes'
     # gradients within bf16 rounding, and the chain against fp64; w in the gradient
-    # product rounded to bf16 (the default) or as two parts
-    rop.TUNE = {"coef_grads_w_lo": w_lo}
+    # product rounded to bf16 (the default) or as two parts; the pass capped at 168
+    # registers, 11 or 12 programs per SM (its residency settings)
+    rop.TUNE = tune
     try:
         check_coef_grads(20, (256,), d, heads, device=DEV, gen=gen, chunk=8)
         check_sink_chain(20, (256,), d, heads, dtype=torch.bfloat16, device=DEV, gen=gen, chunk=8, tol=2e-2)

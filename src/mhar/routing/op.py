@@ -334,7 +334,8 @@ _PHASE1_DOT = {"fwd_dot": False, "fwd_dot_progs_per_sm": 2, "dot_sources": 16, "
                "direct_rows": True, "rows_bf16": True, "dot_lane_groups": 8, "dot_group_scales": True, "fwd_dot_stages": None,
                "merge_scales": True, "dot_tokens": 4, "dot_group_tokens": 4, "coef_tokens": 4,
                "fwd_split_maxnreg": None, "coef_split_maxnreg": None, "coef_grads": False,
-               "coef_grads_lanes": 64, "coef_grads_w_lo": False}
+               "coef_grads_lanes": 64, "coef_grads_w_lo": False, "coef_grads_progs_per_sm": None,
+               "coef_grads_maxnreg": None, "coef_grads_stages": None}
 # coef_grads: a phase-1 backward whose sources are all a GradientSink's and whose COEF pass
 # runs a head per program a token at a time with bf16 rows forms the sources' gradients in
 # that pass (``_coef_dot_kernel``'s GRAD), with no coefficients in memory and no gather: it
@@ -908,6 +909,9 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
             if split:  # programs per SM over all heads; few sources: several tokens at a time
                 per_sm, warps_dot, grid_h = cfg["coef_split_progs_per_sm"], cfg["coef_split_warps"], heads
                 maxnreg = cfg["coef_split_maxnreg"]
+            if grads_here:  # the fused pass's own residency settings, where set
+                per_sm = cfg["coef_grads_progs_per_sm"] or per_sm
+                maxnreg = cfg["coef_grads_maxnreg"] or maxnreg
             n_prog = _n_programs(dev, -(-n_tok // tok), per_sm, share=grid_h)
             dw_parts = torch.empty((n_prog, S, d), dtype=torch.float32, device=dev)  # every (program, query) row
             if grads_here:
@@ -926,6 +930,7 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
             if grads_here:
                 consts["GL"] = min(cfg["coef_grads_lanes"], dot["DA"])
                 consts["W_LO"] = cfg["coef_grads_w_lo"]
+                consts["STAGES"] = cfg["coef_grads_stages"] or consts["STAGES"]
             if split:
                 consts["HP"] = 1
             done = _launch_dot(_coef_dot_kernel, (n_prog, grid_h), args, consts, warps_dot, dev, maxnreg)
