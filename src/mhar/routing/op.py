@@ -370,6 +370,13 @@ _PHASE1_DOT = {"fwd_dot": False, "fwd_dot_progs_per_sm": 2, "dot_sources": 16, "
 #   passes' 1.660 / 2.623 / 4.300. The 1B step, alternating processes (call 5): mhar
 #   0.863 / 0.865 (277.4 / 276.6 ms) against 0.850 / 0.845 (282.2 / 283.7) with the two
 #   passes, baselines 239.2-239.8 ms.
+# "coef_grads_progs_per_sm", "coef_grads_maxnreg", "coef_grads_stages": the fused pass's own
+# programs per SM, register cap and pipeline stages (None: the split COEF pass's
+# "coef_split_progs_per_sm" / "coef_split_maxnreg" and "dot_stages"). At 1024 it takes 238
+# registers, so 8 one-warp programs fit an SM; capped at 168, 11 fit in 2 stages or 12 in
+# one, but the cap spills (80-264 bytes offline) and every capped form was slower: one read
+# at 9 / 25 / 41 sources 0.523-0.911 / 1.173-2.050 / 1.827-3.277 ms against 0.443 / 0.917 /
+# 1.411 as built (bench/results/session42/, call 1). Left at None.
 # One head (its lane groups) pipelines its COEF pass in 2 stages ("dot_stages") and its
 # forward in 3 ("fwd_dot_stages", where set: the forward's own). In the whole step at
 # 1280/73, 2 stages for both took 72.15 ms of kernels and 3 for both 71.77: the COEF pass
@@ -378,7 +385,12 @@ _PHASE1_DOT = {"fwd_dot": False, "fwd_dot_progs_per_sm": 2, "dot_sources": 16, "
 # fwd_maxnreg / bwd_maxnreg / gather_maxnreg: a register cap per thread for the per-query
 # kernels and the gather (triton's maxnreg; None: the compiler's choice), so that more
 # programs fit on an SM. At 1280/73 no cap on the per-query kernels measured faster in
-# the whole step (bench/results/session13/).
+# the whole step (bench/results/session13/). At 1024 with 8 heads (session 42, call 3;
+# bench/routing.py's whole step at 1024/49 at the benchmark's boost clock): phase 2's
+# forward capped at 72 took 2.817 against 2.978 ms a step (89 registers uncapped, 10
+# two-warp programs per SM), but the 350M step, which runs at the 700 W cap, measured mhar
+# 0.878 and 0.879 with it against 0.887 without; the backward adding into sums capped at
+# 168 (12 one-warp programs per SM) took 7.374 against 6.485. Both left uncapped.
 _DEFAULTS = {
     False: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1, "fwd_maxnreg": None,
             "bwd_elems": 1024, "bwd_warps": 2, "bwd_pf": 1, "bwd_progs_per_sm": 16, "bwd_maxnreg": None,
