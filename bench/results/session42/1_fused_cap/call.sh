@@ -7,6 +7,7 @@
 # One read (9 / 25 / 41 sources), then the 350M step with the pick if its pass is at most
 # 0.97 of as built at 25 and 41 sources: pick, as built, pick, one process each. Between
 # them, the GPU tests of the fused pass (the capped settings included).
+# (the call ran a copy of session 41's pick.py beside this script, since removed: the same code)
 # run: C=<commit> OUT=$OUT bash bench/results/session42/1_fused_cap/call.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1 MHAR_COMMIT=$C PYTHONPATH=$PWD/src
@@ -23,7 +24,7 @@ step() {  # preset tag [config]
     --steps 30 --warmup 3 --out $R --tag $2 > $R/step_$2.log 2>&1
   grep -h "| paper" $R/step_$2.md | sort -u; rm -f $R/*.png; pack
 }
-if python3 $D/pick.py $R/sweep_1024.md $D/sweep_1024.json "1024,1" 0.97 $R/pick_1024.json; then
+if python3 bench/results/session41/2_bf16_w/pick.py $R/sweep_1024.md $D/sweep_1024.json "1024,1" 0.97 $R/pick_1024.json; then
   cat $R/pick_1024.json; step paper-350m 350m_pick1 $R/pick_1024.json; step paper-350m 350m_built
   step paper-350m 350m_pick2 $R/pick_1024.json
 fi
