@@ -374,9 +374,10 @@ _PHASE1_DOT = {"fwd_dot": False, "fwd_dot_progs_per_sm": 2, "dot_sources": 16, "
 # programs per SM, register cap and pipeline stages (None: the split COEF pass's
 # "coef_split_progs_per_sm" / "coef_split_maxnreg" and "dot_stages"). At 1024 it takes 238
 # registers, so 8 one-warp programs fit an SM; capped at 168, 11 fit in 2 stages or 12 in
-# one, but the cap spills (80-264 bytes offline) and every capped form was slower: one read
-# at 9 / 25 / 41 sources 0.523-0.911 / 1.173-2.050 / 1.827-3.277 ms against 0.443 / 0.917 /
-# 1.411 as built (bench/results/session42/, call 1). Left at None.
+# one (16 at a cap of 128), but the caps spill (80-304 bytes offline) and every capped
+# form was slower: one read at 9 / 25 / 41 sources 0.523-0.911 / 1.173-2.050 /
+# 1.827-3.277 ms against 0.443 / 0.917 / 1.411 as built (bench/results/session42/, call
+# 1). Left at None.
 # One head (its lane groups) pipelines its COEF pass in 2 stages ("dot_stages") and its
 # forward in 3 ("fwd_dot_stages", where set: the forward's own). In the whole step at
 # 1280/73, 2 stages for both took 72.15 ms of kernels and 3 for both 71.77: the COEF pass
