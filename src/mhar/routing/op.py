@@ -387,7 +387,7 @@ _PHASE1_DOT = {"fwd_dot": False, "fwd_dot_progs_per_sm": 2, "dot_sources": 16, "
 # kernels and the gather (triton's maxnreg; None: the compiler's choice), so that more
 # programs fit on an SM. At 1280/73 no cap on the per-query kernels measured faster in
 # the whole step (bench/results/session13/). At 1024 with 8 heads (session 42, call 3;
-# bench/routing.py's whole step at 1024/49 at the benchmark's boost clock): phase 2's
+# bench/routing.py's whole step at 1024/49, below the power cap): phase 2's
 # forward capped at 72 took 2.817 against 2.978 ms a step (89 registers uncapped, 10
 # two-warp programs per SM), but the 350M step, which runs at the 700 W cap, measured mhar
 # 0.878 and 0.879 with it against 0.887 without; the backward adding into sums capped at
