@@ -26,6 +26,6 @@ def build(preset, method, *args, **kwargs):
 
 _build, bench.build = bench.build, build  # before profile_step imports it
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
-from bench import profile_step  # noqa: E402
+import profile_step  # noqa: E402  (bench/profile_step.py)
 
 profile_step.main()
