@@ -46,12 +46,12 @@ POINTERS = {"table": "*i64", "gtable": "*i64", "ref": "*bf16", "W": "*fp32", "WB
             "OFF": "*fp32", "Y": "*bf16", "DW": "*fp32", "OUT_M": "*fp32", "OUT_L": "*fp32", "OUT_O": "*fp32",
             "M0": "*fp32", "L0": "*fp32", "O0": "*fp32", "CA": "*fp32", "CB": "*fp32", "CC": "*fp32",
             "PM": "*fp32", "PGO": "*fp32", "PGL": "*fp32", "RSTD": "*fp32", "GT": "*i64", "CT": "*i64",
-            "PC": "*fp32", "OUT_N": "*bf16", "NW": "*fp32", "DWN": "*fp32", "GY": "*bf16"}
+            "PC": "*fp32"}
 # the COEF pass's coefficients as two bf16 parts (op's coef_parts; --coef-parts): CA and
 # CB bf16
 PARTS = {"on": _PHASE1_BACKWARD["coef_parts"]}
 PARTS_POINTERS = {"CA": "*bf16", "CB": "*bf16"}
-SCALARS = {"eps": "fp32", "n_eps": "fp32"}  # every other runtime argument is an i32
+SCALARS = {"eps": "fp32"}  # every other runtime argument is an i32
 OPTIONS: dict = {}  # compile options from the command line: --stages (num_stages), --maxnreg
 DIVISIBLE: set = set()  # integer arguments specialised as multiples of 16 (--divisible)
 
@@ -252,19 +252,6 @@ def main() -> None:
                                  PARTIAL=False)
                         r = resources(tk._bwd_kernel, c, w, {"G": "*bf16"})  # a final read's grad_y
                         row(f"_bwd_kernel{' (sums)' if accum else ''}", d, heads, w, r)
-                    # the training step's phase 2 with bf16 rows, without and with the next
-                    # sublayer's pre-norm applied (op's out_norm): forward, and backward adding
-                    # into sums from a direct row (PARTIAL 2; its gradient written for phase 1)
-                    bf16_rows = {"OUT_O": "*bf16", "O0": "*bf16", "SCALE_OUT": "*fp32"}
-                    for onorm in (False, True):
-                        tag = ", pre-norm" if onorm else ""
-                        c = dict(tile(d, heads), BM=1, PF=1, FINAL=True, INIT=True, LAST_SCALE=True, ONORM=onorm)
-                        row(f"_fwd_kernel (phase 2, bf16 rows{tag})", d, heads, w,
-                            resources(tk._fwd_kernel, c, w, bf16_rows))
-                        c = dict(tile(d, heads), BM=1, PF=1, SINGLE=True, FINAL=True, ACCUM=True, COEF=False,
-                                 PARTIAL=2, ONORM=onorm, WRITE_GY=onorm)
-                        row(f"_bwd_kernel (sums, direct row{tag})", d, heads, w,
-                            resources(tk._bwd_kernel, c, w, {"G": "*bf16"}))
                 elif kind == "twopass":
                     c = dict(tile(d, heads), BM=1, PF=1, SINGLE=True, FINAL=False, ACCUM=False, COEF=True,
                              PARTIAL=False, PARTS=PARTS["on"])

@@ -28,7 +28,7 @@ from mhar import routing  # noqa: E402
 from mhar.routing import op as rop  # noqa: E402
 from mhar.routing import triton_kernels as tk  # noqa: E402
 from mhar.routing import reference as R  # noqa: E402
-from routing_checks import (check_coef_grads, check_deterministic, check_out_norm, check_finalize, check_finalized_rows,  # noqa: E402
+from routing_checks import (check_coef_grads, check_deterministic, check_finalize, check_finalized_rows,  # noqa: E402
                             check_key_scales_chain, check_partial, check_phase_one_rows, check_route,
                             check_sink_chain, check_two_phase, make_inputs, rel)
 
@@ -191,65 +191,6 @@ def test_phase_one_rows(n_old, n_new, lead, d, heads, S, gen):
     # bf16 rows (rows_bf16): o rounded once more than the sites' reads, so twice the tolerance
     rows = check_phase_one_rows(n_old, n_new, lead, d, heads, S, dtype=torch.bfloat16, tol=2e-2, gen=gen)
     assert rows.partial.o.dtype == torch.bfloat16
-
-
-@pytest.mark.parametrize("n_old,n_new,lead,d,heads,S", [(3, 2, (5,), 32, 4, 3), (2, 1, (2, 3), 40, 8, 2),
-                                                        (3, 2, (3,), 123, 1, 3), (2, 2, (4,), 160, 8, 4)])
-def test_out_norm(n_old, n_new, lead, d, heads, S, gen):
-    # the next sublayer's pre-norm applied by the reads' kernels (one-pass and phase 2,
-    # from direct phase-1 rows), its backward in theirs: against the fp64 reference
-    check_out_norm(n_old, n_new, lead, d, heads, S, gen=gen)
-
-
-def test_out_norm_bf16(gen):
-    check_out_norm(3, 2, (5,), 64, 8, 3, dtype=torch.bfloat16, tol=2e-2, gen=gen)
-
-
-@pytest.mark.parametrize("method,overrides", [("mhar", dict(chunk=3, schedule="two-phase")),
-                                              ("mhar", dict(schedule="one-pass")),
-                                              ("mhar", dict(block_size=3, schedule="two-phase"))])
-def test_model_fused_norms(method, overrides, gen):
-    # a routed model whose reads apply the sublayers' pre-norms (fuse_norm, the default on
-    # the kernels' path) against the same model with the sublayers applying them
-    from mhar.model import Decoder, ModelConfig
-    from mhar.model.config import method_stream
-
-    def build(fuse):
-        stream = method_stream(method, 8, 32, heads=4, **overrides)
-        stream.fuse_norm = fuse
-        cfg = ModelConfig(vocab_size=64, d_model=32, n_layers=4, n_heads=4, n_kv_heads=2, d_ff=64, max_seq_len=16,
-                          stream=stream)
-        torch.manual_seed(0)
-        return Decoder(cfg)
-
-    a, b = build(True), build(False)
-    with torch.no_grad():  # queries away from zero and norms away from one
-        a.residual.queries.normal_(0, 0.5, generator=gen)
-        for sub in a.sublayers:
-            sub.norm.weight.normal_(1, 0.2, generator=gen)
-    b.load_state_dict(a.state_dict())
-    calls = []
-    fused = rop._triton_forward
-
-    def spy(*args, **kwargs):
-        calls.append(kwargs.get("out_norm") is not None)
-        return fused(*args, **kwargs)
-
-    ids = torch.randint(0, 64, (2, 9), generator=gen)
-    rop._triton_forward = spy
-    try:
-        la = a.loss(ids[:, :-1], ids[:, 1:])
-        assert any(calls), "no read applied a pre-norm"
-        calls.clear()
-        lb = b.loss(ids[:, :-1], ids[:, 1:])
-        assert calls and not any(calls), "fuse_norm=False: a read applied a pre-norm"
-    finally:
-        rop._triton_forward = fused
-    assert rel(la, lb) <= 1e-5, (la, lb)
-    la.backward()
-    lb.backward()
-    for (name, pa), pb in zip(a.named_parameters(), b.parameters()):
-        assert rel(pa.grad, pb.grad) <= 1e-4, name
 
 
 @pytest.mark.parametrize("d,heads,S", [(64, 8, 3), (123, 1, 2), (160, 8, 8)])

@@ -137,26 +137,6 @@ def check_phase_one_rows(n_old, n_new, lead, d, heads, S, dtype=torch.float32, d
     return rows
 
 
-def check_out_norm(n_old, n_new, lead, d, heads, S, dtype=torch.float32, device="cpu", tol=1e-5, gen=None,
-                   eps=1e-6):
-    """Reads returned through the next sublayer's pre-norm (``out_norm``), as the routed
-    stream takes them: rows 1 .. S - 1 of ``route_partial_rows`` merged with the new
-    sources (``route_merge``; row 0 not read), and a one-pass ``route`` of every source.
-    Values and gradients, the norm weights' included, equal the fp64 reference's
-    ``out_norm`` of the fp64 read."""
-    srcs, q, g = make_inputs(n_old + n_new, lead, d, dtype, device, S=S, gen=gen)
-    nw = (1 + 0.2 * torch.randn(S + 1, d, generator=gen)).to(device).requires_grad_()
-    old, new = srcs[:n_old], srcs[n_old:]
-    rows = routing.route_partial_rows(old, q, g, heads)
-    outs = [routing.route_merge(rows[s], new, q[s], g[s], heads, out_norm=nw[s], out_eps=eps) for s in range(1, S)]
-    outs.append(routing.route(srcs, q[0], g[0], heads, out_norm=nw[S], out_eps=eps))
-    assert all(o.shape == srcs[0].shape and o.dtype == dtype for o in outs)
-    s64, (q64, g64, nw64) = _f64(srcs), _f64([q, g, nw])
-    full = [R.out_norm(R.route(s64, q64[s], g64[s], heads), nw64[s], eps) for s in range(1, S)]
-    full.append(R.out_norm(R.route(s64, q64[0], g64[0], heads), nw64[S], eps))
-    _check_reads(outs, full, [*srcs, q, g, nw], [*s64, q64, g64, nw64], device, dtype, tol, gen)
-
-
 def check_deterministic(n, lead, d, heads, S=1, device="cpu", dtype=torch.float32, gen=None):
     srcs, q, g = make_inputs(n, lead, d, dtype, device, S=None if S == 1 else S, gen=gen)
 

@@ -34,11 +34,6 @@ class StreamConfig:
         two-phase); unset (None), 4 for block routing under 'auto' and 0 otherwise.
         Phase 1's kernels cost much the same for 1 to 8 sources (0.73-0.89 ms a read
         at 350M's shape, session 36), so the first blocks lose to one-pass.
-    fuse_norm: routed streams whose reads run the fused kernels (eager, CUDA) return
-        each sublayer's input through its pre-norm (``routing.route``'s ``out_norm``):
-        the read's kernels apply the norm and its backward, a pass over the read and one
-        over its gradient fewer per site. The same model either way; False: the
-        sublayers apply their norms.
     hyper_n: number of parallel streams for hyper-connections.
     hyper_recompute: hyper-connections with the Triton glue (CUDA): keep the n streams
         for backward only at every hyper_recompute-th sublayer and recompute the rest
@@ -54,7 +49,6 @@ class StreamConfig:
     schedule: str = "auto"
     chunk: int = 8
     phase1_min_sources: int | None = None
-    fuse_norm: bool = True
     hyper_n: int = 4
     hyper_recompute: int = 0
 

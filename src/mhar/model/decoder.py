@@ -96,7 +96,7 @@ class Decoder(nn.Module):
                                preserve_rng_state=False)
             else:
                 call = sublayer
-            state.step(i, call, cos, sin, cache, norm=sublayer.norm)
+            state.step(i, call, cos, sin, cache)
         return self.final_norm(state.final())
 
     def forward(self, input_ids: Tensor, cache: KVCache | None = None) -> Tensor:

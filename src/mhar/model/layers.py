@@ -171,9 +171,7 @@ class _Sublayer(nn.Module):
     standard stream's next state ``x + residual`` and returns it with f of it: the add
     then runs inside the sublayer's compiled region, fused with the norm's read (and
     in backward the two gradient paths' sum with the norm's backward), instead of as
-    separate passes over the fp32 stream (StandardStream). With ``normed``, x is the
-    norm's output already: a routed stream's read applied it (``routing.route``'s
-    ``out_norm``, fused into the read's kernels).
+    separate passes over the fp32 stream (StandardStream).
 
     Each kind defines its own ``forward``: torch.compile keeps a budget of 8 compiled
     variants per code object (residual or not, input dtype, autocast's cache flag...),
@@ -184,9 +182,7 @@ class _Sublayer(nn.Module):
         raise NotImplementedError
 
     def _forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: KVCache | None,
-                 residual: Tensor | None, normed: bool) -> Tensor | tuple[Tensor, Tensor]:
-        if normed:  # the stream's read applied this sublayer's norm already (routed streams)
-            return self.body(x, cos, sin, cache)
+                 residual: Tensor | None) -> Tensor | tuple[Tensor, Tensor]:
         if residual is None:
             return self.body(self.norm(x), cos, sin, cache)
         x = x + residual
@@ -205,8 +201,8 @@ class AttentionSublayer(_Sublayer):
         return self.attn(x, cos, sin, cache)
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: KVCache | None = None,
-                residual: Tensor | None = None, normed: bool = False) -> Tensor | tuple[Tensor, Tensor]:
-        return self._forward(x, cos, sin, cache, residual, normed)
+                residual: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
+        return self._forward(x, cos, sin, cache, residual)
 
 
 class MLPSublayer(_Sublayer):
@@ -221,5 +217,5 @@ class MLPSublayer(_Sublayer):
         return self.mlp(x)
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: KVCache | None = None,
-                residual: Tensor | None = None, normed: bool = False) -> Tensor | tuple[Tensor, Tensor]:
-        return self._forward(x, cos, sin, cache, residual, normed)
+                residual: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
+        return self._forward(x, cos, sin, cache, residual)

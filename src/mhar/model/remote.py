@@ -47,17 +47,8 @@ class GradientSink:
         return None
 
 
-def fuses_out_norm(t):
-    """No kernels here: a read's out_norm is plain torch operations after it."""
-    return False
-
-
-def _with_out_norm(y, out_norm, out_eps):
-    return y if out_norm is None else reference.out_norm(y, out_norm, out_eps)
-
-
-def route(sources, query, norm_weight, heads=1, eps=KEY_NORM_EPS, sink=None, out_norm=None, out_eps=1e-6):
-    return _with_out_norm(reference.route(sources, query, norm_weight, heads, eps), out_norm, out_eps)
+def route(sources, query, norm_weight, heads=1, eps=KEY_NORM_EPS, sink=None):
+    return reference.route(sources, query, norm_weight, heads, eps)
 
 
 def route_partial(sources, queries, norm_weights, heads=1, eps=KEY_NORM_EPS, sink=None, scales=None):
@@ -88,11 +79,9 @@ def route_partial_rows(sources, queries, norm_weights, heads=1, eps=KEY_NORM_EPS
     return PhaseOneRows(reference.route_partial(sources, queries, norm_weights, heads, eps))
 
 
-def route_merge(partial, sources, query, norm_weight, heads=1, eps=KEY_NORM_EPS, sink=None, scales=None,
-                out_norm=None, out_eps=1e-6):
+def route_merge(partial, sources, query, norm_weight, heads=1, eps=KEY_NORM_EPS, sink=None, scales=None):
     new = reference.route_partial(sources, query.view(1, -1), norm_weight.view(1, -1), heads, eps)
-    y = finalize(merge_partials(partial, new), sources[0].shape, sources[0].dtype)[0]
-    return _with_out_norm(y, out_norm, out_eps)
+    return finalize(merge_partials(partial, new), sources[0].shape, sources[0].dtype)[0]
 '''
 
 

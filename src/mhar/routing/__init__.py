@@ -12,7 +12,6 @@ from mhar.routing.op import (
     PhaseOneRow,
     PhaseOneRows,
     finalize,
-    fuses_out_norm,
     get_backend,
     route,
     route_merge,
@@ -27,6 +26,6 @@ from mhar.routing.reference import (
     routing_weights,
 )
 
-__all__ = ["GradientSink", "KEY_NORM_EPS", "KeyScales", "Partial", "PhaseOneRow", "PhaseOneRows", "finalize",
-           "fuses_out_norm", "get_backend", "merge_partials", "route", "route_merge", "route_partial",
-           "route_partial_rows", "routing_weights", "set_backend"]
+__all__ = ["GradientSink", "KEY_NORM_EPS", "KeyScales", "Partial", "PhaseOneRow", "PhaseOneRows", "finalize", "get_backend",
+           "merge_partials", "route", "route_merge", "route_partial", "route_partial_rows", "routing_weights",
+           "set_backend"]

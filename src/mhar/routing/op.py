@@ -395,10 +395,10 @@ _PHASE1_DOT = {"fwd_dot": False, "fwd_dot_progs_per_sm": 2, "dot_sources": 16, "
 _DEFAULTS = {
     False: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1, "fwd_maxnreg": None,
             "bwd_elems": 1024, "bwd_warps": 2, "bwd_pf": 1, "bwd_progs_per_sm": 16, "bwd_maxnreg": None,
-            "pad_heads": False, "out_norm_bwd_warps": 2, **_PHASE1_BACKWARD, **_PHASE1_DOT, "dot_stages": 2, "fwd_dot_stages": 3},
+            "pad_heads": False, **_PHASE1_BACKWARD, **_PHASE1_DOT, "dot_stages": 2, "fwd_dot_stages": 3},
     True: {"fwd_elems": 1024, "fwd_warps": 1, "fwd_pf": 1, "fwd_maxnreg": None,
            "bwd_elems": 1024, "bwd_warps": 2, "bwd_pf": 1, "bwd_progs_per_sm": 16, "bwd_maxnreg": None,
-           "pad_heads": False, "out_norm_bwd_warps": 2, **_PHASE1_BACKWARD, **_PHASE1_DOT, "fwd_dot": True, "coef_dot": True},
+           "pad_heads": False, **_PHASE1_BACKWARD, **_PHASE1_DOT, "fwd_dot": True, "coef_dot": True},
 }
 # The sweep's picks at the paper widths where they differ from the defaults.
 # The phase-1 gather entries are the whole-step picks at e88ebdb (bench/routing.py
@@ -696,7 +696,7 @@ def _route_weights(queries: Tensor, norm_weights: Tensor) -> Tensor:
 def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, heads: int, eps: float,
                     final: bool, init: Partial | None = None, want_rstd: bool = False,
                     scales: KeyScales | None = None, w: Tensor | None = None, last_scale: Tensor | None = None,
-                    o_dtype: torch.dtype = torch.float32, out_norm: tuple[Tensor, float] | None = None):
+                    o_dtype: torch.dtype = torch.float32):
     """final: (y, lse) of one query; else (m, l, o) of S queries, o in ``o_dtype`` (fp32,
     or bf16 for direct rows, config "rows_bf16"). init (final only): a
     one-row partial read of other sources that the read starts from (fused phase 2).
@@ -705,9 +705,7 @@ def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, h
     scales: the stream's :class:`KeyScales`; with it the forward may run a head per
     program too (config "fwd_split"). w: ``_route_weights(queries, norm_weights)``, where
     the caller keeps it for the backward. last_scale (final only): an (n_tok,) fp32 tensor
-    the kernel writes the last source's key-norm scales into. out_norm (final only):
-    (weight, eps) of the next sublayer's pre-norm; then (y, lse, n) with n the read so
-    normalised (``reference.out_norm``), written by the same pass."""
+    the kernel writes the last source's key-norm scales into."""
     from mhar.routing.triton_kernels import _fwd_kernel
 
     srcs = _contig(srcs)
@@ -722,16 +720,12 @@ def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, h
         y = _new(srcs[0].shape, srcs[0].dtype, dev)
         lse = _new((n_tok, heads), torch.float32, dev)
         m0, l0, o0 = (lse, lse, y) if init is None else (t.contiguous() for t in init)
-        n = nw = None
-        if out_norm is not None:
-            n, nw = _new(srcs[0].shape, srcs[0].dtype, dev), out_norm[0].float().contiguous()
         if n_tiles:
             _fwd_kernel[(1, n_tiles)](table, srcs[0], w, lse, lse, y, m0, l0, o0, len(srcs), n_tok, d, dh, eps,
                                       **tile, FINAL=True, INIT=init is not None, PF=cfg["fwd_pf"],
                                       SCALE_OUT=last_scale, LAST_SCALE=last_scale is not None,
-                                      OUT_N=n, NW=nw, n_eps=out_norm[1] if out_norm else 0.0, ONORM=n is not None,
                                       num_warps=cfg["fwd_warps"], maxnreg=cfg["fwd_maxnreg"])
-        return (y, lse) if n is None else (y, lse, n)
+        return y, lse
     m = _new((S, n_tok, heads), torch.float32, dev)
     l = _new((S, n_tok, heads), torch.float32, dev)
     o = _new((S, n_tok, d), o_dtype, dev)
@@ -838,9 +832,7 @@ def _stacked(grad: Tensor | Sequence[Tensor]) -> Tensor:
 def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, grad: Tensor | Sequence[Tensor],
                      stat: Tensor, off: Tensor | None, y: Tensor | None, heads: int, eps: float,
                      sink: SinkSpan | None = None, partial: tuple | None = None,
-                     rstd: Tensor | None = None, w: Tensor | None = None,
-                     out_norm: tuple[Tensor, float] | None = None,
-                     grad_read: Tensor | None = None) -> list[Tensor | None]:
+                     rstd: Tensor | None = None, w: Tensor | None = None) -> list[Tensor | None]:
     """grad: (S, M, d), or the S queries' (M, d) gradients as separate tensors in any one
     dtype (a phase-1 read's rows in final form, ``_RowGrads``; the phase-1 kernels read
     them through a pointer table, the others take them stacked).
@@ -850,11 +842,7 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
     outputs that it fills with lse and -(g . y) per head (the row in final form).
     rstd (n_src, n_tok): the sources' key-norm scales from the forward; with them the COEF
     pass may run a head per program (``_coef_split``). w: the forward's
-    ``_route_weights``, or None to form it again. out_norm (a final read, one query):
-    (weight, eps) of the pre-norm the forward applied (``_triton_forward``); grad is
-    then the normalised read's gradient, and the norm weight's gradient is appended to
-    the result; grad_read (n_tok, d), where given, receives the read's own gradient (a
-    direct phase-1 row's, which the phase-1 backward reads)."""
+    ``_route_weights``, or None to form it again."""
     from mhar.routing.triton_kernels import _bwd_kernel
 
     srcs = _contig(srcs)
@@ -996,12 +984,6 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
         n_prog = _n_programs(dev, n_tiles, cfg["bwd_progs_per_sm"])
         # one row per program; the one-query kernel writes its whole row, the S-query one accumulates
         dw_parts = (torch.empty if S == 1 else torch.zeros)((n_prog, S, d), dtype=torch.float32, device=dev)
-        dwn_parts = nw = None
-        if out_norm is not None:  # the pre-norm's weight gradient, a row per program too
-            assert y is not None and S == 1, "out_norm: a final read of one query"
-            dwn_parts, nw = torch.empty((n_prog, d), dtype=torch.float32, device=dev), out_norm[0].float().contiguous()
-            if cfg["out_norm_bwd_warps"]:
-                warps = cfg["out_norm_bwd_warps"]
         if n_tiles:
             final = y is not None
             assert final == (off is None) and (not final or S == 1)
@@ -1020,20 +1002,14 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
                                    pm, pgo, pgl, dw_parts if claimed is None else claimed,
                                    len(srcs), n_acc, n_tok, S, d, dh, eps, n_tiles, n_prog,
                                    **tile, SINGLE=(S == 1), FINAL=final, ACCUM=n_acc > 0, PF=cfg["bwd_pf"],
-                                   PARTIAL=mode, CLAIM=claimed is not None, NW=nw, DWN=dwn_parts,
-                                   n_eps=out_norm[1] if out_norm else 0.0, ONORM=out_norm is not None,
-                                   GY=grad_read, WRITE_GY=grad_read is not None,
-                                   num_warps=warps, maxnreg=maxnreg)
+                                   PARTIAL=mode, CLAIM=claimed is not None, num_warps=warps, maxnreg=maxnreg)
     if not n_tok:
         dw_parts.zero_()
         for g in dests[n_acc:]:
             g.zero_()
     dw = dw_parts.sum(0)
-    res = [(dw * norm_weights.float()).to(queries.dtype), (dw * queries.float()).to(norm_weights.dtype),
-           *[None] * len(sums), *grads]
-    if out_norm is not None:
-        res.append((dwn_parts.sum(0) if n_tok else torch.zeros_like(nw)).to(out_norm[0].dtype))
-    return res
+    return [(dw * norm_weights.float()).to(queries.dtype), (dw * queries.float()).to(norm_weights.dtype),
+            *[None] * len(sums), *grads]
 
 
 # finalize's kernels: elements per program tile (a chunk of the head's columns) and
@@ -1431,41 +1407,22 @@ class _RunningSum(torch.autograd.Function):
 
 
 class _RouteFn(torch.autograd.Function):
-    """out_weight (Triton only; else None): the read returned through the next sublayer's
-    pre-norm (``reference.out_norm``, eps out_eps), formed by the same kernel passes."""
-
     @staticmethod
-    def forward(ctx, query, norm_weight, out_weight, heads, eps, out_eps, sink, *sources):
+    def forward(ctx, query, norm_weight, heads, eps, sink, *sources):
         d = query.shape[-1]
         ctx.w = _route_weights(query.view(1, d), norm_weight.view(1, d)) if _use_triton(sources[0]) else None
-        ctx.out_norm = None if out_weight is None else (out_weight, out_eps)
-        if ctx.out_norm is None:
-            y, lse = _forward_impl(list(sources), query.view(1, d), norm_weight.view(1, d), heads, eps, True,
-                                   w=ctx.w)
-            out = y
-        else:
-            y, lse, out = _triton_forward(list(sources), query.view(1, d), norm_weight.view(1, d), heads, eps, True,
-                                          w=ctx.w, out_norm=ctx.out_norm)
+        y, lse = _forward_impl(list(sources), query.view(1, d), norm_weight.view(1, d), heads, eps, True, w=ctx.w)
         ctx.save_for_backward(query, norm_weight, y, lse, *sources)
         ctx.heads, ctx.eps, ctx.sink = heads, eps, sink
-        return out
+        return y
 
     @staticmethod
     def backward(ctx, grad_y):
         query, norm_weight, y, lse, *sources = ctx.saved_tensors
         d, n_tok = query.shape[-1], lse.shape[0]
-        grad_y = grad_y.reshape(1, n_tok, d)
-        if ctx.out_norm is None:
-            res = _backward_impl(sources, query.view(1, d), norm_weight.view(1, d), grad_y,
-                                 lse.view(1, n_tok, ctx.heads), None, y, ctx.heads, ctx.eps, ctx.sink, w=ctx.w)
-            grad_out = None
-        else:
-            res = _triton_backward(sources, query.view(1, d), norm_weight.view(1, d), grad_y,
-                                   lse.view(1, n_tok, ctx.heads), None, y, ctx.heads, ctx.eps, ctx.sink, w=ctx.w,
-                                   out_norm=ctx.out_norm)
-            grad_out = res.pop()
-        return (res[0].view(query.shape), res[1].view(norm_weight.shape), grad_out, None, None, None, None,
-                *res[2:])
+        res = _backward_impl(sources, query.view(1, d), norm_weight.view(1, d), grad_y.reshape(1, n_tok, d),
+                             lse.view(1, n_tok, ctx.heads), None, y, ctx.heads, ctx.eps, ctx.sink, w=ctx.w)
+        return (res[0].view(query.shape), res[1].view(norm_weight.shape), None, None, None, *res[2:])
 
 
 class _PartialFn(torch.autograd.Function):
@@ -1622,11 +1579,10 @@ class _MergeFn(torch.autograd.Function):
     only -(g . y), the row then handed over in final form (``_RowGrads``)."""
 
     @staticmethod
-    def forward(ctx, m0, l0, o0, query, norm_weight, out_weight, heads, eps, out_eps, sink, row, scales, *sources):
+    def forward(ctx, m0, l0, o0, query, norm_weight, heads, eps, sink, row, scales, *sources):
         # row (grads, i): m0, l0, o0 are a whole phase-1 read (route_partial_rows), this
         # site's is row i, and its gradients go into grads (a _RowGrads). scales: a
-        # KeyScales to hand the newest source's key-norm scales to (merge_scales), or None.
-        # out_weight: returned through the next sublayer's pre-norm, as _RouteFn
+        # KeyScales to hand the newest source's key-norm scales to (merge_scales), or None
         if row is not None:
             m0, l0, o0 = m0[row[1]], l0[row[1]], o0[row[1]]
         d = query.shape[-1]
@@ -1634,40 +1590,34 @@ class _MergeFn(torch.autograd.Function):
         init = Partial(m0.reshape(n_tok, heads), l0.reshape(n_tok, heads), o0.reshape(n_tok, d))
         ctx.w = _route_weights(query.view(1, d), norm_weight.view(1, d))
         last = None if scales is None else torch.empty(n_tok, dtype=torch.float32, device=o0.device)
-        ctx.out_norm = None if out_weight is None else (out_weight, out_eps)
-        y, lse, *out = _triton_forward(list(sources), query.view(1, d), norm_weight.view(1, d), heads, eps, True,
-                                       init, w=ctx.w, last_scale=last, out_norm=ctx.out_norm)
+        y, lse = _triton_forward(list(sources), query.view(1, d), norm_weight.view(1, d), heads, eps, True, init,
+                                 w=ctx.w, last_scale=last)
         if scales is not None:
             scales.put(sources[-1], last, eps)
         ctx.save_for_backward(query, norm_weight, y, lse, m0, *sources)
         ctx.heads, ctx.eps, ctx.sink, ctx.row = heads, eps, sink, row
-        return out[0] if out else y
+        return y
 
     @staticmethod
     def backward(ctx, grad_y):
         query, norm_weight, y, lse, m0, *sources = ctx.saved_tensors
         heads, d, n_tok = ctx.heads, query.shape[-1], lse.shape[0]
         grad_y = grad_y.reshape(n_tok, d).contiguous()
-        grad_read = None  # the read's own gradient, written by the kernel (a pre-norm's backward)
         if ctx.row is not None:
             # a direct row: handed to phase 1 in final form (g, lse, and -(g . y), which the
             # same kernel writes); None to autograd
-            if ctx.out_norm is not None:
-                grad_read = _new((n_tok, d), y.dtype, y.device)
-            stat, off = ctx.row[0].row(ctx.row[1], grad_y if grad_read is None else grad_read)
+            stat, off = ctx.row[0].row(ctx.row[1], grad_y)
             partial = (None, stat, off)  # the kernel copies lse into stat
         else:  # the partial row's gradients, written by the same kernel (PARTIAL)
             grad_o = _new((1, n_tok, d), torch.float32, lse.device)
             grad_l = _new((1, n_tok, heads), torch.float32, lse.device)
             partial = (m0.reshape(n_tok, heads).contiguous(), grad_o, grad_l)
         res = _triton_backward(sources, query.view(1, d), norm_weight.view(1, d), grad_y.view(1, n_tok, d),
-                               lse.view(1, n_tok, heads), None, y, heads, ctx.eps, ctx.sink, partial=partial, w=ctx.w,
-                               out_norm=ctx.out_norm, grad_read=grad_read)
-        grad_out = res.pop() if ctx.out_norm is not None else None
+                               lse.view(1, n_tok, heads), None, y, heads, ctx.eps, ctx.sink, partial=partial, w=ctx.w)
         if ctx.row is not None:
             grad_l = grad_o = None
-        return (None, grad_l, grad_o, res[0].view(query.shape), res[1].view(norm_weight.shape), grad_out, None,
-                None, None, None, None, None, *res[2:])
+        return (None, grad_l, grad_o, res[0].view(query.shape), res[1].view(norm_weight.shape), None, None, None,
+                None, None, *res[2:])
 
 
 def _finalize_on_triton(l: Tensor, dtype: torch.dtype) -> bool:
@@ -1771,23 +1721,6 @@ def _as_list(sources) -> list[Tensor]:
     return list(sources)
 
 
-def fuses_out_norm(t: Tensor) -> bool:
-    """Whether :func:`route` and :func:`route_merge` on tensors like ``t`` apply an
-    ``out_norm`` in their kernels (the eager Triton path); elsewhere they apply it as
-    plain torch operations after the read."""
-    return not _compiling() and _use_triton(t)
-
-
-def _check_out_norm(weight: Tensor | None, d: int) -> None:
-    if weight is not None and weight.shape != (d,):
-        raise ValueError(f"out_norm must be a (d,) weight, d={d}; got {tuple(weight.shape)}")
-
-
-def _with_out_norm(y: Tensor, weight: Tensor | None, eps: float) -> Tensor:
-    """The read through the pre-norm as plain torch operations (off the eager Triton path)."""
-    return y if weight is None else _ref.out_norm(y, weight, eps)
-
-
 def _check_sink(sink: SinkSpan | None, srcs: list[Tensor]) -> None:
     if sink is None:
         return
@@ -1799,32 +1732,24 @@ def _check_sink(sink: SinkSpan | None, srcs: list[Tensor]) -> None:
 
 
 def route(sources, query: Tensor, norm_weight: Tensor, heads: int = 1, eps: float = KEY_NORM_EPS,
-          sink: SinkSpan | None = None, out_norm: Tensor | None = None, out_eps: float = 1e-6) -> Tensor:
+          sink: SinkSpan | None = None) -> Tensor:
     """One routing site: read N sources with H heads (see :mod:`mhar.routing.reference`).
     ``query``, ``norm_weight``: (d,). Each source (..., d). Returns (..., d) in the
     sources' dtype. Runs the fused kernels on CUDA, the reference elsewhere. ``sink``
     (eager only): the call's first sources are registered with a :class:`GradientSink`,
-    which receives their gradients. ``out_norm`` (d,): return the read through the
-    next sublayer's pre-norm with this weight and ``out_eps`` (``reference.out_norm``);
-    on the eager Triton path the read's kernels apply it and its backward, where a
-    separate norm would read the read back and write its gradient once more."""
+    which receives their gradients."""
     srcs = _as_list(sources)
     if query.dim() != 1 or norm_weight.shape != query.shape:
         raise ValueError(f"query and norm_weight must both be (d,); got {tuple(query.shape)} and {tuple(norm_weight.shape)}")
     _validate(srcs, query.shape[0], heads)
-    _check_out_norm(out_norm, query.shape[0])
     _check_sink(sink, srcs)
     if _compiling():
-        return _with_out_norm(route_op(srcs, query, norm_weight, heads, eps)[0], out_norm, out_eps)
-    if not _use_triton(srcs[0]):
-        return _with_out_norm(_RouteFn.apply(query, norm_weight, None, heads, eps, out_eps, sink, *srcs), out_norm,
-                              out_eps)
-    return _RouteFn.apply(query, norm_weight, out_norm, heads, eps, out_eps, sink, *srcs)
+        return route_op(srcs, query, norm_weight, heads, eps)[0]
+    return _RouteFn.apply(query, norm_weight, heads, eps, sink, *srcs)
 
 
 def route_merge(partial: Partial | PhaseOneRow, sources, query: Tensor, norm_weight: Tensor, heads: int = 1,
-                eps: float = KEY_NORM_EPS, sink: SinkSpan | None = None, scales: KeyScales | None = None,
-                out_norm: Tensor | None = None, out_eps: float = 1e-6) -> Tensor:
+                eps: float = KEY_NORM_EPS, sink: SinkSpan | None = None, scales: KeyScales | None = None) -> Tensor:
     """Phase 2 of the two-phase read for one site: the read of ``sources`` merged exactly
     with ``partial`` (one row, a phase-1 read of other sources by the same query; or a
     row of ``route_partial_rows``) and normalised. Equals
@@ -1832,12 +1757,11 @@ def route_merge(partial: Partial | PhaseOneRow, sources, query: Tensor, norm_wei
     off CUDA and under torch.compile; on CUDA one kernel pass does it. scales: the
     stream's :class:`KeyScales` (the one its phase-1 calls take), where ``sources`` are
     the stream's newest, in order: with config "merge_scales" the kernel hands it the
-    last source's key-norm scales. out_norm, out_eps: as :func:`route`'s."""
+    last source's key-norm scales."""
     srcs = _as_list(sources)
     if query.dim() != 1 or norm_weight.shape != query.shape:
         raise ValueError(f"query and norm_weight must both be (d,); got {tuple(query.shape)} and {tuple(norm_weight.shape)}")
     _validate(srcs, query.shape[0], heads)
-    _check_out_norm(out_norm, query.shape[0])
     _check_sink(sink, srcs)
     row = None
     if isinstance(partial, PhaseOneRow):
@@ -1849,12 +1773,10 @@ def route_merge(partial: Partial | PhaseOneRow, sources, query: Tensor, norm_wei
         raise ValueError(f"route_merge takes a one-row partial; got {partial.o.shape[0]} rows")
     if row is None and (_compiling() or not _use_triton(srcs[0])):
         new = route_partial(srcs, query.view(1, -1), norm_weight.view(1, -1), heads, eps, sink)
-        y = _ref.finalize(_ref.merge_partials(partial, new), srcs[0].shape, srcs[0].dtype)[0]
-        return _with_out_norm(y, out_norm, out_eps)
+        return _ref.finalize(_ref.merge_partials(partial, new), srcs[0].shape, srcs[0].dtype)[0]
     if scales is not None and not _cfg(padded_width(query.shape[0], heads), heads > 1)["merge_scales"]:
         scales = None
-    return _MergeFn.apply(partial.m, partial.l, partial.o, query, norm_weight, out_norm, heads, eps, out_eps, sink,
-                          row, scales, *srcs)
+    return _MergeFn.apply(partial.m, partial.l, partial.o, query, norm_weight, heads, eps, sink, row, scales, *srcs)
 
 
 def route_partial(sources, queries: Tensor, norm_weights: Tensor, heads: int = 1,

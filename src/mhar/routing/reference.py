@@ -197,14 +197,3 @@ def routing_weights(sources: Sources, query: Tensor, norm_weight: Tensor, heads:
     w = (query.to(ct) * norm_weight.to(ct)).view(1, d)
     z = torch.stack([_key_logits(s.reshape(-1, d).to(ct), w, heads, eps)[0][0] for s in srcs], -1)
     return torch.softmax(z, -1).view(*lead, heads, len(srcs))
-
-
-def out_norm(y: Tensor, weight: Tensor, eps: float) -> Tensor:
-    """The next sublayer's pre-norm of a read y, which ``route(..., out_norm=weight)``
-    returns instead of y: RMSNorm over the last axis as the model's
-    (:class:`mhar.model.layers.RMSNorm`), ``weight * (y * rsqrt(mean(y^2) + eps))`` in
-    fp32 with the normalised row rounded to y's dtype first, the result in y's dtype
-    (what the sublayer's first, autocast, matrix products take)."""
-    h = y.to(_compute_dtype(y))
-    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
-    return (weight * h.to(y.dtype)).to(y.dtype)

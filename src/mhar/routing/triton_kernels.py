@@ -199,61 +199,18 @@ def _heads_tile(t, CF: tl.constexpr):
 
 
 @triton.jit
-def _row_sums(ta, tb, HAS_B: tl.constexpr, SAME: tl.constexpr, CF: tl.constexpr):
-    """Whole-row sums (BM,) of a tile's two parts (part B ignored without HAS_B)."""
-    t = _head_sums(ta, CF)
-    if HAS_B:
-        t = _add_parts(t, _head_sums(tb, CF), SAME)
-    return tl.sum(tl.sum(t, axis=2), axis=1)
-
-
-@triton.jit
-def _out_norm_fwd(ya, yb, nwa, nwb, n_eps, d: tl.constexpr, HAS_B: tl.constexpr, SAME: tl.constexpr,
-                  CF: tl.constexpr):
-    """The next sublayer's pre-norm of the read y (its two parts, in y's dtype), as the
-    model's RMSNorm computes it: n = w * (y * rsqrt(mean(y^2) + eps)) with the normalised
-    row rounded to y's dtype before the weight, n in y's dtype (op's ``out_norm``)."""
-    ya32 = ya.to(tl.float32)
-    yb32 = yb.to(tl.float32)
-    r = _heads_tile((1.0 / tl.sqrt(_row_sums(ya32 * ya32, yb32 * yb32, HAS_B, SAME, CF) / d + n_eps))[:, None], CF)
-    na = ((ya32 * r).to(ya.dtype).to(tl.float32) * nwa[None, :, :, :]).to(ya.dtype)
-    nb = ((yb32 * r).to(ya.dtype).to(tl.float32) * nwb[None, :, :, :]).to(ya.dtype)
-    return na, nb
-
-
-@triton.jit
-def _out_norm_bwd(gna, gnb, ya, yb, nwa, nwb, dnwa, dnwb, n_eps, d: tl.constexpr, HAS_B: tl.constexpr,
-                  SAME: tl.constexpr, CF: tl.constexpr, elem: tl.constexpr):
-    """``_out_norm_fwd``'s backward from the gradient of n (fp32 tiles; y's parts in fp32):
-    the gradient of y, r (w gn) - r^3 sum(w gn y) / d y, and the norm weight's, gn * the
-    normalised row as the forward rounded it, added over the tile's tokens into dnw."""
-    r = 1.0 / tl.sqrt(_row_sums(ya * ya, yb * yb, HAS_B, SAME, CF) / d + n_eps)
-    rt = _heads_tile(r[:, None], CF)
-    gha = gna * nwa[None, :, :, :]
-    ghb = gnb * nwb[None, :, :, :]
-    k = _heads_tile((r * r * r * _row_sums(gha * ya, ghb * yb, HAS_B, SAME, CF) / d)[:, None], CF)
-    dnwa += tl.sum(gna * (ya * rt).to(elem).to(tl.float32), axis=0)
-    if HAS_B:
-        dnwb += tl.sum(gnb * (yb * rt).to(elem).to(tl.float32), axis=0)
-    return gha * rt - ya * k, ghb * rt - yb * k, dnwa, dnwb
-
-
-@triton.jit
 def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, M0, L0, O0,
                 n_src, n_tok, d: tl.constexpr, dh: tl.constexpr, eps,
                 H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, DC: tl.constexpr,
                 CF: tl.constexpr, BM: tl.constexpr, HAS_B: tl.constexpr, EVEN: tl.constexpr, ALIGN: tl.constexpr,
                 FINAL: tl.constexpr, INIT: tl.constexpr = False, PF: tl.constexpr = 1,
-                SCALE_OUT=None, LAST_SCALE: tl.constexpr = False, OUT_N=None, NW=None, n_eps=0.0,
-                ONORM: tl.constexpr = False):
+                SCALE_OUT=None, LAST_SCALE: tl.constexpr = False):
     """INIT (one query): the online softmax starts from a phase-1 partial read of other
     sources, M0/L0 (n_tok, H) fp32 and O0 (n_tok, d) fp32 or bf16 (op's "rows_bf16"),
     instead of from empty: phase 2 of the two-phase schedule, merged and normalised in the
     same pass. LAST_SCALE: also write the last source's key-norm scale 1 / rms (n_tok,)
     fp32 into SCALE_OUT, for the stream's KeyScales (op's merge_scales). A partial read
-    (not FINAL) stores o in OUT_O's dtype (fp32, or bf16 for "rows_bf16"). ONORM (FINAL):
-    also write OUT_N, the next sublayer's pre-norm of the read with weight NW (d,) and
-    eps n_eps (``_out_norm_fwd``)."""
+    (not FINAL) stores o in OUT_O's dtype (fp32, or bf16 for "rows_bf16")."""
     s = tl.program_id(0)
     tile = tl.program_id(1)
     rm = tile * BM + tl.arange(0, BM)
@@ -325,21 +282,9 @@ def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, M0, L0, O0,
     if FINAL:
         # OUT_O: the read (n_tok, d) in the sources' dtype; OUT_M: log-sum-exp (n_tok, H)
         inv = 1.0 / _heads_tile(l_i, CF)
-        ya = (acc_a * inv).to(OUT_O.dtype.element_ty)
-        _st(OUT_O + offs_a, ya, mask_a, EVEN)
-        yb = ya
+        _st(OUT_O + offs_a, (acc_a * inv).to(OUT_O.dtype.element_ty), mask_a, EVEN)
         if HAS_B:
-            yb = (acc_b * inv).to(OUT_O.dtype.element_ty)
-            _st(OUT_O + offs_b, yb, mask_b, EVEN)
-        if ONORM:
-            nwa = _ld(NW + col_a, cmask_a, EVEN).to(tl.float32)
-            nwb = nwa
-            if HAS_B:
-                nwb = _ld(NW + col_b, cmask_b, EVEN).to(tl.float32)
-            na, nb = _out_norm_fwd(ya, yb, nwa, nwb, n_eps, d, HAS_B, DC == DB, CF)
-            _st(OUT_N + offs_a, na, mask_a, EVEN)
-            if HAS_B:
-                _st(OUT_N + offs_b, nb, mask_b, EVEN)
+            _st(OUT_O + offs_b, (acc_b * inv).to(OUT_O.dtype.element_ty), mask_b, EVEN)
         _st(OUT_M + hoffs, m_i + tl.log(l_i), hmask, EVEN)
     else:
         base_h = s.to(tl.int64) * n_tok * H
@@ -358,8 +303,7 @@ def _bwd_kernel(table, ref, gtable, W, G, gref, STAT, OFF, Y, DW, CA, CB, CC, PM
                 CF: tl.constexpr, BM: tl.constexpr, HAS_B: tl.constexpr, EVEN: tl.constexpr, ALIGN: tl.constexpr,
                 SINGLE: tl.constexpr, FINAL: tl.constexpr, ACCUM: tl.constexpr = False, PF: tl.constexpr = 1,
                 COEF: tl.constexpr = False, PARTIAL: tl.constexpr = 0, PARTS: tl.constexpr = False,
-                SP: tl.constexpr = 8, CLAIM: tl.constexpr = False, NW=None, DWN=None, n_eps=0.0,
-                ONORM: tl.constexpr = False, GY=None, WRITE_GY: tl.constexpr = False):
+                SP: tl.constexpr = 8, CLAIM: tl.constexpr = False):
     """gtable: data pointers of the sources' gradients; with ACCUM the first n_acc are
     running sums added into, the rest are written once (ACCUM is a constexpr so that
     calls without sums keep the registers the sum's tile would take).
@@ -389,14 +333,7 @@ def _bwd_kernel(table, ref, gtable, W, G, gref, STAT, OFF, Y, DW, CA, CB, CC, PM
 
     CLAIM (with SINGLE, not COEF): the last source's deferred key-norm terms PC (H, n_tok)
     fp32, the shares of c that earlier phase-1 backward passes left for it
-    (``_coef_grads``), join this read's c: their x term is applied with this one's.
-
-    ONORM (with FINAL): G is the gradient of the read's pre-norm output (``_fwd_kernel``'s
-    ONORM, weight NW, eps n_eps), whose backward forms the read's own gradient here from
-    it and Y (``_out_norm_bwd``); the norm weight's gradient goes per program into its
-    row of DWN (n_prog, d), as d(q*g) into DW. WRITE_GY: the read's gradient is also
-    written into GY (n_tok, d), in the sources' dtype, for a phase-1 backward that reads
-    it (PARTIAL 2)."""
+    (``_coef_grads``), join this read's c: their x term is applied with this one's."""
     pid = tl.program_id(0)
     dw_row = DW + pid.to(tl.int64) * d
     if COEF:  # one query per program: every per-query pointer moves to query q
@@ -419,13 +356,6 @@ def _bwd_kernel(table, ref, gtable, W, G, gref, STAT, OFF, Y, DW, CA, CB, CC, PM
         if SINGLE:
             dwb_acc = tl.zeros(col_b.shape, tl.float32)
             w0b = _ld(W + col_b, cmask_b, EVEN).to(tl.float32)
-    if ONORM:
-        nwa = _ld(NW + col_a, cmask_a, EVEN).to(tl.float32)
-        dnwa = tl.zeros(col_a.shape, tl.float32)
-        nwb, dnwb = nwa, dnwa
-        if HAS_B:
-            nwb = _ld(NW + col_b, cmask_b, EVEN).to(tl.float32)
-            dnwb = tl.zeros(col_b.shape, tl.float32)
     p_first = _src(table, 0, ref, ALIGN)
     p_second = _src(table, tl.minimum(1, n_src - 1), ref, ALIGN)
     p_third = _src(table, tl.minimum(2, n_src - 1), ref, ALIGN)
@@ -456,22 +386,10 @@ def _bwd_kernel(table, ref, gtable, W, G, gref, STAT, OFF, Y, DW, CA, CB, CC, PM
             if HAS_B:
                 gob = _ld(G + offs_b, mask_b, EVEN).to(tl.float32)
             if FINAL:
-                ya = _ld(Y + offs_a, mask_a, EVEN).to(tl.float32)
-                yb, gnb = ya, goa
+                gy = _head_sums(goa * _ld(Y + offs_a, mask_a, EVEN).to(tl.float32), CF)
                 if HAS_B:
-                    yb, gnb = _ld(Y + offs_b, mask_b, EVEN).to(tl.float32), gob
-                if ONORM:  # g is the pre-norm output's: the read's own gradient from it
-                    goa, gnb, dnwa, dnwb = _out_norm_bwd(goa, gnb, ya, yb, nwa, nwb, dnwa, dnwb, n_eps, d, HAS_B,
-                                                         DC == DB, CF, elem)
-                    if HAS_B:
-                        gob = gnb
-                    if WRITE_GY:
-                        _st(GY + offs_a, goa.to(elem), mask_a, EVEN)
-                        if HAS_B:
-                            _st(GY + offs_b, gob.to(elem), mask_b, EVEN)
-                gy = _head_sums(goa * ya, CF)
-                if HAS_B:
-                    gy = _add_parts(gy, _head_sums(gob * yb, CF), DC == DB)
+                    gyb = _head_sums(gob * _ld(Y + offs_b, mask_b, EVEN).to(tl.float32), CF)
+                    gy = _add_parts(gy, gyb, DC == DB)
                 of0 = -tl.sum(gy, axis=2)
             else:
                 of0 = _ld(OFF + hoffs, hmask, EVEN).to(tl.float32)
@@ -599,11 +517,6 @@ def _bwd_kernel(table, ref, gtable, W, G, gref, STAT, OFF, Y, DW, CA, CB, CC, PM
         _st(dw_row + col_a, dwa_acc, cmask_a, EVEN)
         if HAS_B:
             _st(dw_row + col_b, dwb_acc, cmask_b, EVEN)
-    if ONORM:
-        dwn_row = DWN + pid.to(tl.int64) * d
-        _st(dwn_row + col_a, dnwa, cmask_a, EVEN)
-        if HAS_B:
-            _st(dwn_row + col_b, dnwb, cmask_b, EVEN)
 
 
 @triton.jit

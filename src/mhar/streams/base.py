@@ -32,10 +32,8 @@ class StreamState:
     def final(self) -> Tensor:
         raise NotImplementedError
 
-    def step(self, i: int, sublayer, *args, norm: nn.Module | None = None) -> None:
-        """Sublayer i's read, call ``sublayer(x, *args)`` and write. ``norm``: the
-        sublayer's pre-norm (an RMSNorm with ``weight`` and ``eps``), which a stream may
-        apply inside its read and then call ``sublayer(x, *args, normed=True)``."""
+    def step(self, i: int, sublayer, *args) -> None:
+        """Sublayer i's read, call ``sublayer(x, *args)`` and write."""
         self.write(i, sublayer(self.read(i), *args))
 
 

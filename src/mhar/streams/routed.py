@@ -54,8 +54,6 @@ class _RoutedState(StreamState):
         # sites) instead of a slice per site (two nodes and two zero-filled grads per site)
         self.query_rows = stream.queries.unbind(0)
         self.norm_rows = stream.key_norms.unbind(0)
-        # the sublayers' pre-norms applied by the reads' kernels (step), where they run
-        self.fuse_norm = stream.fuse_norm and routing.fuses_out_norm(embedding)
 
     # -- helpers -------------------------------------------------------------
     def _site(self, i: int, j: int | None = None) -> tuple[Tensor, Tensor]:
@@ -64,18 +62,7 @@ class _RoutedState(StreamState):
 
     # -- the interface -------------------------------------------------------
     def read(self, i: int) -> Tensor:
-        return self._read(i, None)[0]
-
-    def step(self, i: int, sublayer, *args, norm=None) -> None:
-        x, normed = self._read(i, norm if self.fuse_norm else None)
-        self.write(i, sublayer(x, *args, normed=True) if normed else sublayer(x, *args))
-
-    def _read(self, i: int, norm) -> tuple[Tensor, bool]:
-        """Sublayer i's read, and whether it went through ``norm`` (its pre-norm: given,
-        the one-pass and phase-2 reads apply it in their kernels; a chunk's first read,
-        its phase-1 row finalized, does not)."""
         s, H = self.s, self.s.heads
-        out = {} if norm is None else {"out_norm": norm.weight, "out_eps": norm.eps}
         in_block = s.block_size and i % s.block_size  # a later sublayer of a block
         # (a block's running sum is read through the sink entry of the summary it becomes)
         n_src = len(self.sources)
@@ -88,7 +75,7 @@ class _RoutedState(StreamState):
         if not self.chunk_two_phase:
             srcs = self.sources + ([self.partial_sum] if in_block else [])
             return routing.route(srcs, self.query_rows[i], self.norm_rows[i], H,
-                                 sink=self.sources.span(0, n_src + (1 if in_block else 0)), **out), bool(out)
+                                 sink=self.sources.span(0, n_src + (1 if in_block else 0)))
         if i % size == 0:  # phase 1: every source that exists now, for the whole chunk at once
             end = min(i + size, s.num_sublayers)
             q, g = self._site(i, end)
@@ -104,10 +91,10 @@ class _RoutedState(StreamState):
             # next chunk's phase 1; a block's running sum is not a source)
             scales = None if in_block else self.key_scales
             return routing.route_merge(rows[k], new, self.query_rows[i], self.norm_rows[i], H, sink=sink,
-                                       scales=scales, **out), bool(out)
+                                       scales=scales)
         if rows.direct:  # its gradient goes into the rows' buffer (eager: not a compiled region)
-            return routing.finalize(rows[k], self.shape, self.dtype)[0], False
-        return s.finalize_row(rows.view(k), self.shape, self.dtype), False
+            return routing.finalize(rows[k], self.shape, self.dtype)[0]
+        return s.finalize_row(rows.view(k), self.shape, self.dtype)
 
     def write(self, i: int, output: Tensor) -> None:
         S = self.s.block_size
@@ -129,16 +116,11 @@ class RoutedStream(ResidualStream):
     method = "routed"
 
     def __init__(self, d_model: int, num_sublayers: int, heads: int = 1, block_size: int = 0,
-                 schedule: str = "auto", chunk: int = 8, phase1_min_sources: int | None = None,
-                 fuse_norm: bool = True):
+                 schedule: str = "auto", chunk: int = 8, phase1_min_sources: int | None = None):
         super().__init__(d_model, num_sublayers)
         routing.reference.check_heads(d_model, heads)
         self.heads, self.block_size, self.schedule, self.chunk = heads, block_size, schedule, chunk
         self.phase1_min_sources = phase1_min_sources
-        # reads that run the fused kernels (eager, CUDA) return the sublayer's input through
-        # its pre-norm (routing.route's out_norm): a pass over the read and one over its
-        # gradient fewer per site. Off: the sublayers apply their norms.
-        self.fuse_norm = fuse_norm
         sites = num_sublayers + 1  # each sublayer and the final read
         self.queries = nn.Parameter(torch.zeros(sites, d_model))
         self.key_norms = nn.Parameter(torch.ones(sites, d_model))

@@ -28,7 +28,7 @@ class _StandardState(StreamState):
         self._settle()
         self.pending = output
 
-    def step(self, i: int, sublayer, *args, norm=None) -> None:
+    def step(self, i: int, sublayer, *args) -> None:
         if self.pending is None:
             self.pending = sublayer(self.h, *args)
         else:
