@@ -67,6 +67,19 @@ def test_partial_bf16(gen):
     check_partial(24, (300,), 1024, 8, 4, dtype=torch.bfloat16, device=DEV, tol=1e-2, gen=gen)
 
 
+@pytest.mark.parametrize("d,heads", [(64, 1), (512, 8)])
+def test_more_tokens_than_a_grid_axis_holds(d, heads, gen, monkeypatch):
+    """More than 65,535 tokens (a 100M micro-batch of 64 x 2048 has 131,072), where a
+    grid's second axis would stop: one-pass reads, partial reads by ``_fwd_kernel``
+    (products off), phase 1 as products, and the key scales of a chain."""
+    lead = (2, 32_771)
+    check_route(3, lead, d, heads, device=DEV, gen=gen)
+    check_two_phase(3, 2, lead, d, heads, 2, device=DEV, gen=gen, fused=True)
+    check_key_scales_chain(3, lead, d, heads, 2, device=DEV, gen=gen)
+    monkeypatch.setattr(rop, "TUNE", {"fwd_dot_min_queries": 99})
+    check_partial(3, lead, d, heads, 2, device=DEV, gen=gen)
+
+
 @pytest.mark.parametrize("heads", [1, 8])
 def test_two_phase(heads, gen):
     check_two_phase(12, 4, (257,), 512, heads, 4, device=DEV, gen=gen)

@@ -721,7 +721,7 @@ def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, h
         lse = _new((n_tok, heads), torch.float32, dev)
         m0, l0, o0 = (lse, lse, y) if init is None else (t.contiguous() for t in init)
         if n_tiles:
-            _fwd_kernel[(1, n_tiles)](table, srcs[0], w, lse, lse, y, m0, l0, o0, len(srcs), n_tok, d, dh, eps,
+            _fwd_kernel[(n_tiles,)](table, srcs[0], w, lse, lse, y, m0, l0, o0, len(srcs), n_tok, 1, d, dh, eps,
                                       **tile, FINAL=True, INIT=init is not None, PF=cfg["fwd_pf"],
                                       SCALE_OUT=last_scale, LAST_SCALE=last_scale is not None,
                                       num_warps=cfg["fwd_warps"], maxnreg=cfg["fwd_maxnreg"])
@@ -758,7 +758,7 @@ def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, h
         done = _launch_dot(_fwd_dot_kernel, (n_prog, grid_h), args, {**consts, "eps": eps}, warps, dev, maxnreg)
     if n_tiles and not done:
         rstd = None
-        _fwd_kernel[(S, n_tiles)](table, srcs[0], w, m, l, o, m, l, o, len(srcs), n_tok, d, dh, eps,
+        _fwd_kernel[(S * n_tiles,)](table, srcs[0], w, m, l, o, m, l, o, len(srcs), n_tok, S, d, dh, eps,
                                   **tile, FINAL=False, PF=cfg["fwd_pf"], num_warps=cfg["fwd_warps"],
                                   maxnreg=cfg["fwd_maxnreg"])
     return (m, l, o, rstd) if want_rstd else (m, l, o)
@@ -813,7 +813,7 @@ def _key_scales(srcs: list[Tensor], eps: float) -> Tensor:
     if n_tok:
         table, align = _ptr_table(_contig(srcs))
         bt = 16
-        _key_scales_kernel[(len(srcs), -(-n_tok // bt))](table, srcs[0], out, n_tok, d, eps, BT=bt,
+        _key_scales_kernel[(len(srcs) * -(-n_tok // bt),)](table, srcs[0], out, n_tok, d, eps, BT=bt,
                                                         BD=min(256, _pow2(d)), ALIGN=align, num_warps=4)
     return out
 

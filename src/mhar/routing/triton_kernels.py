@@ -200,7 +200,7 @@ def _heads_tile(t, CF: tl.constexpr):
 
 @triton.jit
 def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, M0, L0, O0,
-                n_src, n_tok, d: tl.constexpr, dh: tl.constexpr, eps,
+                n_src, n_tok, n_q, d: tl.constexpr, dh: tl.constexpr, eps,
                 H: tl.constexpr, HP: tl.constexpr, DA: tl.constexpr, DB: tl.constexpr, DC: tl.constexpr,
                 CF: tl.constexpr, BM: tl.constexpr, HAS_B: tl.constexpr, EVEN: tl.constexpr, ALIGN: tl.constexpr,
                 FINAL: tl.constexpr, INIT: tl.constexpr = False, PF: tl.constexpr = 1,
@@ -210,9 +210,14 @@ def _fwd_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, M0, L0, O0,
     instead of from empty: phase 2 of the two-phase schedule, merged and normalised in the
     same pass. LAST_SCALE: also write the last source's key-norm scale 1 / rms (n_tok,)
     fp32 into SCALE_OUT, for the stream's KeyScales (op's merge_scales). A partial read
-    (not FINAL) stores o in OUT_O's dtype (fp32, or bf16 for "rows_bf16")."""
-    s = tl.program_id(0)
-    tile = tl.program_id(1)
+    (not FINAL) stores o in OUT_O's dtype (fp32, or bf16 for "rows_bf16").
+
+    Grid: (n_q * token tiles,), the n_q queries of a tile side by side, so that they read
+    its source rows while L2 holds them. One axis, because the grid's second and third
+    stop at 65,535 programs (a 100M micro-batch of 64 x 2048 has 131,072 tokens)."""
+    pid = tl.program_id(0)
+    s = pid % n_q
+    tile = pid // n_q
     rm = tile * BM + tl.arange(0, BM)
     rh = tl.arange(0, HP)
     col_a, cmask_a = _chunked_cols(rh, dh, H, 0, DA // DC, DC, CF)
@@ -1170,11 +1175,12 @@ def _fwd_dot_kernel(table, ref, W, OUT_M, OUT_L, OUT_O, RSTD, n_src, n_tok, n_q,
 @triton.jit
 def _key_scales_kernel(table, ref, OUT, n_tok, d: tl.constexpr, eps, BT: tl.constexpr, BD: tl.constexpr,
                        ALIGN: tl.constexpr):
-    """Each source's key-norm scale 1 / sqrt(mean(x^2) + eps) at BT tokens (grid: sources,
-    token tiles) into OUT (n_src, n_tok), fp32, for the product kernels with a head per
-    program, which see only their head's lanes of a row."""
-    k = tl.program_id(0)
-    rt = tl.program_id(1) * BT + tl.arange(0, BT)
+    """Each source's key-norm scale 1 / sqrt(mean(x^2) + eps) at BT tokens (grid: sources
+    * token tiles, one axis as ``_fwd_kernel``'s) into OUT (n_src, n_tok), fp32, for the
+    product kernels with a head per program, which see only their head's lanes of a row."""
+    n_src = tl.num_programs(0) // tl.cdiv(n_tok, BT)
+    k = tl.program_id(0) % n_src
+    rt = (tl.program_id(0) // n_src) * BT + tl.arange(0, BT)
     src = tl.multiple_of(tl.load(table + k).to(tl.pointer_type(ref.dtype.element_ty)), ALIGN)
     ss = tl.zeros([BT], tl.float32)
     for c0 in range(0, d, BD):
