@@ -70,12 +70,14 @@ def test_partial_bf16(gen):
 @pytest.mark.parametrize("d,heads", [(64, 1), (512, 8)])
 def test_more_tokens_than_a_grid_axis_holds(d, heads, gen, monkeypatch):
     """More than 65,535 tokens (a 100M micro-batch of 64 x 2048 has 131,072), where a
-    grid's second axis would stop: one-pass reads, partial reads by ``_fwd_kernel``
-    (products off), phase 1 as products, and the key scales of a chain."""
+    grid's second axis would stop: one-pass reads, phase 1 as products and phase 2,
+    the sources' key-norm scales, and partial reads by ``_fwd_kernel`` (products off)."""
     lead = (2, 32_771)
     check_route(3, lead, d, heads, device=DEV, gen=gen)
     check_two_phase(3, 2, lead, d, heads, 2, device=DEV, gen=gen, fused=True)
-    check_key_scales_chain(3, lead, d, heads, 2, device=DEV, gen=gen)
+    srcs = [torch.randn(lead + (d,), generator=gen).to(DEV) for _ in range(3)]
+    ref = 1 / torch.sqrt(torch.stack([x.pow(2).mean(-1).flatten() for x in srcs]) + R.KEY_NORM_EPS)
+    assert torch.allclose(rop._key_scales(srcs, R.KEY_NORM_EPS), ref, rtol=1e-5, atol=0)
     monkeypatch.setattr(rop, "TUNE", {"fwd_dot_min_queries": 99})
     check_partial(3, lead, d, heads, 2, device=DEV, gen=gen)
 
