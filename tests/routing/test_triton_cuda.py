@@ -67,12 +67,13 @@ def test_partial_bf16(gen):
     check_partial(24, (300,), 1024, 8, 4, dtype=torch.bfloat16, device=DEV, tol=1e-2, gen=gen)
 
 
-@pytest.mark.parametrize("d,heads", [(64, 1), (512, 8)])
-def test_more_tokens_than_a_grid_axis_holds(d, heads, gen, monkeypatch):
-    """More than 65,535 tokens (a 100M micro-batch of 64 x 2048 has 131,072), where a
-    grid's second axis would stop: one-pass reads, phase 1 as products and phase 2,
-    the sources' key-norm scales, and partial reads by ``_fwd_kernel`` (products off)."""
-    lead = (2, 32_771)
+@pytest.mark.parametrize("d,heads,lead", [(1024, 8, (2, 32_771)), (512, 1, (4, 32_771))])
+def test_more_tokens_than_a_grid_axis_holds(d, heads, lead, gen, monkeypatch):
+    """More token tiles than a grid's second axis holds (65,535; a 100M micro-batch of 64 x
+    2048 has 131,072 tokens, 65,536 tiles of two): one-pass reads, phase 1 as products and
+    phase 2, the sources' key-norm scales, and partial reads by ``_fwd_kernel`` (products off)."""
+    n_tok = lead[0] * lead[1]
+    assert -(-n_tok // rop._geometry(d, heads, n_tok, "fwd", 16)[2]["BM"]) > 65_535, "too few tiles to test"
     check_route(3, lead, d, heads, device=DEV, gen=gen)
     check_two_phase(3, 2, lead, d, heads, 2, device=DEV, gen=gen, fused=True)
     srcs = [torch.randn(lead + (d,), generator=gen).to(DEV) for _ in range(3)]
