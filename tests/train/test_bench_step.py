@@ -81,6 +81,24 @@ def test_bench_step_accumulates_microbatches(tmp_path):
 TINY = ["n_layers=2", "d_model=64", "n_heads=2", "n_kv_heads=1", "d_ff=128", "vocab_size=256"]
 
 
+def test_bench_step_global_batch_is_the_trainer_presets(tmp_path):
+    """--batch global: the paper's global batch as one microbatch, which is what the
+    trainer's presets run; the default is the issue's reference microbatch."""
+    from mhar.bench_cli import microbatch
+    from mhar.train.config import TRAIN_PRESETS
+
+    for preset in ("paper-100m", "paper-350m", "paper-1b"):
+        assert microbatch(preset, "global") == TRAIN_PRESETS[preset]["batch_size"]
+    assert [microbatch(p, "") for p in ("paper-100m", "paper-350m", "paper-1b", "tiny")] == [8, 16, 16, 4]
+    assert (microbatch("tiny", "global"), microbatch("paper-1b", "12")) == (4, 12)
+    for bad in ("0", "-2", "all"):
+        with pytest.raises(SystemExit, match="--batch"):
+            microbatch("tiny", bad)
+    rc = main(["bench", "step", "--preset", "tiny", "--methods", "baseline", "--steps", "1", "--warmup", "1",
+               "--compile", "off", "--batch", "2", "--out", str(tmp_path), "--tag", "b", *TINY])
+    assert rc == 0 and json.loads((tmp_path / "step_b.json").read_text())["results"][0]["batch"] == 2
+
+
 def test_bench_step_argv_round_trip():
     """--processes reruns the benchmark from the parsed options: each option comes back
     as given, and a child differs only in its own tag and process count."""
