@@ -21,15 +21,15 @@ from collections import Counter
 
 import torch
 
-from mhar.bench_cli import PAPER_MICROBATCH, build
+from mhar.bench_cli import PAPER_MICROBATCH, build, microbatch
 from mhar.model.loss import linear_cross_entropy
 from mhar.train.trainer import release_memory
 
 GB = 1e9
 
 
-def probe(preset: str, method: str, warmup: int) -> dict:
-    batch, seq_len = PAPER_MICROBATCH[preset]
+def probe(preset: str, method: str, warmup: int, batch: int) -> dict:
+    seq_len = PAPER_MICROBATCH[preset][1]
     model = build(preset, method, seq_len, [], 8, "cuda")
     model.compile_regions()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
@@ -54,7 +54,7 @@ def probe(preset: str, method: str, warmup: int) -> dict:
         opt.step()
         opt.zero_grad(set_to_none=True)
     torch.cuda.synchronize()
-    r = {"method": method, "static_gb": torch.cuda.memory_allocated() / GB}
+    r = {"method": method, "batch": batch, "seq_len": seq_len, "static_gb": torch.cuda.memory_allocated() / GB}
     torch.cuda.reset_peak_memory_stats()
     try:
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
@@ -91,17 +91,18 @@ def main() -> None:
     ap.add_argument("--preset", default="paper-350m", choices=sorted(PAPER_MICROBATCH))
     ap.add_argument("--methods", default="baseline,attnres,mhar,mhar-block")
     ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--batch", default="", help="as `mhar bench step --batch` (global: the trainer presets')")
     ap.add_argument("--out", default="")
     args = ap.parse_args()
     rows = []
     for m in args.methods.split(","):
         release_memory()  # the previous model (compiled modules sit in reference cycles)
-        rows.append(probe(args.preset, m, args.warmup))
+        rows.append(probe(args.preset, m, args.warmup, microbatch(args.preset, args.batch)))
         print(json.dumps(rows[-1]), flush=True)
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"preset": args.preset, "device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
-    print(f"| {args.preset} | static GB | saved GB | after fwd GB | peak fwd | peak bwd | peak opt |")
+    print(f"| {args.preset} ({rows[0]['batch']} x {rows[0]['seq_len']}) | static GB | saved GB | after fwd GB | peak fwd | peak bwd | peak opt |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['method']} | {r['static_gb']:.2f} | {r['saved_gb']:.2f} | {r['after_forward_gb']:.2f} | "
