@@ -102,7 +102,8 @@ def main() -> None:
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"preset": args.preset, "device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
-    print(f"| {args.preset} ({rows[0]['batch']} x {rows[0]['seq_len']}) | static GB | saved GB | after fwd GB | peak fwd | peak bwd | peak opt |")
+    shape = f"{rows[0]['batch']} x {rows[0]['seq_len']}"
+    print(f"| {args.preset} ({shape}) | static GB | saved GB | after fwd GB | peak fwd | peak bwd | peak opt |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['method']} | {r['static_gb']:.2f} | {r['saved_gb']:.2f} | {r['after_forward_gb']:.2f} | "
