@@ -1,4 +1,4 @@
-"""Every Triton launch of a routed model keeps its token-sized grid on the first axis.
+"""Every Triton launch of a routed (or hyper-connected) model keeps its token-sized grid on the first axis.
 
 CUDA stops a grid's second and third axes at 65,535 programs, the first at 2^31 - 1. A
 100M micro-batch of 64 x 2048 has 131,072 tokens, so a kernel with one program per token
@@ -15,7 +15,9 @@ import torch
 triton = pytest.importorskip("triton")
 
 import mhar.routing.triton_kernels  # noqa: E402,F401  (decorated before TRITON_INTERPRET is set below)
+import mhar.streams.hyper_kernels  # noqa: E402,F401
 from mhar import routing  # noqa: E402
+from mhar.streams import hyper  # noqa: E402
 from mhar.model import Decoder, ModelConfig, method_stream  # noqa: E402
 
 
@@ -35,8 +37,10 @@ def launches(monkeypatch):
     monkeypatch.setattr(InterpretedFunction, "run", record)
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # lets the backend take CPU tensors
     routing.set_backend("triton")
+    hyper.set_backend("triton")
     yield seen
     routing.set_backend(None)
+    hyper.set_backend(None)
 
 
 def _model_launches(seen, method, schedule, batch):
@@ -51,7 +55,7 @@ def _model_launches(seen, method, schedule, batch):
 
 
 @pytest.mark.parametrize("method,schedule", [("mhar", "two-phase"), ("mhar", "one-pass"), ("attnres", "two-phase"),
-                                             ("mhar-block", None)])
+                                             ("mhar-block", None), ("hyper", None)])
 def test_token_grids_grow_on_the_first_axis_only(launches, method, schedule):
     small = _model_launches(launches, method, schedule, 2)
     large = _model_launches(launches, method, schedule, 8)
