@@ -1,4 +1,5 @@
-"""Every Triton launch of a routed (or hyper-connected) model keeps its token-sized grid on the first axis.
+"""Every Triton launch of a routed or hyper-connected model keeps its token-sized grid on
+the first axis.
 
 CUDA stops a grid's second and third axes at 65,535 programs, the first at 2^31 - 1. A
 100M micro-batch of 64 x 2048 has 131,072 tokens, so a kernel with one program per token
