@@ -229,16 +229,21 @@ def _clock_cells(r: dict) -> str:
     return f"{r['sm_mhz']:.0f} ({r['sm_mhz_p10']:.0f}) | {r['power_w']:.0f}"
 
 
+def default_shape(preset: str) -> tuple[int, int]:
+    """(microbatch, sequence length) by default: the issue's reference ones, 4 x 128 for other presets."""
+    return PAPER_MICROBATCH.get(preset, (4, 128))
+
+
 def microbatch(preset: str, batch: str) -> int:
     """``--batch``: a number of sequences; "global", the paper's global batch as one
     microbatch (the trainer presets'); "" (the default), the issue's reference microbatch."""
     if batch == "global":
-        return PAPER_GLOBAL_BATCH.get(preset, PAPER_MICROBATCH.get(preset, (4, 128))[0])
+        return PAPER_GLOBAL_BATCH.get(preset, default_shape(preset)[0])
     if batch:
         if not batch.isdigit() or int(batch) < 1:
             raise SystemExit(f"--batch takes a positive number of sequences or 'global'; got {batch!r}")
         return int(batch)
-    return PAPER_MICROBATCH.get(preset, (4, 128))[0]
+    return default_shape(preset)[0]
 
 
 def recipe_accum(preset: str, batch: int) -> int:
@@ -282,7 +287,7 @@ def run_bench_step(args: argparse.Namespace) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     results = []
     for preset in args.preset.split(","):
-        batch, seq_len = microbatch(preset, args.batch), args.seq_len or PAPER_MICROBATCH.get(preset, (4, 128))[1]
+        batch, seq_len = microbatch(preset, args.batch), args.seq_len or default_shape(preset)[1]
         accum = recipe_accum(preset, batch) if args.accum == "recipe" else int(args.accum)
         runs = [(m, g) for m in methods for g in GRAPH_MODES[graph_mode]]
         for k, (method, graphs) in enumerate(runs, 1):
