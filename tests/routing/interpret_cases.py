@@ -383,11 +383,12 @@ def test_source_gradients_own_their_storage(gen):
     assert len({t.untyped_storage().data_ptr() for t in grads}) == len(grads)
 
 
-@pytest.mark.parametrize("overrides", [dict(chunk=3), dict(block_size=3)])
+@pytest.mark.parametrize("overrides", [dict(chunk=3), dict(chunk=4), dict(block_size=3)])
 def test_model_two_phase_equals_one_pass(overrides, gen):
     # the routed stream's two-phase schedule (phase-1 reads, fused phase-2 merges) through
-    # the kernels, full routing in chunks of 3 and block routing with blocks of 3: the
-    # same loss and gradients as one-pass
+    # the kernels, full routing in chunks of 3 (the last chunk partial) and of 4 (whole;
+    # either way the final read joins it) and block routing with blocks of 3: the same
+    # loss and gradients as one-pass
     from mhar.model import Decoder, ModelConfig
     from mhar.model.config import method_stream
 
@@ -446,6 +447,38 @@ def test_model_two_phase_frees_phase1_blocks(overrides, gen, monkeypatch):
     loss.backward()
 
 
+def test_model_two_phase_final_read_starts_few_sums(gen, monkeypatch):
+    # full routing, two-phase: the final read is a merge into the last chunk, so the first
+    # backward reads start the gradient sums of that chunk's new sources only, and the older
+    # sources' sums start in the chunk's phase-1 backward, after the chunk's sublayers have
+    # run theirs. A one-pass final read would start all 9 at once, every activation still
+    # held (session 45: 6.1 GB of a 1B step's peak).
+    from mhar.model import Decoder, ModelConfig
+    from mhar.model.config import method_stream
+    from mhar.streams import base
+
+    live = []  # sums alive after each change to a sink's sums
+
+    class Tracked(list):
+        def __setitem__(self, i, v):
+            super().__setitem__(i, v)
+            live.append(sum(b is not None for b in self))
+
+    class TrackingSink(routing.GradientSink):
+        def __init__(self):
+            super().__init__()
+            self.buffers = Tracked()
+
+    monkeypatch.setattr(base.routing, "GradientSink", TrackingSink)
+    stream = method_stream("mhar", 8, 32, heads=4, schedule="two-phase", chunk=4)
+    model = Decoder(ModelConfig(vocab_size=64, d_model=32, n_layers=4, n_heads=4, n_kv_heads=2, d_ff=64,
+                                max_seq_len=16, stream=stream))
+    ids = torch.randint(0, 64, (2, 9), generator=gen)
+    model.loss(ids[:, :-1], ids[:, 1:]).backward()
+    # 9 sources: the last chunk's 4 new ones first, then the 5 its phase 1 read
+    assert live and max(live) == 5, live
+
+
 @pytest.mark.parametrize("n_sites,lead,d,heads,extra,chunk", [
     (4, (5,), 32, 1, False, 0), (5, (2, 3), 40, 8, False, 0), (4, (7,), 80, 1, True, 0),
     (5, (5,), 32, 4, False, 2), (4, (3,), 24, 1, True, 3)])
@@ -473,6 +506,7 @@ def test_gradient_sink_block_running_sums(n_sites, d, heads, block, two_phase, g
                                               ("mhar", dict(block_size=3, schedule="two-phase",
                                                             phase1_min_sources=2)),
                                               ("mhar", dict(schedule="two-phase", chunk=3)),
+                                              ("mhar", dict(schedule="two-phase", chunk=4)),
                                               ("delta", dict(block_size=2))])
 def test_model_gradient_sink(method, overrides, gen, monkeypatch):
     # a model's gradients with its sources' gradients (and block routing's running sums')
