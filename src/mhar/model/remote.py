@@ -67,9 +67,6 @@ class PhaseOneRows:
     def __init__(self, partial):
         self.partial = partial
 
-    def __len__(self):
-        return self.partial.o.shape[0]
-
     def __getitem__(self, i):
         return self.view(i)
 

@@ -47,6 +47,7 @@ class _RoutedState(StreamState):
         self.sources.add(embedding.to(self.dtype))
         self.partial_sum: Tensor | None = None  # block routing: running sum of the current block
         self.phase1_rows: routing.PhaseOneRows | None = None
+        self.final_row: routing.PhaseOneRow | None = None  # full routing, two-phase: see ``final``
         self.key_scales = routing.KeyScales()  # each source's key-norm scales, once per forward
         self.chunk_start = 0  # sublayer index where the current chunk began
         self.sources_at_chunk_start = 1
@@ -78,12 +79,14 @@ class _RoutedState(StreamState):
                                  sink=self.sources.span(0, n_src + (1 if in_block else 0)))
         if i % size == 0:  # phase 1: every source that exists now, for the whole chunk at once
             end = min(i + size, s.num_sublayers)
-            if not s.block_size and end == s.num_sublayers:
-                end += 1  # the final read joins the last chunk (see ``final``)
             q, g = self._site(i, end)
             self.phase1_rows = routing.route_partial_rows(self.sources, q, g, H, sink=self.sources.span(),
                                                           scales=self.key_scales)
             self.chunk_start, self.sources_at_chunk_start = i, len(self.sources)
+            if not s.block_size and end == s.num_sublayers:  # the last chunk: the final read's phase 1 too
+                q, g = self._site(end)
+                self.final_row = routing.route_partial_rows(self.sources, q, g, H, sink=self.sources.span(),
+                                                            scales=self.key_scales)[0]
         first_new = self.sources_at_chunk_start
         new = [self.partial_sum] if in_block else self.sources[first_new:]
         rows, k = self.phase1_rows, i - self.chunk_start
@@ -110,16 +113,16 @@ class _RoutedState(StreamState):
 
     def final(self) -> Tensor:
         i = self.s.num_sublayers
-        rows = self.phase1_rows
-        if rows is not None and i - self.chunk_start < len(rows):
-            # Full routing, two-phase: the final read is the last chunk's extra site, a merge
-            # of its phase-1 row with the chunk's new sources. Read one-pass, its backward
-            # would come first and write the gradient sums of every source at once, with
-            # every activation still held (1B, 32 x 1024: 6.1 GB at the step's peak, session
-            # 45); this way the older sources' sums start in the chunk's phase-1 backward,
-            # after the chunk's sublayers have freed theirs.
+        if self.final_row is not None:
+            # Full routing, two-phase: the final read is two-phase too, its phase 1 read when
+            # the last chunk began. Read one-pass, its backward would come first and start the
+            # gradient sums of every source at once, with every activation still held (1B at
+            # 32 x 1024: 6.1 GB at the step's peak, session 45); this way the older sources'
+            # sums start in that phase 1's backward, after the chunk's sublayers have freed
+            # theirs. (A phase-1 read of its own, not a ninth row of the chunk's: that pads the
+            # phase-1 kernels' query tiles from 8 to 16, and 350M's step ran 1% slower.)
             first_new = self.sources_at_chunk_start
-            return routing.route_merge(rows[i - self.chunk_start], self.sources[first_new:], self.query_rows[i],
+            return routing.route_merge(self.final_row, self.sources[first_new:], self.query_rows[i],
                                        self.norm_rows[i], self.s.heads, sink=self.sources.span(first_new))
         return routing.route(self.sources, self.query_rows[i], self.norm_rows[i], self.s.heads,
                              sink=self.sources.span())
