@@ -30,7 +30,7 @@ from mhar.routing import triton_kernels as tk  # noqa: E402
 from mhar.routing import reference as R  # noqa: E402
 from routing_checks import (check_coef_grads, check_deterministic, check_finalize, check_finalized_rows,  # noqa: E402
                             check_key_scales_chain, check_partial, check_phase_one_rows, check_route,
-                            check_sink_chain, check_two_phase, make_inputs, rel)
+                            check_final_read_sums, check_sink_chain, check_two_phase, make_inputs, rel)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -448,35 +448,7 @@ def test_model_two_phase_frees_phase1_blocks(overrides, gen, monkeypatch):
 
 
 def test_model_two_phase_final_read_starts_few_sums(gen, monkeypatch):
-    # full routing, two-phase: the final read is a merge into the last chunk, so the first
-    # backward reads start the gradient sums of that chunk's new sources only, and the older
-    # sources' sums start in the chunk's phase-1 backward, after the chunk's sublayers have
-    # run theirs. A one-pass final read would start all 9 at once, every activation still
-    # held (session 45: 6.1 GB of a 1B step's peak).
-    from mhar.model import Decoder, ModelConfig
-    from mhar.model.config import method_stream
-    from mhar.streams import base
-
-    live = []  # sums alive after each change to a sink's sums
-
-    class Tracked(list):
-        def __setitem__(self, i, v):
-            super().__setitem__(i, v)
-            live.append(sum(b is not None for b in self))
-
-    class TrackingSink(routing.GradientSink):
-        def __init__(self):
-            super().__init__()
-            self.buffers = Tracked()
-
-    monkeypatch.setattr(base.routing, "GradientSink", TrackingSink)
-    stream = method_stream("mhar", 8, 32, heads=4, schedule="two-phase", chunk=4)
-    model = Decoder(ModelConfig(vocab_size=64, d_model=32, n_layers=4, n_heads=4, n_kv_heads=2, d_ff=64,
-                                max_seq_len=16, stream=stream))
-    ids = torch.randint(0, 64, (2, 9), generator=gen)
-    model.loss(ids[:, :-1], ids[:, 1:]).backward()
-    # 9 sources: the last chunk's 4 new ones first, then the 5 its phase 1 read
-    assert live and max(live) == 5, live
+    check_final_read_sums("cpu", 32, 2, gen, monkeypatch)
 
 
 @pytest.mark.parametrize("n_sites,lead,d,heads,extra,chunk", [

@@ -18,7 +18,7 @@ from mhar import routing  # noqa: E402
 from mhar.routing import op as rop  # noqa: E402
 from mhar.routing import reference as R  # noqa: E402
 from routing_checks import (check_coef_grads, check_deterministic, check_finalize, check_finalized_rows,  # noqa: E402
-                            check_key_scales_chain, check_partial, check_phase_one_rows, check_route,
+                            check_final_read_sums, check_key_scales_chain, check_partial, check_phase_one_rows, check_route,
                             check_sink_chain, check_two_phase, make_inputs, rel)
 
 DEV = "cuda"
@@ -140,6 +140,11 @@ def test_compile_inductor_fullgraph(gen):
     assert rel(out, eager) <= 1e-3
     for a, b in zip(grads, ref):
         assert rel(a, b) <= 1e-2
+
+
+def test_model_two_phase_final_read(gen, monkeypatch):
+    # the final read's own phase 1 through the compiled kernels (fp32: one-pass's exact read)
+    check_final_read_sums(DEV, 256, 4, gen, monkeypatch)
 
 
 def test_checkpoint(gen):
