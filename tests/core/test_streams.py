@@ -168,8 +168,8 @@ def test_two_phase_equals_one_pass(name, kw):
         torch.testing.assert_close(p1.grad, p2.grad, rtol=1e-4, atol=1e-6, msg=n)
 
 
-@pytest.mark.parametrize("block_size,min_sources,phase1_sources", [(0, 0, [1, 4, 7, 7]), (0, 4, [4, 7, 7]), (0, 8, []),
-                                                                    (2, 3, [3, 4]), (2, 0, [1, 2, 3, 4]),
+@pytest.mark.parametrize("block_size,min_sources,phase1_sources", [(0, 0, [1, 4, 7, 7]), (0, 4, [4, 7, 7]),
+                                                                    (0, 8, []), (2, 3, [3, 4]), (2, 0, [1, 2, 3, 4]),
                                                                     (2, None, [1, 2, 3, 4])])
 def test_phase1_min_sources(block_size, min_sources, phase1_sources, monkeypatch):
     # with the two-phase schedule, a chunk (block) whose phase 1 would read fewer than

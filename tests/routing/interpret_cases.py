@@ -28,9 +28,9 @@ from mhar import routing  # noqa: E402
 from mhar.routing import op as rop  # noqa: E402
 from mhar.routing import triton_kernels as tk  # noqa: E402
 from mhar.routing import reference as R  # noqa: E402
-from routing_checks import (check_coef_grads, check_deterministic, check_finalize, check_finalized_rows,  # noqa: E402
-                            check_key_scales_chain, check_partial, check_phase_one_rows, check_route,
-                            check_final_read_sums, check_sink_chain, check_two_phase, make_inputs, rel)
+from routing_checks import (check_coef_grads, check_deterministic, check_final_read_sums, check_finalize,  # noqa: E402
+                            check_finalized_rows, check_key_scales_chain, check_partial, check_phase_one_rows,
+                            check_route, check_sink_chain, check_two_phase, make_inputs, rel)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -386,9 +386,9 @@ def test_source_gradients_own_their_storage(gen):
 @pytest.mark.parametrize("overrides", [dict(chunk=3), dict(chunk=4), dict(block_size=3)])
 def test_model_two_phase_equals_one_pass(overrides, gen):
     # the routed stream's two-phase schedule (phase-1 reads, fused phase-2 merges) through
-    # the kernels, full routing in chunks of 3 (the last chunk partial) and of 4 (whole;
-    # either way the final read joins it) and block routing with blocks of 3: the same
-    # loss and gradients as one-pass
+    # the kernels, full routing in chunks of 3 (the last chunk partial) and of 4 (whole; the
+    # final read two-phase either way) and block routing with blocks of 3: the same loss
+    # and gradients as one-pass
     from mhar.model import Decoder, ModelConfig
     from mhar.model.config import method_stream
 

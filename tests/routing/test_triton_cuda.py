@@ -17,9 +17,9 @@ sys.path.insert(0, os.path.dirname(__file__))
 from mhar import routing  # noqa: E402
 from mhar.routing import op as rop  # noqa: E402
 from mhar.routing import reference as R  # noqa: E402
-from routing_checks import (check_coef_grads, check_deterministic, check_finalize, check_finalized_rows,  # noqa: E402
-                            check_final_read_sums, check_key_scales_chain, check_partial, check_phase_one_rows, check_route,
-                            check_sink_chain, check_two_phase, make_inputs, rel)
+from routing_checks import (check_coef_grads, check_deterministic, check_final_read_sums, check_finalize,  # noqa: E402
+                            check_finalized_rows, check_key_scales_chain, check_partial, check_phase_one_rows,
+                            check_route, check_sink_chain, check_two_phase, make_inputs, rel)
 
 DEV = "cuda"
 

@@ -1299,8 +1299,7 @@ class SinkSpan:
         allocated where missing as its (shape, dtype, device) in ``specs``, and how many to
         add into: all of them when some already held values (the others start from zero;
         no schedule of ours does this: a span's first read in a backward finds all of its
-        sums or none of them), else
-        none (the kernel writes them all)."""
+        sums or none of them), else none (the kernel writes them all)."""
         idx = range(self.start, self.start + self.count)
         have = any(store[j] is not None for j in idx)
         for j, (shape, dtype, device) in zip(idx, specs):
