@@ -401,11 +401,11 @@ def check_final_read_sums(device, d, batch, gen, monkeypatch, tol=1e-4):
         two.residual.queries.copy_(torch.randn(two.residual.queries.shape, generator=gen) * 0.5)
     one.load_state_dict(two.state_dict())
     ids = torch.randint(0, 64, (batch, 33), generator=gen).to(device)
-    monkeypatch.setattr(base.routing, "GradientSink", TrackingSink)
-    loss = two.loss(ids[:, :-1], ids[:, 1:])
-    loss.backward()
+    with monkeypatch.context() as m:
+        m.setattr(base.routing, "GradientSink", TrackingSink)
+        loss = two.loss(ids[:, :-1], ids[:, 1:])
+        loss.backward()
     assert live and max(live) == 5, live  # the last chunk's 4 new sources, then the 5 its phase 1 read
-    monkeypatch.undo()
     want = one.loss(ids[:, :-1], ids[:, 1:])
     want.backward()
     assert rel(loss, want) <= tol, (loss, want)

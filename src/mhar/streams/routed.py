@@ -121,8 +121,8 @@ class _RoutedState(StreamState):
             # 32 x 1024: 6.1 GB at the step's peak, session 45); this way the older sources'
             # sums start in that phase 1's backward, after the chunk's sublayers have freed
             # theirs. (A phase-1 read of its own, not a ninth row of the chunk's: that pads the
-            # phase-1 kernels' query tiles from 8 to 16; 350M's step ran 131.9-132.0 ms with
-            # it against 130.7 without, one process each.)
+            # phase-1 kernels' query tiles from 8 to 16; 350M's step ran 131.9 and 132.0 ms
+            # with it against 130.7 without, three processes.)
             first_new = self.sources_at_chunk_start
             return routing.route_merge(self.final_row, self.sources[first_new:], self.query_rows[i],
                                        self.norm_rows[i], self.s.heads, sink=self.sources.span(first_new))
