@@ -297,7 +297,10 @@ def test_auto_schedule():
     assert uses_two_phase("auto", cuda, 1, "delta") and not uses_two_phase("auto", cuda, 8, "delta")
     with pytest.raises(ValueError, match="kind"):
         uses_two_phase("auto", cuda, 8, "blocks")
-    assert not uses_two_phase("auto", SimpleNamespace(is_cuda=True, shape=(2, 512)), 1)
+    cuda_512 = SimpleNamespace(is_cuda=True, shape=(2, 512))
+    assert uses_two_phase("auto", cuda_512, 1) and uses_two_phase("auto", cuda_512, 8)  # full routing from 512
+    assert not uses_two_phase("auto", cuda_512, 8, "block") and not uses_two_phase("auto", cuda_512, 1, "delta")
+    assert not uses_two_phase("auto", SimpleNamespace(is_cuda=True, shape=(2, 256)), 8)
     assert not uses_two_phase("auto", torch.zeros(2, 1024), 1)
     assert uses_two_phase("two-phase", torch.zeros(2, 8), 8) and not uses_two_phase("one-pass", cuda, 1)
     assert RoutedStream(D, L2).schedule == "auto" and DeltaStream(D, L2).schedule == "auto"

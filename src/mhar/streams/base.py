@@ -114,9 +114,10 @@ def phase1_min_sources(setting: int | None, schedule: str, block: bool) -> int:
 def uses_two_phase(schedule: str, x: Tensor, heads: int, kind: str = "full") -> bool:
     """Resolve a schedule for a forward on ``x`` (..., d). ``kind``: "full" routing,
     "block" routing (whose reads see a few block summaries) or "delta" (the delta form's
-    blocks). 'auto' is two-phase where it measured faster on an H200: on CUDA at
-    d >= 1024, for full and block routing with any head count (block routing from its
-    fourth block on, ``phase1_min_sources``), and for the delta form with one head.
+    blocks). 'auto' is two-phase where it measured faster on an H200: on CUDA, for full
+    routing at d >= 512 with any head count, and at d >= 1024 for block routing with any
+    head count (from its fourth block on, ``phase1_min_sources``) and for the delta form
+    with one head.
     - One head: attention residuals at 350M and 1B, 3-6% faster eager steps in session 5
       (bench/results/history/step_h200_session5.md) and 4.7-6.6% more tokens/s graphed in
       session 6 (bench/results/step_h200.md).
@@ -133,14 +134,20 @@ def uses_two_phase(schedule: str, x: Tensor, heads: int, kind: str = "full") -> 
       process (session 35, bench/results/step_h200.md). With phase 1 taking several
       tokens at a time for few sources (session 36), 0.947x at 350M against 0.944x all
       two-phase in one process, 0.949x at 1B.
+    - Full routing at d = 512 (100M), session 46: two-phase 0.891 / 0.891 of the baseline's
+      throughput against one-pass 0.848 / 0.857 with 8 heads, 0.849 against 0.837 with
+      one; at the trainer's 64 x 2048, 0.881 against 0.844, and peak memory 1.013 against
+      1.045 x the baseline's (one-pass's backward starts every source's gradient sum at
+      its first read). Two-phase had been the slower there (sessions 5 and 10).
     - The delta form with several heads stays one-pass (its blocks' batched reads were
       not re-measured in session 35).
-    Elsewhere 'auto' is one-pass: at d = 512 two-phase was slower (session 5), and on the
-    CPU (the reference path) the bytes do not matter."""
+    Elsewhere 'auto' is one-pass: below d = 512 nothing was measured, and on the CPU (the
+    reference path) the bytes do not matter."""
     if kind not in ("full", "block", "delta"):
         raise ValueError(f"uses_two_phase: kind={kind!r} is not full, block or delta")
     if schedule == "auto":
-        return x.is_cuda and x.shape[-1] >= 1024 and (heads == 1 or kind != "delta")
+        min_width = 512 if kind == "full" else 1024
+        return x.is_cuda and x.shape[-1] >= min_width and (heads == 1 or kind != "delta")
     return schedule == "two-phase"
 
 
