@@ -25,9 +25,9 @@ class StreamConfig:
     schedule: one-pass (each site reads all its sources) or two-phase (batched read of
         the sources that exist when a chunk/block starts, then an exact online-softmax
         merge with those created inside it). Identical results; auto (the default)
-        is two-phase where it measured faster on an H200 (CUDA, d >= 1024; block
-        routing from its fourth block on, see phase1_min_sources) and one-pass elsewhere
-        (streams.base.uses_two_phase).
+        is two-phase where it measured faster on an H200 (CUDA; full routing at
+        d >= 512, block routing at d >= 1024 from its fourth block on, see
+        phase1_min_sources) and one-pass elsewhere (streams.base.uses_two_phase).
     chunk: for full routing with the two-phase schedule, sublayers per scheduling chunk.
     phase1_min_sources: with the two-phase schedule, a chunk (or block) whose phase 1
         would read fewer sources than this reads one-pass instead (0: every chunk

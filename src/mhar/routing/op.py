@@ -434,6 +434,13 @@ CONFIG_TABLE: dict[tuple[int, bool], dict] = {
     # (bench/results/session14/, run 1; session 10 had picked one warp for both kinds while
     # the COEF pass still ran this kernel)
     (1024, True): {"fwd_warps": 2, "bwd_warps": 2, "bwd_sum_warps": 1, **_PHASE1_1024},
+    # several heads at 512 (100M, two-phase since session 46): 1024's entry. The 100M MHAR
+    # step in alternating processes took 36.2 / 36.3 ms with it against 36.6 / 36.5 with the
+    # defaults (0.896 / 0.893 of the baseline against 0.885 / 0.885), and 261.6 against
+    # 263.9 ms at 64 x 2048 (bench/results/session46/, call 3). Session 40's 100M steps with
+    # 1024's phase-1 settings, and with the fused COEF pass, ran 'auto', then one-pass at
+    # 512: those kernels did not run, so its "no gain" measured nothing.
+    (512, True): {"fwd_warps": 2, "bwd_warps": 2, "bwd_sum_warps": 1, **_PHASE1_1024},
     # at 1280 the gather (104-112 registers with token-major coefficients) capped at 96:
     # five programs per SM instead of four; the whole step at 1280/73 took 92.0 against
     # 93.3 ms of kernels with one head, 89.0 against 90.8 with eight (bench/results/session13/);
