@@ -138,11 +138,12 @@ def uses_two_phase(schedule: str, x: Tensor, heads: int, kind: str = "full") -> 
       throughput against one-pass 0.848 / 0.857 with 8 heads, 0.849 against 0.837 with
       one; at the trainer's 64 x 2048, 0.881 against 0.844, and peak memory 1.013 against
       1.045 x the baseline's (one-pass's backward starts every source's gradient sum at
-      its first read). Two-phase had been the slower there (sessions 5 and 10).
+      its first read). Two-phase had been the slower there (sessions 5, 10 and 12).
     - The delta form with several heads stays one-pass (its blocks' batched reads were
       not re-measured in session 35).
-    Elsewhere 'auto' is one-pass: below d = 512 nothing was measured, and on the CPU (the
-    reference path) the bytes do not matter."""
+    The widths measured are the paper's, 512, 1024 and 1280; a width between them takes
+    the rule of the measured width below it (768: 512's). Elsewhere it is one-pass: below d = 512 nothing was measured,
+    and on the CPU (the reference path) the bytes do not matter."""
     if kind not in ("full", "block", "delta"):
         raise ValueError(f"uses_two_phase: kind={kind!r} is not full, block or delta")
     if schedule == "auto":
