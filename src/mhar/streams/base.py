@@ -142,8 +142,9 @@ def uses_two_phase(schedule: str, x: Tensor, heads: int, kind: str = "full") -> 
     - The delta form with several heads stays one-pass (its blocks' batched reads were
       not re-measured in session 35).
     The widths measured are the paper's, 512, 1024 and 1280; a width between them takes
-    the rule of the measured width below it (768: 512's). Elsewhere it is one-pass: below d = 512 nothing was measured,
-    and on the CPU (the reference path) the bytes do not matter."""
+    the rule of the measured width below it (768: 512's). Elsewhere 'auto' is one-pass:
+    below d = 512 nothing was measured, and on the CPU (the reference path) the bytes do
+    not matter."""
     if kind not in ("full", "block", "delta"):
         raise ValueError(f"uses_two_phase: kind={kind!r} is not full, block or delta")
     if schedule == "auto":
