@@ -184,7 +184,7 @@ _REMOTE_SCRIPT = textwrap.dedent("""
 
 @pytest.mark.parametrize("method", ["mhar-block", "mhar/two-phase"])
 def test_trust_remote_code_without_mhar(tmp_path, method):
-    # the two-phase schedule (the default on CUDA at d >= 1024) through the bundle's shim
+    # the two-phase schedule (the default on CUDA for full routing from d = 512) through the bundle's shim
     model = tiny(method)
     folder = tmp_path / "model"
     model.save_pretrained(folder)
