@@ -260,7 +260,7 @@ def test_interp_deterministic(triton_backend):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.cuda
 @pytest.mark.parametrize("autocast", [False, True])
-@pytest.mark.parametrize("recompute", [0, 4])
+@pytest.mark.parametrize("recompute", [0, 4, 8])
 def test_cuda_whole_stream(autocast, recompute, triton_backend):
     """The compiled kernels on a GPU, a wider stream (several programs per stream), with
     the streams kept or recomputed in backward."""

@@ -37,10 +37,12 @@ class StreamConfig:
     hyper_n: number of parallel streams for hyper-connections.
     hyper_recompute: hyper-connections with the Triton glue (CUDA): keep the n streams
         for backward only at every hyper_recompute-th sublayer and recompute the rest
-        from there (0, the default: keep every sublayer's). Saves about
-        (k - 1) / k of the streams' n copies per sublayer for one more forward pass of
-        the glue on the others (k = 4 at 350M on an H200: 1.06x the baseline's memory
-        instead of 1.24x, 0.85x its throughput instead of 0.89x).
+        from there (0: keep every sublayer's). Saves about (k - 1) / k of the streams'
+        n copies per sublayer for one more forward pass of the glue on the others. The
+        default, 8, keeps hyper-connections within 1.05x the baseline's peak memory: on
+        an H200 1.03x at 100M / 350M / 1B for 0.84-0.86x its throughput, against 1.22x
+        and 0.88-0.89x with 0 (session 47, bench/results/step_h200.md). Values and
+        gradients are the same either way (the glue's kernels are deterministic).
     """
 
     method: str = "standard"
@@ -50,7 +52,7 @@ class StreamConfig:
     chunk: int = 8
     phase1_min_sources: int | None = None
     hyper_n: int = 4
-    hyper_recompute: int = 0
+    hyper_recompute: int = 8
 
     def validate(self, d_model: int, num_sublayers: int) -> None:
         if self.method not in STREAM_METHODS:
