@@ -199,8 +199,9 @@ def _recompute_stream(k: int, n: int, sublayers: int) -> HyperStream:
 @pytest.mark.parametrize("k", [1, 2, 3, 4, 9])
 @pytest.mark.parametrize("n,autocast", [(4, False), (3, True)])
 def test_interp_recompute_equals_keeping_the_streams(k, n, autocast, triton_backend):
-    """Streams recomputed in backward from every k-th sublayer's input (seven sublayers:
-    segments that end early, and k past the depth) give every value and gradient of
+    """Streams recomputed in backward in segments that halve down to k (seven sublayers:
+    segments of 3, 2, 1, 1 for k = 1; 3, 2, 2 for k = 2 and 3; 3, 4 for k = 4; one for
+    k = 9, past the depth) give every value and gradient of
     the run that keeps them, bit for bit; autograd saves fewer bytes; and a second
     backward (retain_graph) recomputes again."""
     emb, outputs = torch.randn(2, 5, 40), [torch.randn(2, 5, 40) for _ in range(7)]
@@ -223,6 +224,25 @@ def test_interp_recompute_equals_keeping_the_streams(k, n, autocast, triton_back
     first = torch.autograd.grad(loss, [e, stream.static_alpha], retain_graph=True)
     second = torch.autograd.grad(loss, [e, stream.static_alpha])
     assert all(torch.equal(a, b) for a, b in zip(first, second))
+
+
+def test_recompute_starts_halve_down_to_the_last_segment():
+    """Each segment covers half of the sublayers left, until the rest fit in one of at
+    most ``last``: the paper presets' depths with the default (6), and the edges."""
+    assert HY.recompute_starts(24, 6) == [0, 12, 18]  # 100M: segments 12, 6, 6
+    assert HY.recompute_starts(48, 6) == [0, 24, 36, 42]  # 350M
+    assert HY.recompute_starts(72, 6) == [0, 36, 54, 63, 67]  # 1B: 36, 18, 9, 4, 5
+    assert HY.recompute_starts(7, 1) == [0, 3, 5, 6]
+    assert HY.recompute_starts(7, 7) == HY.recompute_starts(7, 9) == [0]
+    for total in range(1, 80):
+        for last in (1, 2, 5, 8):
+            starts = HY.recompute_starts(total, last)
+            lengths = [b - a for a, b in zip(starts, starts[1:] + [total])]
+            assert starts[0] == 0 and lengths[-1] <= last, (total, last, lengths)
+            # every earlier segment: half of what was left (rounded down), more than last in all
+            assert all(n == (total - a) // 2 and total - a > last for a, n in zip(starts, lengths[:-1])), lengths
+    with pytest.raises(ValueError, match="at least one"):
+        HY.recompute_starts(24, 0)
 
 
 @interp

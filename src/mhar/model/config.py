@@ -35,14 +35,16 @@ class StreamConfig:
         Phase 1's kernels cost much the same for 1 to 8 sources (0.73-0.89 ms a read
         at 350M's shape, session 36), so the first blocks lose to one-pass.
     hyper_n: number of parallel streams for hyper-connections.
-    hyper_recompute: hyper-connections with the Triton glue (CUDA): keep the n streams
-        for backward only at every hyper_recompute-th sublayer and recompute the rest
-        from there (0: keep every sublayer's). Saves about (k - 1) / k of the streams'
-        n copies per sublayer for one more forward pass of the glue on the others. The
-        default, 8, keeps hyper-connections within 1.05x the baseline's peak memory: on
-        an H200 1.03x at 100M / 350M / 1B for 0.84-0.86x its throughput, against 1.22x
-        and 0.88-0.89x with 0 (session 47, bench/results/step_h200.md). Values and
-        gradients are the same either way (the glue's kernels are deterministic).
+    hyper_recompute: hyper-connections with the Triton glue (CUDA): recompute the n
+        streams in backward instead of keeping them for every sublayer (0: keep them
+        all). The sublayers fall into segments whose first keeps its input streams and
+        whose others are recomputed from there: each segment covers half of the
+        sublayers still left, down to a last one of at most hyper_recompute
+        (streams.hyper.recompute_starts; 24 sublayers with 6: 12, 6 and 6). Costs one
+        more forward pass of the glue for most sublayers; values and gradients are the
+        same (the glue's kernels are deterministic). The default, 6, keeps
+        hyper-connections within 1.05x the baseline's peak memory on an H200 (session
+        47, bench/results/step_h200.md).
     """
 
     method: str = "standard"
@@ -52,7 +54,7 @@ class StreamConfig:
     chunk: int = 8
     phase1_min_sources: int | None = None
     hyper_n: int = 4
-    hyper_recompute: int = 8
+    hyper_recompute: int = 6
 
     def validate(self, d_model: int, num_sublayers: int) -> None:
         if self.method not in STREAM_METHODS:

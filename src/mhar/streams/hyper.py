@@ -96,15 +96,32 @@ def _update_kernels(mixed: Tensor, b: Tensor, output: Tensor) -> Tensor:
     return out
 
 
+def recompute_starts(num_sublayers: int, last: int) -> list[int]:
+    """The sublayers that start a recompute segment (``_Segment``): each segment covers
+    half of the sublayers still left, until the rest fit in one of at most ``last``
+    (24 sublayers, last 6: segments of 12, 6 and 6). Backward meets the segments last
+    first and frees each sublayer's activations as it goes, so the last segment, whose
+    recomputed copies join every activation still held, is the short one, and the
+    earlier ones can be long: few segments, so few kept copies at the forward's peak.
+    Every sublayer but a segment's first is recomputed once, whatever the lengths."""
+    if last < 1:
+        raise ValueError(f"the last recompute segment must hold at least one sublayer, got {last}")
+    starts, rest = [0], num_sublayers
+    while rest > last:
+        starts.append(starts[-1] + rest // 2)
+        rest -= rest // 2
+    return starts
+
+
 class _Segment:
-    """Up to ``recompute`` consecutive sublayers whose streams backward recomputes: only
-    the first sublayer's input streams are kept (``X0``), with each sublayer's alpha,
-    beta and output, which the update's backward keeps anyway. A mix's backward needs
-    its input streams (for alpha's gradient); the first one asked for, the segment's
-    last, recomputes them all from ``X0`` by the forward kernels (deterministic, so the
-    same values), and each is dropped once used. Memory per sublayer falls from n
-    stream copies to n / recompute, plus n (recompute - 1) copies for one segment at a
-    time in backward."""
+    """Consecutive sublayers whose streams backward recomputes (``recompute_starts``):
+    only the first sublayer's input streams are kept (``X0``), with each sublayer's
+    alpha, beta and output, which the update's backward keeps anyway. A mix's backward
+    needs its input streams (for alpha's gradient); the first one asked for, the
+    segment's last, recomputes them all from ``X0`` by the forward kernels
+    (deterministic, so the same values), and each is dropped once used. A segment of S
+    sublayers keeps n stream copies instead of n S, and holds n (S - 1) recomputed ones
+    at the start of its backward."""
 
     def __init__(self, X0: Tensor, dtype: torch.dtype):
         # detached: the segment is reachable from its autograd nodes (ctx.segment), so a
@@ -223,16 +240,17 @@ class _HyperState(StreamState):
         self.X = embedding.unsqueeze(0).expand(stream.n, *embedding.shape)
         self.mixed: Tensor | None = None
         self.segment: _Segment | None = None
+        self.segment_start = 0
 
     def read(self, i: int) -> Tensor:
-        k = self.s.recompute
         # streams recomputed in backward: with the kernels, while autograd records
-        if k and torch.is_grad_enabled() and _use_kernels(self.X[0]):
-            if i % k == 0:
-                self.segment = _Segment(self.X, autocast_dtype(self.X))
+        if self.s.segment_starts and torch.is_grad_enabled() and _use_kernels(self.X[0]):
+            if i in self.s.segment_starts:
+                self.segment, self.segment_start = _Segment(self.X, autocast_dtype(self.X)), i
         else:
             self.segment = None
-        x, self.mixed = _mix(self.s.static_alpha[i], self.X, self.segment, i % k if k else 0)
+        pos = i - self.segment_start if self.segment is not None else 0
+        x, self.mixed = _mix(self.s.static_alpha[i], self.X, self.segment, pos)
         return x
 
     def write(self, i: int, output: Tensor) -> None:
@@ -249,9 +267,10 @@ class HyperStream(ResidualStream):
     def __init__(self, d_model: int, num_sublayers: int, n: int = 4, recompute: int = 0):
         super().__init__(d_model, num_sublayers)
         self.n = n
-        # > 0: keep the n streams only at every recompute-th sublayer and recompute the
-        # others in backward (the Triton glue only; _Segment)
+        # > 0: keep the n streams only where a recompute segment starts and recompute the
+        # others in backward (the Triton glue only; _Segment, recompute_starts)
         self.recompute = recompute
+        self.segment_starts = frozenset(recompute_starts(num_sublayers, recompute)) if recompute else frozenset()
         alpha = torch.zeros(num_sublayers, n, 1 + n)
         for i in range(num_sublayers):
             alpha[i, i % n, 0] = 1.0
