@@ -6,8 +6,10 @@
 Writes ``<out>/profile_<preset>_<method>_<compile>[_eager][_ckpt].txt`` (the key-averages table, then
 the kernel time per step by kind: matrix products, attention, routing, compiled regions,
 loss, optimiser, the rest) as each method finishes, beside it ``.tsv`` (every kernel's
-kind, launches and ms per step) and ``_routing_launches.tsv`` (the routing kernels'
-launches in order, as ``bench/routing.py`` records its own), with ``--eager`` also
+kind, launches and ms per step), ``_routing_launches.tsv`` (the routing kernels'
+launches in order, as ``bench/routing.py`` records its own) and ``_product_launches.tsv``
+(every matrix product's and attention kernel's launch in order, with the kernel before it
+and the gap since it ended, to pair two methods' launch by launch), with ``--eager`` also
 ``_launchers.tsv`` (the kernels outside the products, attention and compiled regions by
 the host op that launched them and its callers), and prints a summary last:
 the graphed step time and the kernels by kind per method, and each kind's difference
@@ -38,6 +40,11 @@ KINDS = [
 ]
 
 
+def kind_of(kernel_name: str) -> str:
+    name = kernel_name.lower()
+    return next((k for k, frags in KINDS if any(f in name for f in frags)), "other")
+
+
 def kernel_kinds(prof, steps: int, counts: dict[str, int] | None = None
                  ) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
     """Kernel time in ms per step by kind, from the profiler's device events, and per
@@ -52,8 +59,7 @@ def kernel_kinds(prof, steps: int, counts: dict[str, int] | None = None
         if e.device_type != DeviceType.CUDA or getattr(e, "is_user_annotation", False) \
                 or e.name.startswith("Optimizer."):
             continue
-        name = e.name.lower()
-        kind = next((k for k, frags in KINDS if any(f in name for f in frags)), "other")
+        kind = kind_of(e.name)
         ms = e.time_range.elapsed_us() / 1e3 / steps
         out[kind] += ms
         names[kind][e.name] = names[kind].get(e.name, 0.0) + ms
@@ -77,8 +83,7 @@ def launchers(prof, steps: int, depth: int = 4) -> list[tuple[str, str, int, flo
             chain.append(p.name)
             p = p.cpu_parent
         for k in e.kernels:
-            name = k.name.lower()
-            kind = next((kd for kd, frags in KINDS if any(f in name for f in frags)), "other")
+            kind = kind_of(k.name)
             if kind in ("matmul", "attention", "compiled"):
                 continue
             row = rows.setdefault((f"{kind}: {k.name[:90]}", " < ".join(chain)), [0, 0.0])
@@ -147,6 +152,17 @@ def main() -> None:
                     if e.device_type == DeviceType.CUDA and any(f in e.name.lower() for f in KINDS[0][1])]
         path.with_name(path.stem + "_routing_launches.tsv").write_text(  # both profiled steps, in order
             "name\tus\n" + "".join(f"{n}\t{us:.1f}\n" for n, us in launched))
+        # every matrix product's and attention kernel's launch in order (both profiled steps),
+        # with the kernel before it and the idle gap since it ended: the products are the same
+        # in every method, so two methods' files pair launch by launch (session 47)
+        device = [e for e in sorted(prof.events(), key=lambda e: e.time_range.start)
+                  if e.device_type == DeviceType.CUDA and not getattr(e, "is_user_annotation", False)
+                  and not e.name.startswith("Optimizer.")]
+        path.with_name(path.stem + "_product_launches.tsv").write_text(
+            "kind\tus\tgap_us\tprev_kind\tprev\tname\n" + "".join(
+                f"{kind_of(e.name)}\t{e.time_range.elapsed_us():.1f}\t{e.time_range.start - p.time_range.end:.1f}\t"
+                f"{kind_of(p.name)}\t{p.name[:50]}\t{e.name[:70]}\n"
+                for p, e in zip(device, device[1:]) if kind_of(e.name) in ("matmul", "attention")))
         # every kernel, for diffs between methods: kind, launches and ms per step, name
         rows = sorted(((k, n, ms) for k, by in names.items() for n, ms in by.items()), key=lambda r: -r[2])
         path.with_suffix(".tsv").write_text("kind\tlaunches_per_step\tms_per_step\tname\n" + "".join(
