@@ -9,7 +9,7 @@ loss, optimiser, the rest) as each method finishes, beside it ``.tsv`` (every ke
 kind, launches and ms per step), ``_routing_launches.tsv`` (the routing kernels'
 launches in order, as ``bench/routing.py`` records its own) and ``_product_launches.tsv``
 (every matrix product's and attention kernel's launch in order, with the kernel before it
-and the gap since it ended, to pair two methods' launch by launch), with ``--eager`` also
+and the gap since it ended, to pair two methods' launches), with ``--eager`` also
 ``_launchers.tsv`` (the kernels outside the products, attention and compiled regions by
 the host op that launched them and its callers), and prints a summary last:
 the graphed step time and the kernels by kind per method, and each kind's difference
@@ -153,8 +153,9 @@ def main() -> None:
         path.with_name(path.stem + "_routing_launches.tsv").write_text(  # both profiled steps, in order
             "name\tus\n" + "".join(f"{n}\t{us:.1f}\n" for n, us in launched))
         # every matrix product's and attention kernel's launch in order (both profiled steps),
-        # with the kernel before it and the idle gap since it ended: the products are the same
-        # in every method, so two methods' files pair launch by launch (session 47)
+        # with the kernel before it and the idle gap since it ended: every method launches the
+        # same products, though not in the same order in backward, so two methods' files pair
+        # by kernel name and occurrence (bench/results/session47/7_products_350m/pair_products.py)
         device = [e for e in sorted(prof.events(), key=lambda e: e.time_range.start)
                   if e.device_type == DeviceType.CUDA and not getattr(e, "is_user_annotation", False)
                   and not e.name.startswith("Optimizer.")]

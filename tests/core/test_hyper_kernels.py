@@ -239,7 +239,8 @@ def test_recompute_starts_halve_down_to_the_last_segment():
             starts = HY.recompute_starts(total, last)
             lengths = [b - a for a, b in zip(starts, starts[1:] + [total])]
             assert starts[0] == 0 and lengths[-1] <= last, (total, last, lengths)
-            # every earlier segment: half of what was left (rounded down), more than last in all
+            # each earlier segment: half of the sublayers left where it starts (rounded down),
+            # with more than last of them left
             assert all(n == (total - a) // 2 and total - a > last for a, n in zip(starts, lengths[:-1])), lengths
     with pytest.raises(ValueError, match="at least one"):
         HY.recompute_starts(24, 0)

@@ -99,10 +99,10 @@ def _update_kernels(mixed: Tensor, b: Tensor, output: Tensor) -> Tensor:
 def recompute_starts(num_sublayers: int, last: int) -> list[int]:
     """The sublayers that start a recompute segment (``_Segment``): each segment covers
     half of the sublayers still left, until the rest fit in one of at most ``last``
-    (24 sublayers, last 6: segments of 12, 6 and 6). Backward meets the segments last
-    first and frees each sublayer's activations as it goes, so the last segment, whose
-    recomputed copies join every activation still held, is the short one, and the
-    earlier ones can be long: few segments, so few kept copies at the forward's peak.
+    (24 sublayers, last 6: segments of 12, 6 and 6). Backward reaches the last segment
+    first, while every activation is still held, so that one is short; it frees each
+    sublayer's activations as it goes, so the earlier segments' recomputed copies fit and
+    they can be long: few segments, so few kept copies at the forward's peak.
     Every sublayer but a segment's first is recomputed once, whatever the lengths."""
     if last < 1:
         raise ValueError(f"the last recompute segment must hold at least one sublayer, got {last}")
