@@ -23,7 +23,7 @@ from pathlib import Path
 
 from torch.autograd import DeviceType
 
-from mhar.bench_cli import PAPER_MICROBATCH, build, fail_on_recompile_limit, time_step
+from mhar.bench_cli import PAPER_GLOBAL_BATCH, PAPER_MICROBATCH, build, fail_on_recompile_limit, time_step
 from mhar.train.trainer import release_memory
 
 
@@ -107,6 +107,9 @@ def main() -> None:
     ap.add_argument("--compile", default="regions", choices=("regions", "full", "off"))
     ap.add_argument("--loss-chunk", type=int, default=4096)
     ap.add_argument("--chunk", type=int, default=8)
+    ap.add_argument("--batch", default=None,
+                    help="microbatch in sequences, or global (the paper's global batch, as mhar bench step's "
+                         "--batch global); default: the bench's (8 / 16 / 16 at 100M / 350M / 1B)")
     ap.add_argument("--accum", type=int, default=1, help="microbatches per update (mhar bench step's --accum)")
     ap.add_argument("--adamw", choices=("triton", "torch"), default="triton",
                     help="the optimiser phase, as mhar bench step's --adamw (its default on CUDA: triton; "
@@ -121,6 +124,8 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     batch, seq = PAPER_MICROBATCH[args.preset]
+    if args.batch is not None:
+        batch = PAPER_GLOBAL_BATCH[args.preset] if args.batch == "global" else int(args.batch)
     summary, kinds, launches = [], {}, {}
     for method in args.methods.split(","):
         release_memory()  # the previous model (compiled modules sit in reference cycles)
@@ -140,7 +145,7 @@ def main() -> None:
         by_kind = "\n".join(f"  {k:12s} {ms:8.2f} ms" for k, ms in kinds[method].items())
         by_kind += "\n\nthe longest kernels of each kind (ms per step):\n" + top_names(names, 10)
         tags = ("_eager" if args.eager else "") + ("_ckpt" if args.activation_checkpointing else "") \
-            + (f"_accum{args.accum}" if args.accum > 1 else "")
+            + (f"_accum{args.accum}" if args.accum > 1 else "") + (f"_b{batch}" if args.batch is not None else "")
         path = out / f"profile_{args.preset}_{method}_{args.compile}{tags}.txt"
         how = ("" if args.eager else " graphed") + (", checkpointed" if args.activation_checkpointing else "")
         path.write_text(f"{method} {args.preset} compile={args.compile}: {timed['step_ms']:.1f} ms/step{how}, "
