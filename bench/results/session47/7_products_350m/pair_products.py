@@ -1,12 +1,14 @@
 """Pair the product and attention launches of two methods' profiles (profile_step.py's
 _product_launches.tsv) by kernel name and occurrence (the k-th launch of each name), and
 sum the differences by kernel and by the kind of kernel that ran before it in the second
-method. Run in this folder: python3 pair_products.py"""
+method. Run in this folder: python3 pair_products.py [FIRST.tsv SECOND.tsv] (default:
+this folder's 350M baseline and mhar)."""
 import collections
 import csv
+import sys
 
-A = "profile_paper-350m_baseline_regions_product_launches.tsv"
-B = "profile_paper-350m_mhar_regions_product_launches.tsv"
+A, B = sys.argv[1:3] if len(sys.argv) > 2 else ("profile_paper-350m_baseline_regions_product_launches.tsv",
+                                                "profile_paper-350m_mhar_regions_product_launches.tsv")
 
 
 def load(path):
@@ -30,7 +32,7 @@ for key, ra in a.items():
         table[k][1] += ua
         table[k][2] += ub
 for title, table in (("by kernel", by_name), ("by the kernel before it in the second profile", by_prev)):
-    print(f"{title}: launches a step, ms a step in {A.split('_')[2]} and {B.split('_')[2]}, difference, ratio")
+    print(f"{title}: launches a step, ms a step in the first and the second, difference, ratio")
     for k, (n, ua, ub) in sorted(table.items(), key=lambda kv: -(kv[1][2] - kv[1][1])):
         if abs(ub - ua) / steps > 20:  # more than 0.02 ms a step
             print(f"  {n / steps:5.0f} {ua / steps / 1e3:8.3f} {ub / steps / 1e3:8.3f} {(ub - ua) / steps / 1e3:+7.3f} "
