@@ -267,9 +267,8 @@ class HyperStream(ResidualStream):
     def __init__(self, d_model: int, num_sublayers: int, n: int = 4, recompute: int = 0):
         super().__init__(d_model, num_sublayers)
         self.n = n
-        # > 0: keep the n streams only where a recompute segment starts and recompute the
-        # others in backward (the Triton glue only; _Segment, recompute_starts)
-        self.recompute = recompute
+        # recompute > 0: keep the n streams only where a recompute segment starts and
+        # recompute the others in backward (the Triton glue only; _Segment, recompute_starts)
         self.segment_starts = frozenset(recompute_starts(num_sublayers, recompute)) if recompute else frozenset()
         alpha = torch.zeros(num_sublayers, n, 1 + n)
         for i in range(num_sublayers):
