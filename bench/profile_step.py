@@ -6,7 +6,9 @@
 Writes ``<out>/profile_<preset>_<method>_<compile>[_eager][_ckpt].txt`` (the key-averages table, then
 the kernel time per step by kind: matrix products, attention, routing, compiled regions,
 loss, optimiser, the rest) as each method finishes, beside it ``.tsv`` (every kernel's
-kind, launches and ms per step), ``_routing_launches.tsv`` (the routing kernels'
+kind, launches and ms per step), ``_steps.tsv`` (each profiled step's kernel time by kind:
+under the power cap the clock can drop within a step, and then every kind in it is
+slower), ``_routing_launches.tsv`` (the routing kernels'
 launches in order, as ``bench/routing.py`` records its own) and ``_product_launches.tsv``
 (every matrix product's and attention kernel's launch in order, with the kernel before it
 and the gap since it ended, to pair two methods' launches), with ``--eager`` also
@@ -19,6 +21,7 @@ from the first method's, in time and in launches (put the baseline first).
 from __future__ import annotations
 
 import argparse
+import collections
 from pathlib import Path
 
 from torch.autograd import DeviceType
@@ -114,6 +117,8 @@ def main() -> None:
     ap.add_argument("--adamw", choices=("triton", "torch"), default="triton",
                     help="the optimiser phase, as mhar bench step's --adamw (its default on CUDA: triton; "
                          "profiles before session 16 ran torch's)")
+    ap.add_argument("--trace-steps", type=int, default=2,
+                    help="steps under the profiler after the timed ones (the .tsv files list every one, in order)")
     ap.add_argument("--rows", type=int, default=30)
     ap.add_argument("--eager", action="store_true", help="no CUDA graph (the profile then shows the host too)")
     ap.add_argument("--activation-checkpointing", action="store_true",
@@ -131,16 +136,16 @@ def main() -> None:
         release_memory()  # the previous model (compiled modules sit in reference cycles)
         model = build(args.preset, method, seq, [], args.chunk, "cuda")
         model.activation_checkpointing = args.activation_checkpointing
-        # the timed steps graphed (the default on a GPU), then 2 more under the profiler
+        # the timed steps graphed (the default on a GPU), then --trace-steps more under the profiler
         with fail_on_recompile_limit():  # never profile a region that fell back to uncompiled
             timed = time_step(model, batch, seq, steps=4, warmup=3, compile_mode=args.compile,
-                              loss_chunk=args.loss_chunk, device="cuda", cuda_graphs=not args.eager, trace_steps=2,
-                              accum=args.accum, adamw=args.adamw)
+                              loss_chunk=args.loss_chunk, device="cuda", cuda_graphs=not args.eager,
+                              trace_steps=args.trace_steps, accum=args.accum, adamw=args.adamw)
         prof = timed.pop("profiler")
         table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=args.rows, max_name_column_width=70)
         counts: dict[str, int] = {}
-        kinds[method], names = kernel_kinds(prof, steps=2, counts=counts)
-        launches[method] = {k: counts.get(k, 0) / 2 for k in kinds[method] if k != "total"}
+        kinds[method], names = kernel_kinds(prof, steps=args.trace_steps, counts=counts)
+        launches[method] = {k: counts.get(k, 0) / args.trace_steps for k in kinds[method] if k != "total"}
         launches[method]["total"] = sum(launches[method].values())
         by_kind = "\n".join(f"  {k:12s} {ms:8.2f} ms" for k, ms in kinds[method].items())
         by_kind += "\n\nthe longest kernels of each kind (ms per step):\n" + top_names(names, 10)
@@ -155,15 +160,26 @@ def main() -> None:
         launched = [(e.name, e.time_range.elapsed_us())
                     for e in sorted(prof.events(), key=lambda e: e.time_range.start)
                     if e.device_type == DeviceType.CUDA and any(f in e.name.lower() for f in KINDS[0][1])]
-        path.with_name(path.stem + "_routing_launches.tsv").write_text(  # both profiled steps, in order
+        path.with_name(path.stem + "_routing_launches.tsv").write_text(  # every profiled step, in order
             "name\tus\n" + "".join(f"{n}\t{us:.1f}\n" for n, us in launched))
-        # every matrix product's and attention kernel's launch in order (both profiled steps),
+        # every matrix product's and attention kernel's launch in order (every profiled step),
         # with the kernel before it and the idle gap since it ended: every method launches the
         # same products, though not in the same order in backward, so two methods' files pair
         # by kernel name and occurrence (bench/results/session47/7_products_350m/pair_products.py)
         device = [e for e in sorted(prof.events(), key=lambda e: e.time_range.start)
                   if e.device_type == DeviceType.CUDA and not getattr(e, "is_user_annotation", False)
                   and not e.name.startswith("Optimizer.")]
+        # each profiled step's kernel time by kind: every step launches the same kernels, so the
+        # k-th of trace_steps equal runs of launches is step k. A clock that drops under the power
+        # cap during one step slows every kind in it (session 48: 350M's second profiled step)
+        per_step = [collections.Counter() for _ in range(args.trace_steps)]
+        for i, e in enumerate(device):
+            per_step[i * args.trace_steps // len(device)][kind_of(e.name)] += e.time_range.elapsed_us() / 1e3
+        names_of_kinds = [k for k, _ in KINDS] + ["other"]
+        path.with_name(path.stem + "_steps.tsv").write_text(
+            "step\t" + "\t".join(names_of_kinds) + "\ttotal\n" + "".join(
+                f"{s}\t" + "\t".join(f"{c[k]:.3f}" for k in names_of_kinds) + f"\t{sum(c.values()):.3f}\n"
+                for s, c in enumerate(per_step)))
         path.with_name(path.stem + "_product_launches.tsv").write_text(
             "kind\tus\tgap_us\tprev_kind\tprev\tname\n" + "".join(
                 f"{kind_of(e.name)}\t{e.time_range.elapsed_us():.1f}\t{e.time_range.start - p.time_range.end:.1f}\t"
@@ -172,13 +188,15 @@ def main() -> None:
         # every kernel, for diffs between methods: kind, launches and ms per step, name
         rows = sorted(((k, n, ms) for k, by in names.items() for n, ms in by.items()), key=lambda r: -r[2])
         path.with_suffix(".tsv").write_text("kind\tlaunches_per_step\tms_per_step\tname\n" + "".join(
-            f"{k}\t{counts[n] / 2:g}\t{ms:.4f}\t{n}\n" for k, n, ms in rows))
+            f"{k}\t{counts[n] / args.trace_steps:g}\t{ms:.4f}\t{n}\n" for k, n, ms in rows))
         if args.eager:  # who launched each kernel outside the products, attention and compiled regions
             path.with_name(path.stem + "_launchers.tsv").write_text("kernel\tlaunched by\tlaunches_per_step\tms_per_step\n" + "".join(
-                f"{k}\t{ch}\t{n:g}\t{ms:.4f}\n" for k, ch, n, ms in launchers(prof, steps=2)))
+                f"{k}\t{ch}\t{n:g}\t{ms:.4f}\n" for k, ch, n, ms in launchers(prof, steps=args.trace_steps)))
         summary.append(f"{args.preset} {method} compile={args.compile}: {timed['step_ms']:.1f} ms, "
                        f"MFU {100 * timed['mfu']:.1f}%, peak {timed['peak_mem_gb']:.1f} GB")
-        print(summary[-1] + "\n" + top_names(names, 3), flush=True)
+        print(summary[-1] + "\n" + top_names(names, 3) + "\nper profiled step (ms): " + ", ".join(
+            f"{c['matmul']:.2f} products, {c['attention']:.2f} attention, {c['routing']:.2f} routing, "
+            f"{sum(c.values()):.2f} all" for c in per_step), flush=True)
         del model
     print("\n".join(summary))
     first = next(iter(kinds))
