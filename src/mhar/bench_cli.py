@@ -37,6 +37,12 @@ faster per token (session 16, bench/results/step_h200.md): the accumulating repl
 into the gradients, and every kernel ran about 10% slower over the longer runs of
 back-to-back work.
 
+``--interleave`` times each method's steps in turn with the baseline's, both models alive
+(their memory together must fit), and takes a method's ratio as the median of its step
+pairs' ratios. Under the H200's power cap the clock moves from step to step, by up to 17%
+within one process (bench/results/step_h200.md, session 48), so methods timed one after
+the other need not see the same clocks; in turn, neighbouring steps do.
+
 ``--processes N`` runs the whole benchmark N times, each in a fresh Python process, one
 after the other, and writes the median and range of every row over them
 (``step_<tag>.json`` / ``.md``; each process's own files are ``step_<tag>_p<k>.*``). On
@@ -61,7 +67,7 @@ from pathlib import Path
 import torch
 import torch._dynamo
 
-from mhar.gpu_clock import ClockSampler
+from mhar.gpu_clock import ClockSampler, summarize
 from mhar.model import Decoder, apply_overrides, get_preset, method_stream
 from mhar.model.config import SCHEDULES
 from mhar.model.loss import linear_cross_entropy
@@ -107,12 +113,14 @@ def fail_on_recompile_limit():
     return contextlib.nullcontext()
 
 
-def time_step(model: Decoder, batch: int, seq_len: int, steps: int, warmup: int, compile_mode: str,
-              loss_chunk: int, device: str, cuda_graphs: bool = False, trace_steps: int = 0,
-              adamw: str = "torch", accum: int = 1) -> dict:
-    """Median step time, MFU and peak memory of a step of ``accum`` microbatches (forward
-    and backward each, the gradients accumulated) and one update. ``trace_steps``: that many more steps run,
-    the same way, under ``torch.profiler`` (returned as "profiler"; bench/profile_step.py).
+def prepare_step(model: Decoder, batch: int, seq_len: int, warmup: int, compile_mode: str, loss_chunk: int,
+                 device: str, cuda_graphs: bool = False, adamw: str = "torch", accum: int = 1):
+    """``model``'s training step, ready to time: compiled, warmed up and, with
+    ``cuda_graphs``, captured. Returns ``(step, info)``: ``step(i)`` runs step i (``accum``
+    microbatches, forward and backward each, the gradients accumulated, then one update)
+    and returns its loss without waiting for the device; ``info`` holds "warmup_s" (the
+    compiling, warm-up and capture) and "capture_peak" (the allocator's peak in bytes
+    during the capture, where the graph's activations are allocated; 0 without a graph).
     ``adamw``: "torch" (clip_grad_norm_, then torch's fused AdamW) or "triton" (the
     norm, then :class:`~mhar.train.adamw_kernel.TritonAdamW` with the clip folded in)."""
     torch.manual_seed(0)
@@ -179,7 +187,28 @@ def time_step(model: Decoder, batch: int, seq_len: int, steps: int, warmup: int,
         step = graphed_step
         step(0)
     sync(device)
-    t_compile = time.perf_counter() - t_compile
+    return step, {"warmup_s": time.perf_counter() - t_compile, "capture_peak": capture_peak}
+
+
+def step_result(model: Decoder, batch: int, seq_len: int, accum: int, times: list[float], peak_bytes: float) -> dict:
+    """A row's numbers from its timed steps (seconds, in order) and its peak memory in bytes."""
+    in_order = [1e3 * t for t in times]  # (a drift across them shows clocks changing under load)
+    median = sorted(times)[len(times) // 2]  # (the upper median of an even count, as every row so far)
+    tokens = batch * seq_len * accum
+    flops = model.flops_per_token(seq_len)
+    return {"step_ms": 1e3 * median, "step_times_ms": in_order, "tokens_per_s": tokens / median,
+            "mfu": flops * tokens / median / PEAK_FLOPS, "peak_mem_gb": peak_bytes / 1e9, "flops_per_token": flops,
+            "accum": accum}
+
+
+def time_step(model: Decoder, batch: int, seq_len: int, steps: int, warmup: int, compile_mode: str,
+              loss_chunk: int, device: str, cuda_graphs: bool = False, trace_steps: int = 0,
+              adamw: str = "torch", accum: int = 1) -> dict:
+    """Median step time, MFU and peak memory of ``model``'s training step (see
+    :func:`prepare_step`) over ``steps`` timed steps. ``trace_steps``: that many more steps
+    run, the same way, under ``torch.profiler`` (returned as "profiler"; bench/profile_step.py)."""
+    step, info = prepare_step(model, batch, seq_len, warmup, compile_mode, loss_chunk, device, cuda_graphs,
+                              adamw, accum)
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     times = []
@@ -199,27 +228,120 @@ def time_step(model: Decoder, batch: int, seq_len: int, steps: int, warmup: int,
             for i in range(trace_steps):
                 step(i)
             sync(device)
-    in_order = [1e3 * t for t in times]  # (a drift across them shows clocks changing under load)
-    times.sort()
-    median = times[len(times) // 2]
-    tokens = batch * seq_len * accum
-    flops = model.flops_per_token(seq_len)
     # under a graph the activations were allocated once, at capture: its peak is the step's
-    peak = max(torch.cuda.max_memory_allocated(), capture_peak) if device == "cuda" else float("nan")
+    peak = max(torch.cuda.max_memory_allocated(), info["capture_peak"]) if device == "cuda" else float("nan")
     return {
-        "step_ms": 1e3 * median,
-        "step_times_ms": in_order,
-        "tokens_per_s": tokens / median,
-        "mfu": flops * tokens / median / PEAK_FLOPS,
-        "peak_mem_gb": peak / 1e9,
-        "flops_per_token": flops,
-        "warmup_s": t_compile,
+        **step_result(model, batch, seq_len, accum, times, peak),
+        "warmup_s": info["warmup_s"],
         "loss": float(loss.detach()),
         "cuda_graphs": cuda_graphs,
-        "accum": accum,
         **(clocks.summary() if device == "cuda" else {}),
         **({"profiler": profiler} if trace_steps else {}),
     }
+
+
+class _Prepared:
+    """One method's model and prepared step in an interleaved run, with its memory: what
+    it holds between steps (``resident``) and its peak (``peak``), both in bytes and
+    counted from what was allocated before it was built, so that another model alive at
+    the same time is not counted."""
+
+    def __init__(self, model: Decoder, step, info: dict, before: int, cuda: bool):
+        self.model, self.step, self.info = model, step, info
+        self.resident = torch.cuda.memory_allocated() - before if cuda else 0
+        self.peak = max(torch.cuda.max_memory_allocated(), info["capture_peak"]) - before if cuda else float("nan")
+        self.loss = None
+
+    def timed(self, i: int, device: str) -> float:
+        """Runs step i and returns its seconds; on a GPU raises ``peak`` to the step's
+        own peak (its resident memory and what the step allocated above it)."""
+        cuda = device == "cuda"
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+            at_start = torch.cuda.memory_allocated()
+        start = time.perf_counter()
+        self.loss = self.step(i)
+        sync(device)
+        seconds = time.perf_counter() - start
+        if cuda:
+            self.peak = max(self.peak, torch.cuda.max_memory_allocated() - at_start + self.resident)
+        return seconds
+
+
+def time_interleaved(preset: str, methods: list[str], batch: int, seq_len: int, accum: int, graphs: bool,
+                     args: argparse.Namespace, device: str, adamw: str) -> list[dict]:
+    """``--interleave``: the baseline's and each other method's steps in turn (one of the
+    baseline, one of the method, ``args.steps`` of each), both models alive, so that both
+    run under the same clocks: on a power-capped GPU the clock moves from step to step
+    (up to 17% at 350M on the H200, bench/results/step_h200.md, session 48). A method's
+    ratio to the baseline is the median over its steps of the baseline step's time just
+    before over its own; the baseline's row takes its steps from every pair. Peak memory
+    is each model's own (another model alive is not counted)."""
+    cuda = device == "cuda"
+    others = [m for m in methods if m != "baseline"]
+    release_memory()
+
+    def prepare(method: str) -> _Prepared:
+        print(f"[interleave] {preset} {method}{' (graph)' if graphs else ''}: build, "
+              + ("" if args.compile == "off" else "compile, ") + ("capture, " if graphs else "")
+              + f"{args.warmup} warm-up steps", file=sys.stderr, flush=True)
+        before = torch.cuda.memory_allocated() if cuda else 0
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+        model = build(preset, method, seq_len, args.overrides, args.chunk, device)
+        model.activation_checkpointing = args.activation_checkpointing
+        step, info = prepare_step(model, batch, seq_len, args.warmup, args.compile, args.loss_chunk, device, graphs,
+                                  adamw, accum)
+        return _Prepared(model, step, info, before, cuda)
+
+    def row(p: _Prepared, times: list[float], samples: list) -> dict:
+        return {**step_result(p.model, batch, seq_len, accum, times, p.peak), "warmup_s": p.info["warmup_s"],
+                "loss": float(p.loss.detach()), "cuda_graphs": graphs, "interleaved": True, **summarize(samples)}
+
+    def failed(method: str, err: Exception) -> dict:
+        if isinstance(err, torch.OutOfMemoryError):
+            return {"method": method, "error": f"out of memory (--interleave holds two models at once): {err}"[:200]}
+        return {"method": method,
+                "error": f"torch.compile ran out of its variants for a function (recompile_limit): {err}"[:200]}
+
+    def sampler() -> ClockSampler:  # (no samples without nvidia-smi, so none on a CPU)
+        return ClockSampler(torch.cuda.current_device() if cuda else 0)
+
+    with fail_on_recompile_limit():
+        try:
+            base = prepare("baseline")
+        except (torch.OutOfMemoryError, *_RECOMPILE_LIMIT_ERRORS) as err:
+            return [failed(m, err) for m in methods]
+        base_times, base_samples, other_rows = [], [], []
+        for method in others:
+            other = None
+            try:
+                other = prepare(method)
+                print(f"[interleave] {preset}: baseline and {method}, {args.steps} timed steps each, in turn",
+                      file=sys.stderr, flush=True)
+                pair_base, pair_other = [], []
+                with sampler() as clocks:
+                    for i in range(args.steps):
+                        pair_base.append(base.timed(i, device))
+                        pair_other.append(other.timed(i, device))
+                samples = clocks.samples
+                r = row(other, pair_other, samples)
+                r["throughput_vs_baseline"] = statistics.median(b / o for b, o in zip(pair_base, pair_other))
+                r["baseline_step_ms"] = 1e3 * sorted(pair_base)[len(pair_base) // 2]
+                base_times += pair_base
+                base_samples += samples
+            except (torch.OutOfMemoryError, *_RECOMPILE_LIMIT_ERRORS) as err:
+                r = failed(method, err)
+            other_rows.append(r)
+            del other
+            release_memory()
+        if not base_times:  # no other method ran: the baseline's steps on their own
+            with sampler() as clocks:
+                base_times = [base.timed(i, device) for i in range(args.steps)]
+            base_samples = clocks.samples
+        base_row = row(base, base_times, base_samples)
+    rows = iter(other_rows)
+    return [{**(base_row if m == "baseline" else next(rows)), "method": m} for m in methods]
 
 
 def _clock_cells(r: dict) -> str:
@@ -283,12 +405,24 @@ def run_bench_step(args: argparse.Namespace) -> int:
     graph_mode = ("on" if device == "cuda" else "off") if args.cuda_graphs == "auto" else args.cuda_graphs
     if graph_mode != "off" and device != "cuda":
         raise SystemExit("--cuda-graphs needs a CUDA device")
+    if args.interleave and "baseline" not in methods:
+        raise SystemExit("--interleave times every method against the baseline, step by step: "
+                         "put baseline in --methods")
+    if args.interleave and graph_mode == "both":
+        raise SystemExit("--interleave times the methods one way: pass --cuda-graphs on or off, not both")
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     results = []
     for preset in args.preset.split(","):
         batch, seq_len = microbatch(preset, args.batch), args.seq_len or default_shape(preset)[1]
         accum = recipe_accum(preset, batch) if args.accum == "recipe" else int(args.accum)
+        if args.interleave:
+            graphs = GRAPH_MODES[graph_mode][0]
+            for r in time_interleaved(preset, methods, batch, seq_len, accum, graphs, args, device, adamw):
+                r.update(preset=preset, batch=batch, seq_len=seq_len, cuda_graphs=graphs, accum=accum)
+                results.append(r)
+                print(json.dumps(r), flush=True)
+            continue
         runs = [(m, g) for m in methods for g in GRAPH_MODES[graph_mode]]
         for k, (method, graphs) in enumerate(runs, 1):
             # compiling and warming up take from seconds to minutes: say what is running
@@ -320,13 +454,15 @@ def run_bench_step(args: argparse.Namespace) -> int:
     for r in results:
         b = base.get((r["preset"], r["cuda_graphs"]))
         if b and "error" not in r:
-            r["throughput_vs_baseline"] = r["tokens_per_s"] / b["tokens_per_s"]
+            # (an interleaved row has its own: the median of its steps' ratios)
+            r.setdefault("throughput_vs_baseline", r["tokens_per_s"] / b["tokens_per_s"])
             r["memory_vs_baseline"] = r["peak_mem_gb"] / b["peak_mem_gb"] if device == "cuda" else float("nan")
     meta = {
         "command": " ".join(["mhar"] + sys.argv[1:]),
         "device": torch.cuda.get_device_name() if device == "cuda" else platform.processor() or "cpu",
         "torch": torch.__version__, "python": platform.python_version(), "commit": _commit(),
         "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "adamw": adamw,
+        **({"interleaved": "each method's steps in turn with the baseline's"} if args.interleave else {}),
     }
     try:
         import triton
@@ -513,6 +649,11 @@ def register(sub) -> None:
     s.add_argument("--processes", type=int, default=1,
                    help="run the benchmark this many times, each in a fresh process, and report every row's "
                         "median and range (the spread between processes is as large as some bars' margins)")
+    s.add_argument("--interleave", action="store_true",
+                   help="time each method's steps in turn with the baseline's (one of each, both models alive: "
+                        "their memory together must fit), so that both run under the same clocks; its ratio is "
+                        "the median of the step pairs' ratios. On a power-capped GPU the clock moves from step to "
+                        "step, and one method's steps after another's need not see the same clocks")
     s.add_argument("overrides", nargs="*", help="dotted model overrides")
     s.set_defaults(func=run_bench_step)
     _STEP_PARSER[:] = [s]

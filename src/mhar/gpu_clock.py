@@ -86,8 +86,13 @@ class ClockSampler:
     def summary(self) -> dict:
         """Median SM clock, its tenth percentile, median power and the sample count; {}
         without samples."""
-        if not self.samples:
-            return {}
-        mhz = sorted(s[0] for s in self.samples)
-        return {"sm_mhz": statistics.median(mhz), "sm_mhz_p10": mhz[len(mhz) // 10],
-                "power_w": statistics.median(s[1] for s in self.samples), "samples": len(self.samples)}
+        return summarize(self.samples)
+
+
+def summarize(samples: list[tuple[float, float]]) -> dict:
+    """:meth:`ClockSampler.summary` of any (MHz, W) samples, e.g. several samplers' together."""
+    if not samples:
+        return {}
+    mhz = sorted(s[0] for s in samples)
+    return {"sm_mhz": statistics.median(mhz), "sm_mhz_p10": mhz[len(mhz) // 10],
+            "power_w": statistics.median(s[1] for s in samples), "samples": len(samples)}

@@ -143,6 +143,33 @@ def test_bench_step_in_fresh_processes(tmp_path, capsys):
     assert "--processes must be at least 1" in capsys.readouterr().err
 
 
+def test_bench_step_interleaved(tmp_path, capsys):
+    """--interleave: the baseline's steps and each method's in turn, a method's ratio the
+    median of its step pairs' ratios (read back from the rows' step times); the baseline's
+    row has its steps from every pair. On a GPU each model's peak memory must not count
+    the other model alive beside it: it matches the sequential run's."""
+    argv = ["bench", "step", "--preset", "tiny", "--steps", "3", "--warmup", "1", "--compile", "off",
+            "--out", str(tmp_path), *TINY]
+    assert main([*argv, "--methods", "mhar,baseline,hyper", "--interleave", "--tag", "i"]) == 0
+    data = json.loads((tmp_path / "step_i.json").read_text())
+    assert "interleaved" in data["meta"]
+    mhar, base, hyper = data["results"]
+    assert [r["method"] for r in (mhar, base, hyper)] == ["mhar", "baseline", "hyper"]
+    assert all(r["interleaved"] for r in (mhar, base, hyper)) and base["throughput_vs_baseline"] == 1.0
+    assert len(base["step_times_ms"]) == 6 and len(mhar["step_times_ms"]) == len(hyper["step_times_ms"]) == 3
+    for k, row in enumerate((mhar, hyper)):  # the pairs: the baseline's k-th run of 3 steps, then the method's
+        pairs = zip(base["step_times_ms"][3 * k:3 * k + 3], row["step_times_ms"])
+        assert row["throughput_vs_baseline"] == pytest.approx(sorted(b / m for b, m in pairs)[1])
+        assert row["baseline_step_ms"] == pytest.approx(sorted(base["step_times_ms"][3 * k:3 * k + 3])[1])
+    if torch.cuda.is_available():
+        assert main([*argv, "--methods", "baseline,mhar,hyper", "--tag", "s"]) == 0
+        seq = {r["method"]: r for r in json.loads((tmp_path / "step_s.json").read_text())["results"]}
+        for r in (mhar, base, hyper):
+            assert r["peak_mem_gb"] == pytest.approx(seq[r["method"]]["peak_mem_gb"], rel=0.1), r["method"]
+    with pytest.raises(SystemExit, match="put baseline in --methods"):
+        main([*argv, "--methods", "mhar", "--interleave"])
+
+
 def bench_module(name: str):
     """A script of bench/ imported as a module."""
     import importlib
