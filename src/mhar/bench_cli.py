@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import os
 import platform
@@ -276,7 +277,9 @@ def time_interleaved(preset: str, methods: list[str], batch: int, seq_len: int, 
     (up to 17% at 350M on the H200, bench/results/step_h200.md, session 48). A method's
     ratio to the baseline is the median over its steps of the baseline step's time just
     before over its own; the baseline's row takes its steps from every pair. Peak memory
-    is each model's own (another model alive is not counted)."""
+    is each model's own (the other model alive beside it is not counted), with what the
+    process keeps once allocated (workspaces, first allocated by the baseline) in every
+    row, as a model run alone has it."""
     cuda = device == "cuda"
     others = [m for m in methods if m != "baseline"]
     release_memory()
@@ -304,6 +307,15 @@ def time_interleaved(preset: str, methods: list[str], batch: int, seq_len: int, 
         return {"method": method,
                 "error": f"torch.compile ran out of its variants for a function (recompile_limit): {err}"[:200]}
 
+    def free_other() -> None:
+        # as release_memory, but torch.compile's code is dropped only where the baseline's
+        # steps replay a CUDA graph: an eager baseline would recompile in its timed steps
+        if graphs:
+            torch._dynamo.reset()
+        gc.collect()
+        if cuda:
+            torch.cuda.empty_cache()
+
     def sampler() -> ClockSampler:  # (no samples without nvidia-smi, so none on a CPU)
         return ClockSampler(torch.cuda.current_device() if cuda else 0)
 
@@ -312,6 +324,7 @@ def time_interleaved(preset: str, methods: list[str], batch: int, seq_len: int, 
             base = prepare("baseline")
         except (torch.OutOfMemoryError, *_RECOMPILE_LIMIT_ERRORS) as err:
             return [failed(m, err) for m in methods]
+        base_resident = base.resident
         base_times, base_samples, other_rows = [], [], []
         for method in others:
             other = None
@@ -334,12 +347,24 @@ def time_interleaved(preset: str, methods: list[str], batch: int, seq_len: int, 
                 r = failed(method, err)
             other_rows.append(r)
             del other
-            release_memory()
+            free_other()
         if not base_times:  # no other method ran: the baseline's steps on their own
             with sampler() as clocks:
                 base_times = [base.timed(i, device) for i in range(args.steps)]
             base_samples = clocks.samples
         base_row = row(base, base_times, base_samples)
+    if cuda:
+        # What the process keeps once allocated (library workspaces, ...) came with the
+        # baseline, the first model, and is in its peak; the others found it there. Add it
+        # to theirs, as each would have allocated it alone: the baseline's allocation
+        # between its steps less what freeing it gives back.
+        held = torch.cuda.memory_allocated()
+        del base
+        release_memory()
+        kept = base_resident - (held - torch.cuda.memory_allocated())
+        for r in other_rows:
+            if "peak_mem_gb" in r:
+                r["peak_mem_gb"] += kept / 1e9
     rows = iter(other_rows)
     return [{**(base_row if m == "baseline" else next(rows)), "method": m} for m in methods]
 
