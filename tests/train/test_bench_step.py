@@ -169,9 +169,13 @@ def test_bench_step_interleaved(tmp_path, capsys):
             assert main([*argv, "--methods", "baseline,mhar,hyper", "--tag", tag, "--processes", "2", *extra]) == 0
         fresh = {tag: {r["method"]: r for r in json.loads((tmp_path / f"step_{tag}.json").read_text())["results"]}
                  for tag in ("fi", "fs")}
-        for method in ("baseline", "mhar", "hyper"):
+        for method in ("baseline", "mhar"):
             interleaved, alone = fresh["fi"][method]["peak_mem_gb"], fresh["fs"][method]["peak_mem_gb"]
             assert interleaved == pytest.approx(alone, rel=0.1), method
+        # a sequential row also counts what the methods before it left allocated (mhar's
+        # leftovers in hyper's: 0.34 against 0.27 GB here on the H200, session 48), and the
+        # baseline beside it would add its whole model (0.21 GB)
+        assert fresh["fi"]["hyper"]["peak_mem_gb"] <= fresh["fs"]["hyper"]["peak_mem_gb"] * 1.02
     with pytest.raises(SystemExit, match="put baseline in --methods"):
         main([*argv, "--methods", "mhar", "--interleave"])
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# session 48 call 6: the interleave test with its memory check in fresh processes (call 5
+# session 48 call 6 (and 7, the same after the fix below): the interleave test with its memory check in fresh processes (call 5
 # compared against a sequential run in the test's own process, whose rows count what
 # earlier runs left allocated).
 # run: C=<commit> OUT=$OUT bash bench/results/session48/6_interleave_test/call.sh
