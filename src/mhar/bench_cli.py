@@ -361,7 +361,7 @@ def time_interleaved(preset: str, methods: list[str], batch: int, seq_len: int, 
         held = torch.cuda.memory_allocated()
         del base
         release_memory()
-        kept = base_resident - (held - torch.cuda.memory_allocated())
+        kept = max(0, base_resident - (held - torch.cuda.memory_allocated()))
         for r in other_rows:
             if "peak_mem_gb" in r:
                 r["peak_mem_gb"] += kept / 1e9
