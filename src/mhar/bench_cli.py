@@ -39,9 +39,10 @@ back-to-back work.
 
 ``--interleave`` times each method's steps in turn with the baseline's, both models alive
 (their memory together must fit), and takes a method's ratio as the median of its step
-pairs' ratios. Under the H200's power cap the clock moves from step to step, by up to 17%
-within one process (bench/results/step_h200.md, session 48), so methods timed one after
-the other need not see the same clocks; in turn, neighbouring steps do.
+pairs' ratios. Under the H200's power cap the clock moves from step to step: within one
+process the same products took up to 16% longer in one step than in another
+(bench/results/step_h200.md, session 48), so methods timed one after the other need not
+see the same clocks; in turn, neighbouring steps do.
 
 ``--processes N`` runs the whole benchmark N times, each in a fresh Python process, one
 after the other, and writes the median and range of every row over them
@@ -274,8 +275,8 @@ def time_interleaved(preset: str, methods: list[str], batch: int, seq_len: int, 
     """``--interleave``: the baseline's and each other method's steps in turn (one of the
     baseline, one of the method, ``args.steps`` of each), both models alive, so that both
     run under the same clocks: on a power-capped GPU the clock moves from step to step
-    (up to 17% at 350M on the H200, bench/results/step_h200.md, session 48). A method's
-    ratio to the baseline is the median over its steps of the baseline step's time just
+    (350M's products up to 16% apart on the H200, bench/results/step_h200.md, session
+    48). A method's ratio to the baseline is the median over its steps of the baseline step's time just
     before over its own; the baseline's row takes its steps from every pair. Peak memory
     is each model's own (the other model alive beside it is not counted), with what the
     process keeps once allocated (workspaces, first allocated by the baseline) in every
