@@ -143,7 +143,7 @@ def test_bench_step_in_fresh_processes(tmp_path, capsys):
     assert "--processes must be at least 1" in capsys.readouterr().err
 
 
-def test_bench_step_interleaved(tmp_path, capsys):
+def test_bench_step_interleaved(tmp_path):
     """--interleave: the baseline's steps and each method's in turn, a method's ratio the
     median of its step pairs' ratios (read back from the rows' step times); the baseline's
     row has its steps from every pair. On a GPU each model's peak memory must not count
