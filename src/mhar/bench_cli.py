@@ -242,6 +242,13 @@ def time_step(model: Decoder, batch: int, seq_len: int, steps: int, warmup: int,
     }
 
 
+def error_row(err: Exception, oom_note: str = "") -> dict:
+    """The row of a method that ran out of memory or of torch.compile's variants."""
+    if isinstance(err, torch.OutOfMemoryError):
+        return {"error": f"out of memory{oom_note}: {err}"[:200]}
+    return {"error": f"torch.compile ran out of its variants for a function (recompile_limit): {err}"[:200]}
+
+
 class _Prepared:
     """One method's model and prepared step in an interleaved run, with its memory: what
     it holds between steps (``resident``) and its peak (``peak``), both in bytes and
@@ -303,10 +310,7 @@ def time_interleaved(preset: str, methods: list[str], batch: int, seq_len: int, 
                 "loss": float(p.loss.detach()), "cuda_graphs": graphs, "interleaved": True, **summarize(samples)}
 
     def failed(method: str, err: Exception) -> dict:
-        if isinstance(err, torch.OutOfMemoryError):
-            return {"method": method, "error": f"out of memory (--interleave holds two models at once): {err}"[:200]}
-        return {"method": method,
-                "error": f"torch.compile ran out of its variants for a function (recompile_limit): {err}"[:200]}
+        return {"method": method, **error_row(err, " (--interleave holds two models at once)")}
 
     def free_other() -> None:
         # as release_memory, but torch.compile's code is dropped only where the baseline's
@@ -467,10 +471,8 @@ def run_bench_step(args: argparse.Namespace) -> int:
                 with fail_on_recompile_limit():
                     r = time_step(model, batch, seq_len, args.steps, args.warmup, args.compile, args.loss_chunk,
                                   device, cuda_graphs=graphs, adamw=adamw, accum=accum)
-            except torch.OutOfMemoryError as err:
-                r = {"error": f"out of memory: {err}"[:200]}
-            except _RECOMPILE_LIMIT_ERRORS as err:
-                r = {"error": f"torch.compile ran out of its variants for a function (recompile_limit): {err}"[:200]}
+            except (torch.OutOfMemoryError, *_RECOMPILE_LIMIT_ERRORS) as err:
+                r = error_row(err)
             r.update(preset=preset, method=method, batch=batch, seq_len=seq_len, cuda_graphs=graphs, accum=accum)
             results.append(r)
             print(json.dumps(r), flush=True)
