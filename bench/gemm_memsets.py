@@ -1,0 +1,148 @@
+"""The memsets before a step's matrix products, and what they cost in a CUDA graph (issue 6).
+
+In session 48's profiles of the graphed 350M baseline step, 344 of the 504 matrix
+products a step ran right after a memset, with about 3 us idle between the memset and
+the product (1.0 ms a step; 1.5 ms at 1B), against 0.4 us after a compiled region's
+kernel. An eager profile (session 24) names ``aten::mm`` as what launches them: cuBLAS.
+
+This replays one step's products of the decoder's linear layers, in the layouts the
+step uses (``F.linear``'s forward, its input gradient ``dY @ W`` and its weight gradient
+``dY.T @ X``, per layer with their own operands), from one CUDA graph, once per BLAS
+choice (``torch.backends.cuda.preferred_blas_library``: 'cublas', 'cublaslt'), and
+reports, per choice: the replay's ms (median), its products' kernel time, the memsets
+and the idle time after them and in all; and which products get a memset.
+Settings read at start-up (``CUBLAS_WORKSPACE_CONFIG``, ``CUBLASLT_WORKSPACE_SIZE``)
+need a process each: the JSON records the environment.
+
+    PYTHONPATH=src python3 bench/gemm_memsets.py --preset paper-350m --out $OUT/memsets_350m.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import platform
+import sys
+import time
+
+import torch
+from torch.autograd import DeviceType
+
+from attention_bench import capture_graph, replay_times  # bench/ is on the path when a script of it runs
+from gemm_rate import step_products
+from mhar.bench_cli import PAPER_MICROBATCH
+
+ENV_KEYS = ("CUBLAS_WORKSPACE_CONFIG", "CUBLASLT_WORKSPACE_SIZE", "TORCH_BLAS_PREFER_CUBLASLT",
+            "TORCH_CUBLASLT_UNIFIED_WORKSPACE")
+
+
+def operands(kind: str, M: int, N: int, K: int, device="cuda"):
+    """(a, b) with a @ b of shape (M, N), laid out as the step's product of that kind."""
+    bf16 = dict(device=device, dtype=torch.bfloat16)
+    if kind == "forward":  # x (M, K) @ W(N, K).T
+        return torch.randn(M, K, **bf16), torch.randn(N, K, **bf16).t()
+    if kind == "input grad":  # dY (M, K) @ W (K, N), W as stored (out, in)
+        return torch.randn(M, K, **bf16), torch.randn(K, N, **bf16)
+    # weight grad: dY (K, M).T @ X (K, N), K the tokens
+    return torch.randn(K, M, **bf16).t(), torch.randn(K, N, **bf16)
+
+
+def build(preset: str, loss_chunk: int):
+    """A graph of the step's products (every copy its own operands; outputs shared per
+    shape, only written) and the label of each launch in order."""
+    ops, labels = [], []
+    for name, n, M, N, K in step_products(preset, loss_chunk):
+        kind = next(k for k in ("forward", "input grad", "weight grad") if k in name)
+        c = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+        for _ in range(n):
+            a, b = operands(kind, M, N, K)
+            ops.append((a, b, c))
+            labels.append(f"{name} {M}x{N}x{K}")
+
+    def run():
+        for a, b, c in ops:
+            torch.mm(a, b, out=c)
+
+    return capture_graph(run, warmup=2), labels, ops
+
+
+def profile_replays(g: torch.cuda.CUDAGraph, reps: int, labels: list[str]) -> dict:
+    """Kernels of ``reps`` replays: products, memsets, the idle time before each kernel."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            g.replay()
+        torch.cuda.synchronize()
+    dev = sorted((e for e in prof.events() if e.device_type == DeviceType.CUDA
+                  and not getattr(e, "is_user_annotation", False)), key=lambda e: e.time_range.start)
+    out = collections.Counter()
+    with_memset = collections.Counter()
+    names = collections.Counter()
+    product_i = 0
+    for i, e in enumerate(dev):
+        memset = "memset" in e.name.lower()
+        us = e.time_range.elapsed_us()
+        idle = e.time_range.start - dev[i - 1].time_range.end if i else 0.0
+        if memset:
+            out["memsets"] += 1
+            out["memset_us"] += us
+            out["idle_before_memsets_us"] += idle
+        else:
+            out["products"] += 1
+            out["product_us"] += us
+            names[e.name] += 1
+            after_memset = i > 0 and "memset" in dev[i - 1].name.lower()
+            out["idle_before_products_us" + ("_after_memset" if after_memset else "")] += idle
+            if after_memset:
+                with_memset[labels[product_i % len(labels)]] += 1
+            product_i += 1
+        out["kernel_us"] += us
+        if i:
+            out["idle_us"] += max(idle, 0.0)
+    per = {k: v / reps for k, v in out.items()}
+    per["products_with_memset"] = {k: v / reps for k, v in sorted(with_memset.items())}
+    per["kernels_by_name"] = {k: v / reps for k, v in names.most_common()}
+    return per
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--preset", default="paper-350m")
+    ap.add_argument("--loss-chunk", type=int, default=4096, help="as mhar bench step's --loss-chunk")
+    ap.add_argument("--blas", default="cublas,cublaslt", help="comma list of preferred_blas_library choices")
+    ap.add_argument("--reps", type=int, default=30, help="timed replays per choice")
+    ap.add_argument("--out", default="bench/results/gemm_memsets.json")
+    args = ap.parse_args()
+    meta = {"command": " ".join(["python3"] + sys.argv), "device": torch.cuda.get_device_name(),
+            "torch": torch.__version__, "python": platform.python_version(),
+            "commit": os.environ.get("MHAR_COMMIT", "unknown"), "microbatch": PAPER_MICROBATCH[args.preset],
+            "env": {k: os.environ[k] for k in ENV_KEYS if k in os.environ},
+            "blas_at_start": str(torch.backends.cuda.preferred_blas_library()),
+            "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
+    print(json.dumps(meta), flush=True)
+    rows = []
+    for blas in args.blas.split(","):
+        torch.backends.cuda.preferred_blas_library(blas)
+        g, labels, ops = build(args.preset, args.loss_chunk)
+        times = sorted(replay_times(g, min_reps=args.reps))
+        row = {"blas": blas, "replay_ms": times[len(times) // 2], **profile_replays(g, 3, labels)}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        del g, ops
+        torch.cuda.empty_cache()
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump({"meta": meta, "preset": args.preset, "rows": rows}, f, indent=1)
+    env = ", ".join(f"{k}={v}" for k, v in meta["env"].items()) or "no BLAS environment set"
+    print(f"\n{args.preset} ({env}), ms per replay of one step's products:\n"
+          "| blas | replay | products' kernels | memsets (count, us) | idle after memsets | idle in all |\n"
+          "|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['blas']} | {r['replay_ms']:.3f} | {r['product_us'] / 1e3:.3f} | {r.get('memsets', 0):.0f}, "
+              f"{r.get('memset_us', 0):.0f} | {r.get('idle_before_products_us_after_memset', 0) / 1e3:.3f} | "
+              f"{r.get('idle_us', 0) / 1e3:.3f} |")
+
+
+if __name__ == "__main__":
+    main()
