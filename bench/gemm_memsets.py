@@ -10,7 +10,10 @@ step uses (``F.linear``'s forward, its input gradient ``dY @ W`` and its weight 
 ``dY.T @ X``, per layer with their own operands), from one CUDA graph, once per BLAS
 choice (``torch.backends.cuda.preferred_blas_library``: 'cublas', 'cublaslt'), and
 reports, per choice: the replay's ms (median), its products' kernel time, the memsets
-and the idle time after them and in all; and which products get a memset.
+and the idle time after them and in all; and which products get a memset. A choice
+ending in '+kernels' makes the graph's small memsets kernel nodes first
+(``mhar.train.graph_memsets``, as ``GraphedStep`` does) and checks that the products'
+outputs equal the plain graph's.
 Settings read at start-up (``CUBLAS_WORKSPACE_CONFIG``, ``CUBLASLT_WORKSPACE_SIZE``)
 need a process each: the JSON records the environment.
 
@@ -30,9 +33,10 @@ import time
 import torch
 from torch.autograd import DeviceType
 
-from attention_bench import capture_graph, replay_times  # bench/ is on the path when a script of it runs
+from attention_bench import replay_times  # bench/ is on the path when a script of it runs
 from gemm_rate import step_products
 from mhar.bench_cli import PAPER_MICROBATCH
+from mhar.train import graph_memsets
 
 ENV_KEYS = ("CUBLAS_WORKSPACE_CONFIG", "CUBLASLT_WORKSPACE_SIZE", "TORCH_BLAS_PREFER_CUBLASLT",
             "TORCH_CUBLASLT_UNIFIED_WORKSPACE")
@@ -49,9 +53,31 @@ def operands(kind: str, M: int, N: int, K: int, device="cuda"):
     return torch.randn(K, M, **bf16).t(), torch.randn(K, N, **bf16)
 
 
-def build(preset: str, loss_chunk: int):
-    """A graph of the step's products (every copy its own operands; outputs shared per
-    shape, only written) and the label of each launch in order."""
+def capture(fn, as_kernels: bool) -> tuple[torch.cuda.CUDAGraph, int]:
+    """``fn`` captured after two warm-up calls on a side stream; with ``as_kernels`` its
+    small memsets made kernel nodes (:mod:`mhar.train.graph_memsets`). Returns the graph
+    and how many memsets it replaced."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph(keep_graph=True) if as_kernels else torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    replaced = 0
+    if as_kernels:
+        replaced = graph_memsets.memsets_to_kernels(g)
+        g.instantiate()
+    return g, replaced
+
+
+def build(preset: str, loss_chunk: int, as_kernels: bool = False):
+    """A graph of the step's products (every copy its own operands, the same for every
+    call; outputs shared per shape, only written), the label of each launch in order, the
+    operands and how many memsets became kernels."""
+    torch.manual_seed(0)
     ops, labels = [], []
     for name, n, M, N, K in step_products(preset, loss_chunk):
         kind = next(k for k in ("forward", "input grad", "weight grad") if k in name)
@@ -65,11 +91,13 @@ def build(preset: str, loss_chunk: int):
         for a, b, c in ops:
             torch.mm(a, b, out=c)
 
-    return capture_graph(run, warmup=2), labels, ops
+    g, replaced = capture(run, as_kernels)
+    return g, labels, ops, replaced
 
 
 def profile_replays(g: torch.cuda.CUDAGraph, reps: int, labels: list[str]) -> dict:
-    """Kernels of ``reps`` replays: products, memsets, the idle time before each kernel."""
+    """Kernels of ``reps`` replays: products, memsets (or the kernels that replaced them),
+    the idle time before each kernel."""
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         for _ in range(reps):
             g.replay()
@@ -80,8 +108,11 @@ def profile_replays(g: torch.cuda.CUDAGraph, reps: int, labels: list[str]) -> di
     with_memset = collections.Counter()
     names = collections.Counter()
     product_i = 0
+    def is_memset(name: str) -> bool:  # a memset node, or the kernel that replaced one
+        return "memset" in name.lower() or "mhar_graph_fill" in name
+
     for i, e in enumerate(dev):
-        memset = "memset" in e.name.lower()
+        memset = is_memset(e.name)
         us = e.time_range.elapsed_us()
         idle = e.time_range.start - dev[i - 1].time_range.end if i else 0.0
         if memset:
@@ -92,8 +123,10 @@ def profile_replays(g: torch.cuda.CUDAGraph, reps: int, labels: list[str]) -> di
             out["products"] += 1
             out["product_us"] += us
             names[e.name] += 1
-            after_memset = i > 0 and "memset" in dev[i - 1].name.lower()
+            after_memset = i > 0 and is_memset(dev[i - 1].name)
             out["idle_before_products_us" + ("_after_memset" if after_memset else "")] += idle
+            if "splitKreduce" in e.name:  # the second kernel of a split-K product
+                continue
             if after_memset:
                 with_memset[labels[product_i % len(labels)]] += 1
             product_i += 1
@@ -110,7 +143,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--preset", default="paper-350m")
     ap.add_argument("--loss-chunk", type=int, default=4096, help="as mhar bench step's --loss-chunk")
-    ap.add_argument("--blas", default="cublas,cublaslt", help="comma list of preferred_blas_library choices")
+    ap.add_argument("--blas", default="cublas,cublas+kernels,cublaslt",
+                    help="comma list of preferred_blas_library choices; '+kernels': the graph's small memsets "
+                         "made kernel nodes (mhar.train.graph_memsets), its outputs checked against the plain graph's")
     ap.add_argument("--reps", type=int, default=30, help="timed replays per choice")
     ap.add_argument("--out", default="bench/results/gemm_memsets.json")
     args = ap.parse_args()
@@ -121,27 +156,36 @@ def main() -> None:
             "blas_at_start": str(torch.backends.cuda.preferred_blas_library()),
             "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
     print(json.dumps(meta), flush=True)
-    rows = []
-    for blas in args.blas.split(","):
+    rows, outputs = [], {}
+    for choice in args.blas.split(","):
+        blas, as_kernels = choice.removesuffix("+kernels"), choice.endswith("+kernels")
         torch.backends.cuda.preferred_blas_library(blas)
-        g, labels, ops = build(args.preset, args.loss_chunk)
+        g, labels, ops, replaced = build(args.preset, args.loss_chunk, as_kernels)
         times = sorted(replay_times(g, min_reps=args.reps))
-        row = {"blas": blas, "replay_ms": times[len(times) // 2], **profile_replays(g, 3, labels)}
+        row = {"blas": choice, "replay_ms": times[len(times) // 2], "memsets_made_kernels": replaced}
+        # every distinct output after a replay, to compare the graphs with and without kernels
+        result = [c.clone() for c in {id(c): c for _, _, c in ops}.values()]
+        if as_kernels and blas in outputs:
+            row["outputs_equal_plain"] = all(torch.equal(a, b) for a, b in zip(result, outputs[blas]))
+        elif not as_kernels:
+            outputs[blas] = result
+        row.update(profile_replays(g, 3, labels))
         rows.append(row)
-        print(json.dumps(row), flush=True)
-        del g, ops
+        print(json.dumps({k: v for k, v in row.items() if k not in ("products_with_memset", "kernels_by_name")}),
+              flush=True)
+        del g, ops, result
         torch.cuda.empty_cache()
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w") as f:
         json.dump({"meta": meta, "preset": args.preset, "rows": rows}, f, indent=1)
     env = ", ".join(f"{k}={v}" for k, v in meta["env"].items()) or "no BLAS environment set"
     print(f"\n{args.preset} ({env}), ms per replay of one step's products:\n"
-          "| blas | replay | products' kernels | memsets (count, us) | idle after memsets | idle in all |\n"
-          "|---|---|---|---|---|---|")
+          "| blas | replay | products' kernels | memsets (count, us) | idle after memsets | idle in all | "
+          "memsets made kernels | outputs as the plain graph's |\n|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['blas']} | {r['replay_ms']:.3f} | {r['product_us'] / 1e3:.3f} | {r.get('memsets', 0):.0f}, "
               f"{r.get('memset_us', 0):.0f} | {r.get('idle_before_products_us_after_memset', 0) / 1e3:.3f} | "
-              f"{r.get('idle_us', 0) / 1e3:.3f} |")
+              f"{r.get('idle_us', 0) / 1e3:.3f} | {r['memsets_made_kernels']} | {r.get('outputs_equal_plain', '-')} |")
 
 
 if __name__ == "__main__":
