@@ -109,7 +109,9 @@ def _nodes(lib, name: str, node: ctypes.c_void_p) -> list[ctypes.c_void_p]:
     args = () if call is not None else (None,)  # _v2: edgeData, NULL
     call = call if call is not None else getattr(lib, name + "_v2")
     _check(call(node, None, *args, ctypes.byref(count)), name)
-    out = (ctypes.c_void_p * max(count.value, 1))()
+    if not count.value:  # (asked again with an array and a count of 0, the driver refuses)
+        return []
+    out = (ctypes.c_void_p * count.value)()
     _check(call(node, out, *args, ctypes.byref(count)), name)
     return [ctypes.c_void_p(out[i]) for i in range(count.value)]
 
