@@ -139,6 +139,24 @@ def profile_replays(g: torch.cuda.CUDAGraph, reps: int, labels: list[str]) -> di
     return per
 
 
+def alternate(preset: str, loss_chunk: int, rounds: int) -> dict:
+    """Both graphs alive (their operands the same), timed in turn without a profiler: the
+    rounds' medians per graph, and the median over the rounds."""
+    torch.backends.cuda.preferred_blas_library("cublas")
+    plain, _, ops_a, _ = build(preset, loss_chunk)
+    edited, _, ops_b, _ = build(preset, loss_chunk, as_kernels=True)
+    out = {"rounds": rounds, "plain": [], "kernels": []}
+    for _ in range(rounds):
+        for key, g in (("plain", plain), ("kernels", edited)):
+            times = sorted(replay_times(g, min_reps=10))
+            out[key].append(times[len(times) // 2])
+    for key in ("plain", "kernels"):
+        out[key + "_median"] = sorted(out[key])[rounds // 2]
+    del plain, edited, ops_a, ops_b
+    torch.cuda.empty_cache()
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--preset", default="paper-350m")
@@ -147,6 +165,9 @@ def main() -> None:
                     help="comma list of preferred_blas_library choices; '+kernels': the graph's small memsets "
                          "made kernel nodes (mhar.train.graph_memsets), its outputs checked against the plain graph's")
     ap.add_argument("--reps", type=int, default=30, help="timed replays per choice")
+    ap.add_argument("--alternate", type=int, default=0,
+                    help="then N rounds of 10 replays, the plain graph's and the '+kernels' one's in turn "
+                         "(cublas; both graphs held, no profiler)")
     ap.add_argument("--out", default="bench/results/gemm_memsets.json")
     args = ap.parse_args()
     meta = {"command": " ".join(["python3"] + sys.argv), "device": torch.cuda.get_device_name(),
@@ -175,13 +196,18 @@ def main() -> None:
               flush=True)
         del g, ops, result
         torch.cuda.empty_cache()
+    alternated = alternate(args.preset, args.loss_chunk, args.alternate) if args.alternate else None
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w") as f:
-        json.dump({"meta": meta, "preset": args.preset, "rows": rows}, f, indent=1)
+        json.dump({"meta": meta, "preset": args.preset, "rows": rows, "alternated": alternated}, f, indent=1)
     env = ", ".join(f"{k}={v}" for k, v in meta["env"].items()) or "no BLAS environment set"
     print(f"\n{args.preset} ({env}), ms per replay of one step's products:\n"
           "| blas | replay | products' kernels | memsets (count, us) | idle after memsets | idle in all | "
           "memsets made kernels | outputs as the plain graph's |\n|---|---|---|---|---|---|---|---|")
+    if alternated:
+        print(f"\nalternating rounds of 10 replays (median of each round, ms): plain "
+              f"{alternated['plain_median']:.3f}, +kernels {alternated['kernels_median']:.3f} "
+              f"({alternated['rounds']} rounds each)")
     for r in rows:
         print(f"| {r['blas']} | {r['replay_ms']:.3f} | {r['product_us'] / 1e3:.3f} | {r.get('memsets', 0):.0f}, "
               f"{r.get('memset_us', 0):.0f} | {r.get('idle_before_products_us_after_memset', 0) / 1e3:.3f} | "

@@ -83,6 +83,9 @@ def test_products_graph_same_outputs():
     a = torch.randn(16384, 1024, device="cuda", dtype=torch.bfloat16)
     w = [torch.randn(n, 1024, device="cuda", dtype=torch.bfloat16) for n in (1024, 512, 4096)]
     outs = []
+    for wi in w:  # cuBLAS's handle and workspace, made before the capture
+        a @ wi.t()
+    torch.cuda.synchronize()
     for convert in (False, True):
         graph = torch.cuda.CUDAGraph(keep_graph=True)
         with torch.cuda.graph(graph):
