@@ -12,7 +12,7 @@ choice (``torch.backends.cuda.preferred_blas_library``: 'cublas', 'cublaslt'), a
 reports, per choice: the replay's ms (median), its products' kernel time, the memsets
 and the idle time after them and in all; and which products get a memset. A choice
 ending in '+kernels' makes the graph's small memsets kernel nodes first
-(``mhar.train.graph_memsets``, as ``GraphedStep`` does) and checks that the products'
+(``bench/graph_memsets.py``) and checks that the products'
 outputs equal the plain graph's.
 Settings read at start-up (``CUBLAS_WORKSPACE_CONFIG``, ``CUBLASLT_WORKSPACE_SIZE``)
 need a process each: the JSON records the environment.
@@ -35,8 +35,8 @@ from torch.autograd import DeviceType
 
 from attention_bench import replay_times  # bench/ is on the path when a script of it runs
 from gemm_rate import step_products
+import graph_memsets
 from mhar.bench_cli import PAPER_MICROBATCH
-from mhar.train import graph_memsets
 
 ENV_KEYS = ("CUBLAS_WORKSPACE_CONFIG", "CUBLASLT_WORKSPACE_SIZE", "TORCH_BLAS_PREFER_CUBLASLT",
             "TORCH_CUBLASLT_UNIFIED_WORKSPACE")
@@ -55,7 +55,7 @@ def operands(kind: str, M: int, N: int, K: int, device="cuda"):
 
 def capture(fn, as_kernels: bool) -> tuple[torch.cuda.CUDAGraph, int]:
     """``fn`` captured after two warm-up calls on a side stream; with ``as_kernels`` its
-    small memsets made kernel nodes (:mod:`mhar.train.graph_memsets`). Returns the graph
+    small memsets made kernel nodes (``bench/graph_memsets.py``). Returns the graph
     and how many memsets it replaced."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -163,7 +163,7 @@ def main() -> None:
     ap.add_argument("--loss-chunk", type=int, default=4096, help="as mhar bench step's --loss-chunk")
     ap.add_argument("--blas", default="cublas,cublas+kernels,cublaslt",
                     help="comma list of preferred_blas_library choices; '+kernels': the graph's small memsets "
-                         "made kernel nodes (mhar.train.graph_memsets), its outputs checked against the plain graph's")
+                         "made kernel nodes (bench/graph_memsets.py), its outputs checked against the plain graph's")
     ap.add_argument("--reps", type=int, default=30, help="timed replays per choice")
     ap.add_argument("--alternate", type=int, default=0,
                     help="then N rounds of 10 replays, the plain graph's and the '+kernels' one's in turn "

@@ -23,11 +23,6 @@ What the capture needs, and how it is met here:
   the capture are copied from pinned host buffers by graph nodes on every replay, so
   the graph keeps them (``routing.op.take_captured_tables``).
 
-Before a graph is instantiated, its small memset nodes (cuBLAS zeroes a few bytes of its
-workspace before most product kernels) become kernel nodes that write the same bytes
-(:mod:`mhar.train.graph_memsets`): a memset node holds up the chain about 4 us, a kernel
-well under that. ``MHAR_GRAPH_MEMSETS=0`` keeps them memsets.
-
 The memory the captured step needs lives in the graph's private pool for as long as
 the graph does; :attr:`GraphedStep.capture_peak_bytes` is the allocator's peak during
 the capture, which is the step's footprint (a replay allocates nothing, so peak
@@ -42,7 +37,6 @@ import torch
 from torch import Tensor
 
 from mhar.routing.op import take_captured_tables
-from mhar.train import graph_memsets
 
 
 class GraphedStep:
@@ -77,21 +71,16 @@ class GraphedStep:
         torch.cuda.empty_cache()  # the warm-up's cached blocks: the capture allocates from its own pool
         torch.cuda.reset_peak_memory_stats()
         self.routing_tables: list = []
-        self.memsets_made_kernels = 0  # over the graphs captured so far
         self.graph, self.loss = self._capture(pool=None)
         self.capture_peak_bytes = torch.cuda.max_memory_allocated()
         self.accumulate_graph: torch.cuda.CUDAGraph | None = None  # captured on first use
         self.accumulate_loss: Tensor | None = None
 
     def _capture(self, pool) -> tuple[torch.cuda.CUDAGraph, Tensor]:
-        as_kernels = graph_memsets.enabled()
-        graph = torch.cuda.CUDAGraph(keep_graph=True) if as_kernels else torch.cuda.CUDAGraph()
+        graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=pool):
             loss = self.loss_fn(self.x, self.y)
             (loss * self.scale).backward()
-        if as_kernels:  # the graph as captured, edited, then instantiated
-            self.memsets_made_kernels += graph_memsets.memsets_to_kernels(graph)
-            graph.instantiate()
         torch.cuda.synchronize()
         # the routing kernels' pointer tables made in the capture: every replay reads them
         self.routing_tables += take_captured_tables()
