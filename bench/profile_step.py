@@ -11,7 +11,9 @@ under the power cap the clock can drop within a step, and then every kind in it 
 slower), ``_routing_launches.tsv`` (the routing kernels'
 launches in order, as ``bench/routing.py`` records its own) and ``_product_launches.tsv``
 (every matrix product's and attention kernel's launch in order, with the kernel before it
-and the gap since it ended, to pair two methods' launches), with ``--eager`` also
+and the gap since it ended, to pair two methods' launches; a gap after a memset node is
+the profiler's more than the step's: session 49 made cuBLAS's memsets kernels, the
+profiled idle fell and the unprofiled replay did not), with ``--eager`` also
 ``_launchers.tsv`` (the kernels outside the products, attention and compiled regions by
 the host op that launched them and its callers), and prints a summary last:
 the graphed step time and the kernels by kind per method, and each kind's difference
