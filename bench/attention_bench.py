@@ -8,7 +8,13 @@ micro-batch, as a CUDA graph replay (host time excluded), in one process:
 
 * each of cuDNN, flash and memory-efficient attention with ``enable_gqa``;
 * the same with K and V repeated to every query head first (the repeat's time included);
-* ``auto``: torch's own pick, as the model calls it.
+* ``auto``: torch's own pick, as the model calls it;
+* with ``--bhsd``, cuDNN on contiguous (B, H, T, head_dim) inputs and output gradient
+  instead of the model's transposed views (the layout the model would need its
+  projections' rotary kernels to write).
+
+The output's gradient has the layout the model gives it: a (B, H, T, head_dim) view of
+a (B, T, H, head_dim) tensor (until session 49 it was contiguous (B, H, T, head_dim)).
 
 It prints ms per layer and per step (x layers), and TFLOP/s on the causal FLOPs that
 ``mhar bench step`` counts (6 x T x heads x head_dim per token and layer, forward +
@@ -70,16 +76,19 @@ def graph_ms(fn, reps: int = 20) -> float:
     return times[len(times) // 2]
 
 
-def case(preset: str, backend: str | None, repeat: bool):
+def case(preset: str, backend: str | None, repeat: bool, bhsd: bool = False):
     cfg = get_preset(preset, "baseline")
     B, T = PAPER_MICROBATCH[preset]
     H, KV, hd = cfg.n_heads, cfg.n_kv_heads, cfg.d_model // cfg.n_heads
     dev = "cuda"
-    # (B, T, H, hd) projections seen as (B, H, T, hd), as the model's attention does
-    q = torch.randn(B, T, H, hd, device=dev, dtype=torch.bfloat16).transpose(1, 2).requires_grad_()
-    k = torch.randn(B, T, KV, hd, device=dev, dtype=torch.bfloat16).transpose(1, 2).requires_grad_()
-    v = torch.randn(B, T, KV, hd, device=dev, dtype=torch.bfloat16).transpose(1, 2).requires_grad_()
-    gy = torch.randn(B, H, T, hd, device=dev, dtype=torch.bfloat16)
+
+    def tensor(heads):  # (B, T, heads, hd) seen as (B, heads, T, hd), as the model's attention does
+        if bhsd:
+            return torch.randn(B, heads, T, hd, device=dev, dtype=torch.bfloat16)
+        return torch.randn(B, T, heads, hd, device=dev, dtype=torch.bfloat16).transpose(1, 2)
+
+    q, k, v = tensor(H).requires_grad_(), tensor(KV).requires_grad_(), tensor(KV).requires_grad_()
+    gy = tensor(H)  # the gradient of out.transpose(1, 2).reshape(B, T, -1) in the model
     rep = H // KV
 
     def step():
@@ -99,6 +108,8 @@ def case(preset: str, backend: str | None, repeat: bool):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--presets", default="paper-100m,paper-350m,paper-1b")
+    ap.add_argument("--backends", default="auto,cudnn,flash,efficient", help="comma list")
+    ap.add_argument("--bhsd", action="store_true", help="also cuDNN on contiguous (B, H, T, head_dim) tensors")
     ap.add_argument("--out", default="bench/results/attention_h200.json")
     args = ap.parse_args()
     meta = {"command": " ".join(["python3"] + sys.argv), "device": torch.cuda.get_device_name(), "torch": torch.__version__,
@@ -108,21 +119,21 @@ def main() -> None:
     print(json.dumps(meta), flush=True)
     rows = []
     for preset in args.presets.split(","):
-        for backend in (None, *BACKENDS):
-            for repeat in (False, True):
-                if backend is None and repeat:
-                    continue
-                name = f"{backend or 'auto'}{', K/V repeated' if repeat else ''}"
-                step, flops, layers = case(preset, backend, repeat)
-                try:
-                    ms = graph_ms(step)
-                    row = {"preset": preset, "backend": name, "ms_layer": ms, "ms_step": ms * layers,
-                           "tflops": flops / ms / 1e9, "of_peak": flops / ms / 1e9 / (PEAK_FLOPS / 1e12)}
-                except Exception as e:  # a backend that does not take this call
-                    row = {"preset": preset, "backend": name, "error": f"{type(e).__name__}: {str(e)[:120]}"}
-                rows.append(row)
-                print(json.dumps(row), flush=True)
-                torch.cuda.empty_cache()
+        cases = [(None if b == "auto" else b, repeat, False) for b in args.backends.split(",")
+                 for repeat in (False, True) if not (b == "auto" and repeat)]
+        cases += [("cudnn", False, True)] if args.bhsd else []
+        for backend, repeat, bhsd in cases:
+            name = f"{backend or 'auto'}{', K/V repeated' if repeat else ''}{', BHSD' if bhsd else ''}"
+            step, flops, layers = case(preset, backend, repeat, bhsd)
+            try:
+                ms = graph_ms(step)
+                row = {"preset": preset, "backend": name, "ms_layer": ms, "ms_step": ms * layers,
+                       "tflops": flops / ms / 1e9, "of_peak": flops / ms / 1e9 / (PEAK_FLOPS / 1e12)}
+            except Exception as e:  # a backend that does not take this call
+                row = {"preset": preset, "backend": name, "error": f"{type(e).__name__}: {str(e)[:120]}"}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+            torch.cuda.empty_cache()
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=1)
