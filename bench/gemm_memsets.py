@@ -12,8 +12,8 @@ choice (``torch.backends.cuda.preferred_blas_library``: 'cublas', 'cublaslt'), a
 reports, per choice: the replay's ms (median), its products' kernel time, the memsets
 and the idle time after them and in all; and which products get a memset. A choice
 ending in '+kernels' makes the graph's small memsets kernel nodes first
-(``bench/graph_memsets.py``) and checks that the products'
-outputs equal the plain graph's.
+(``bench/graph_memsets.py``) and checks that the products' outputs equal the plain
+graph's; ``--alternate N`` then times the two graphs in turn without the profiler.
 Settings read at start-up (``CUBLAS_WORKSPACE_CONFIG``, ``CUBLASLT_WORKSPACE_SIZE``)
 need a process each: the JSON records the environment.
 
@@ -33,9 +33,9 @@ import time
 import torch
 from torch.autograd import DeviceType
 
-from attention_bench import replay_times  # bench/ is on the path when a script of it runs
+import graph_memsets  # bench/ is on the path when a script of it runs
+from attention_bench import replay_times
 from gemm_rate import step_products
-import graph_memsets
 from mhar.bench_cli import PAPER_MICROBATCH
 
 ENV_KEYS = ("CUBLAS_WORKSPACE_CONFIG", "CUBLASLT_WORKSPACE_SIZE", "TORCH_BLAS_PREFER_CUBLASLT",
@@ -108,6 +108,7 @@ def profile_replays(g: torch.cuda.CUDAGraph, reps: int, labels: list[str]) -> di
     with_memset = collections.Counter()
     names = collections.Counter()
     product_i = 0
+
     def is_memset(name: str) -> bool:  # a memset node, or the kernel that replaced one
         return "memset" in name.lower() or "mhar_graph_fill" in name
 
@@ -204,14 +205,14 @@ def main() -> None:
     print(f"\n{args.preset} ({env}), ms per replay of one step's products:\n"
           "| blas | replay | products' kernels | memsets (count, us) | idle after memsets | idle in all | "
           "memsets made kernels | outputs as the plain graph's |\n|---|---|---|---|---|---|---|---|")
-    if alternated:
-        print(f"\nalternating rounds of 10 replays (median of each round, ms): plain "
-              f"{alternated['plain_median']:.3f}, +kernels {alternated['kernels_median']:.3f} "
-              f"({alternated['rounds']} rounds each)")
     for r in rows:
         print(f"| {r['blas']} | {r['replay_ms']:.3f} | {r['product_us'] / 1e3:.3f} | {r.get('memsets', 0):.0f}, "
               f"{r.get('memset_us', 0):.0f} | {r.get('idle_before_products_us_after_memset', 0) / 1e3:.3f} | "
               f"{r.get('idle_us', 0) / 1e3:.3f} | {r['memsets_made_kernels']} | {r.get('outputs_equal_plain', '-')} |")
+    if alternated:
+        print(f"\nalternating rounds of 10 replays (median of each round, ms): plain "
+              f"{alternated['plain_median']:.3f}, +kernels {alternated['kernels_median']:.3f} "
+              f"({alternated['rounds']} rounds each)")
 
 
 if __name__ == "__main__":

@@ -66,7 +66,7 @@ _fill_kernels: dict[int, object] = {}  # per device: the compiled fill kernel (i
 @functools.cache
 def supported() -> bool:
     """Whether this torch can keep a captured graph uninstantiated and has the driver
-    handle and NVRTC this needs (torch >= 2.9 on CUDA)."""
+    handle and NVRTC this needs (torch 2.11 and 2.13 on CUDA do)."""
     if not torch.cuda.is_available() or torch.version.cuda is None:
         return False
     try:
