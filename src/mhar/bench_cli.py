@@ -44,6 +44,13 @@ process the same products took up to 16% longer in one step than in another
 (bench/results/step_h200.md, session 48), so methods timed one after the other need not
 see the same clocks; in turn, neighbouring steps do.
 
+On a GPU, for the paper presets, a second table sets the rows against issue 6's bars
+(set for the H200, bf16): the baseline's MFU (40% / 50% / 50% at 100M / 350M / 1B),
+MHAR's throughput as a multiple of the baseline's (0.95 / 0.90 / 0.85) and block MHAR's
+(0.97), every other method's peak memory (at most 1.05 of the baseline's), and H = 8
+against H = 1 (``mhar`` at most 3% slower than ``attnres``). A row measures a bar only
+under its exact method name and with the baseline in the run.
+
 ``--processes N`` runs the whole benchmark N times, each in a fresh Python process, one
 after the other, and writes the median and range of every row over them
 (``step_<tag>.json`` / ``.md``; each process's own files are ``step_<tag>_p<k>.*``). On
@@ -82,6 +89,14 @@ PAPER_MICROBATCH = {"paper-100m": (8, 2048), "paper-350m": (16, 1024), "paper-1b
 # The paper's global batch in sequences (SPEC section 4): one optimiser update per this many
 PAPER_GLOBAL_BATCH = {"paper-100m": 64, "paper-350m": 32, "paper-1b": 32}
 DEFAULT_METHODS = "baseline,hyper,attnres,mhar,mhar-block"
+# Issue 6's bars for the paper presets (set for the H200, bf16): the baseline's MFU, and
+# full MHAR's (H = 8) throughput as a multiple of the baseline's
+STEP_BARS = {"paper-100m": {"baseline_mfu": 0.40, "mhar": 0.95},
+             "paper-350m": {"baseline_mfu": 0.50, "mhar": 0.90},
+             "paper-1b": {"baseline_mfu": 0.50, "mhar": 0.85}}
+BLOCK_BAR = 0.97  # block MHAR's throughput, as a multiple of the baseline's
+MEMORY_BAR = 1.05  # every other method's peak memory, as a multiple of the baseline's
+HEADS_BAR = 1.03  # mhar's (H = 8) step time, as a multiple of attnres's (H = 1)
 GRAPH_MODES = {"off": (False,), "on": (True,), "both": (False, True)}
 
 
@@ -513,11 +528,50 @@ def run_bench_step(args: argparse.Namespace) -> int:
                      f"{r['tokens_per_s']:,.0f} | {100 * r['mfu']:.1f}% | {r['peak_mem_gb']:.2f} | "
                      f"{r.get('throughput_vs_baseline', float('nan')):.3f} | "
                      f"{r.get('memory_vs_baseline', float('nan')):.3f} | {_clock_cells(r)} |")
+    lines += bar_lines(results)
     stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
     plot_ratios(results, stem.with_suffix(".png"), meta)
     print("\n".join(lines))
     print(f"plot: {stem.with_suffix('.png')}")
     return 0
+
+
+def bar_lines(results: list[dict]) -> list[str]:
+    """A Markdown table of ``results`` (``mhar bench step`` rows, or their medians over
+    processes) against issue 6's bars (``STEP_BARS``): one line per bar a row measures,
+    for the paper presets' rows run on a GPU; none when no row measures one."""
+    rows = []
+
+    def add(r, bar, measured, needed, met):
+        label = r["method"] + (" (graph)" if r["cuda_graphs"] else "")
+        rows.append(f"| {r['preset']} | {label} | {r['batch']}x{r['seq_len']}x{r['accum']} | {bar} | {measured} "
+                    f"| {needed} | {'met' if met else 'not met'} |")
+
+    ok = [r for r in results if "error" not in r and r["preset"] in STEP_BARS]
+    h1 = {(r["preset"], r["cuda_graphs"]): r for r in ok if r["method"] == "attnres"}
+    for r in ok:
+        bars, method = STEP_BARS[r["preset"]], r["method"]
+        memory = r.get("memory_vs_baseline", float("nan"))
+        if memory != memory:  # NaN: no GPU, no memory ratio, and MFU against the GPU's peak means nothing
+            continue
+        if method == "baseline":
+            add(r, "MFU", f"{100 * r['mfu']:.1f}%", f">= {100 * bars['baseline_mfu']:.0f}%",
+                r["mfu"] >= bars["baseline_mfu"])
+            continue
+        ratio = r.get("throughput_vs_baseline")
+        if method in ("mhar", "mhar-block") and ratio is not None:
+            need = bars["mhar"] if method == "mhar" else BLOCK_BAR
+            add(r, "throughput x baseline", f"{ratio:.3f}", f">= {need:.2f}", ratio >= need)
+        add(r, "peak memory x baseline", f"{memory:.3f}", f"<= {MEMORY_BAR:.2f}", memory <= MEMORY_BAR)
+        other = h1.get((r["preset"], r["cuda_graphs"]))
+        if method == "mhar" and other is not None:
+            slower = r["step_ms"] / other["step_ms"]
+            add(r, "step time x attnres (H = 1)", f"{slower:.3f}", f"<= {HEADS_BAR:.2f}", slower <= HEADS_BAR)
+    if not rows:
+        return []
+    return ["", "Against issue 6's bars (set for the H200, bf16):", "",
+            "| preset | method | batch x seq x accum | bar | measured | needed | verdict |",
+            "|---|---|---|---|---|---|---|", *rows]
 
 
 _STEP_PARSER: list[argparse.ArgumentParser] = []  # `bench step`'s parser, set by register()
@@ -599,6 +653,7 @@ def run_in_processes(args: argparse.Namespace) -> int:
                      f"{cell(r, 'mfu', '.1f', 100.0)} | {cell(r, 'peak_mem_gb', '.2f')} | "
                      f"{cell(r, 'throughput_vs_baseline', '.3f')} | {cell(r, 'memory_vs_baseline', '.3f')} | "
                      f"{r['processes']}{' (' + str(len(r['errors'])) + ' failed)' if 'errors' in r else ''} |")
+    lines += bar_lines([r for r in results if "tokens_per_s" in r])  # (medians; a row every process failed: none)
     (out_dir / f"step_{stem}.md").write_text("\n".join(lines) + "\n")
     plot_ratios(results, out_dir / f"step_{stem}.png", meta)
     print("\n".join(lines))

@@ -143,6 +143,41 @@ def test_bench_step_in_fresh_processes(tmp_path, capsys):
     assert "--processes must be at least 1" in capsys.readouterr().err
 
 
+def test_bar_lines():
+    """The rows against issue 6's bars: each bar a row measures, met or not at its edge;
+    no lines for rows without a GPU (no memory ratio), other presets or failed rows."""
+    from mhar.bench_cli import bar_lines
+
+    def row(method, preset="paper-350m", **numbers):
+        return {"preset": preset, "method": method, "batch": 16, "seq_len": 1024, "accum": 1, "cuda_graphs": True,
+                "memory_vs_baseline": 1.0, **numbers}
+
+    results = [row("baseline", mfu=0.50, step_ms=100.0), row("hyper", throughput_vs_baseline=0.8,
+                                                              memory_vs_baseline=1.051, step_ms=125.0),
+               row("attnres", throughput_vs_baseline=0.85, memory_vs_baseline=1.01, step_ms=118.0),
+               row("mhar", throughput_vs_baseline=0.899, memory_vs_baseline=1.05, step_ms=121.54),
+               row("mhar-block", throughput_vs_baseline=0.97, memory_vs_baseline=1.0, step_ms=103.0),
+               row("baseline", preset="paper-100m", mfu=0.399, step_ms=30.0),
+               row("mhar", preset="tiny", throughput_vs_baseline=0.5, step_ms=1.0),
+               row("baseline", preset="paper-1b", mfu=0.6, memory_vs_baseline=float("nan")),
+               {**row("mhar", preset="paper-1b"), "error": "RuntimeError: out of memory"}]
+    lines = bar_lines(results)
+    table = {tuple(c.strip() for c in line.split("|")[1:-1]) for line in lines if line.startswith("| paper")}
+    graph, b = " (graph)", "16x1024x1"
+    assert table == {
+        ("paper-350m", "baseline" + graph, b, "MFU", "50.0%", ">= 50%", "met"),
+        ("paper-350m", "hyper" + graph, b, "peak memory x baseline", "1.051", "<= 1.05", "not met"),
+        ("paper-350m", "attnres" + graph, b, "peak memory x baseline", "1.010", "<= 1.05", "met"),
+        ("paper-350m", "mhar" + graph, b, "throughput x baseline", "0.899", ">= 0.90", "not met"),
+        ("paper-350m", "mhar" + graph, b, "peak memory x baseline", "1.050", "<= 1.05", "met"),
+        ("paper-350m", "mhar" + graph, b, "step time x attnres (H = 1)", "1.030", "<= 1.03", "met"),
+        ("paper-350m", "mhar-block" + graph, b, "throughput x baseline", "0.970", ">= 0.97", "met"),
+        ("paper-350m", "mhar-block" + graph, b, "peak memory x baseline", "1.000", "<= 1.05", "met"),
+        ("paper-100m", "baseline" + graph, b, "MFU", "39.9%", ">= 40%", "not met"),
+    }
+    assert bar_lines([row("baseline", preset="tiny", mfu=0.9)]) == []
+
+
 def test_bench_step_interleaved(tmp_path):
     """--interleave: the baseline's steps and each method's in turn, a method's ratio the
     median of its step pairs' ratios (read back from the rows' step times); the baseline's
