@@ -48,8 +48,9 @@ On a GPU, for the paper presets, a second table sets the rows against issue 6's 
 (set for the H200, bf16): the baseline's MFU (40% / 50% / 50% at 100M / 350M / 1B),
 MHAR's throughput as a multiple of the baseline's (0.95 / 0.90 / 0.85) and block MHAR's
 (0.97), every other method's peak memory (at most 1.05 of the baseline's), and H = 8
-against H = 1 (``mhar`` at most 3% slower than ``attnres``). A row measures a bar only
-under its exact method name and with the baseline in the run.
+against H = 1 (``mhar`` at most 3% slower than ``attnres``). The throughput bars and H = 8
+against H = 1 read the rows named exactly ``mhar``, ``mhar-block`` and ``attnres`` (not
+``mhar@two-phase``); every bar needs the baseline in the run.
 
 ``--processes N`` runs the whole benchmark N times, each in a fresh Python process, one
 after the other, and writes the median and range of every row over them
