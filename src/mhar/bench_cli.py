@@ -521,11 +521,10 @@ def run_bench_step(args: argparse.Namespace) -> int:
              "| x baseline mem | SM MHz, median (p10) | W |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
-        label = r["method"] + (" (graph)" if r["cuda_graphs"] else "")
         if "error" in r:
-            lines.append(f"| {r['preset']} | {label} | {r['batch']}x{r['seq_len']}x{r['accum']} | {r['error']} |")
+            lines.append(f"{_row_start(r)} {r['error']} |")
             continue
-        lines.append(f"| {r['preset']} | {label} | {r['batch']}x{r['seq_len']}x{r['accum']} | {r['step_ms']:.1f} | "
+        lines.append(f"{_row_start(r)} {r['step_ms']:.1f} | "
                      f"{r['tokens_per_s']:,.0f} | {100 * r['mfu']:.1f}% | {r['peak_mem_gb']:.2f} | "
                      f"{r.get('throughput_vs_baseline', float('nan')):.3f} | "
                      f"{r.get('memory_vs_baseline', float('nan')):.3f} | {_clock_cells(r)} |")
@@ -537,6 +536,16 @@ def run_bench_step(args: argparse.Namespace) -> int:
     return 0
 
 
+def _label(r: dict) -> str:
+    """A row's method as the tables and the plot show it."""
+    return r["method"] + (" (graph)" if r["cuda_graphs"] else "")
+
+
+def _row_start(r: dict) -> str:
+    """A table line's first cells: preset, method, batch x seq x accum."""
+    return f"| {r['preset']} | {_label(r)} | {r['batch']}x{r['seq_len']}x{r['accum']} |"
+
+
 def bar_lines(results: list[dict]) -> list[str]:
     """A Markdown table of ``results`` (``mhar bench step`` rows, or their medians over
     processes) against issue 6's bars (``STEP_BARS``): one line per bar a row measures,
@@ -544,9 +553,7 @@ def bar_lines(results: list[dict]) -> list[str]:
     rows = []
 
     def add(r, bar, measured, needed, met):
-        label = r["method"] + (" (graph)" if r["cuda_graphs"] else "")
-        rows.append(f"| {r['preset']} | {label} | {r['batch']}x{r['seq_len']}x{r['accum']} | {bar} | {measured} "
-                    f"| {needed} | {'met' if met else 'not met'} |")
+        rows.append(f"{_row_start(r)} {bar} | {measured} | {needed} | {'met' if met else 'not met'} |")
 
     ok = [r for r in results if "error" not in r and r["preset"] in STEP_BARS]
     h1 = {(r["preset"], r["cuda_graphs"]): r for r in ok if r["method"] == "attnres"}
@@ -648,9 +655,7 @@ def run_in_processes(args: argparse.Namespace) -> int:
              "| preset | method | batch x seq x accum | step ms | tokens/s | MFU % | peak GB | x baseline tput "
              "| x baseline mem | processes |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
-        label = r["method"] + (" (graph)" if r["cuda_graphs"] else "")
-        lines.append(f"| {r['preset']} | {label} | {r['batch']}x{r['seq_len']}x{r['accum']} | "
-                     f"{cell(r, 'step_ms', '.1f')} | {cell(r, 'tokens_per_s', ',.0f')} | "
+        lines.append(f"{_row_start(r)} {cell(r, 'step_ms', '.1f')} | {cell(r, 'tokens_per_s', ',.0f')} | "
                      f"{cell(r, 'mfu', '.1f', 100.0)} | {cell(r, 'peak_mem_gb', '.2f')} | "
                      f"{cell(r, 'throughput_vs_baseline', '.3f')} | {cell(r, 'memory_vs_baseline', '.3f')} | "
                      f"{r['processes']}{' (' + str(len(r['errors'])) + ' failed)' if 'errors' in r else ''} |")
@@ -673,7 +678,7 @@ def plot_ratios(results: list[dict], path: Path, meta: dict) -> None:
     if not rows:
         return
     presets = list(dict.fromkeys(r["preset"] for r in rows))
-    labels = list(dict.fromkeys(r["method"] + (" (graph)" if r["cuda_graphs"] else "") for r in rows))
+    labels = list(dict.fromkeys(_label(r) for r in rows))
     fig, axes = plt.subplots(1, 2, figsize=(min(14.0, 4.0 + 1.6 * len(presets) + 0.3 * len(labels)), 4.6))
     width = 0.8 / len(labels)
     for ax, key, title in ((axes[0], "throughput_vs_baseline", "tokens/s ÷ baseline"),
@@ -682,7 +687,7 @@ def plot_ratios(results: list[dict], path: Path, meta: dict) -> None:
             xs, ys = [], []
             for i, preset in enumerate(presets):
                 for r in rows:
-                    if r["preset"] == preset and r["method"] + (" (graph)" if r["cuda_graphs"] else "") == label:
+                    if r["preset"] == preset and _label(r) == label:
                         xs.append(i + (j - (len(labels) - 1) / 2) * width)
                         ys.append(r[key])
             ax.bar(xs, ys, width, label=label)
