@@ -43,17 +43,21 @@ BACKENDS = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTEN
             "efficient": SDPBackend.EFFICIENT_ATTENTION}
 
 
-def capture_graph(fn, warmup: int = 3) -> torch.cuda.CUDAGraph:
-    """``fn`` captured in a CUDA graph, after ``warmup`` calls on a side stream."""
+def capture_graph(fn, warmup: int = 3, edit=None) -> torch.cuda.CUDAGraph:
+    """``fn`` captured in a CUDA graph, after ``warmup`` calls on a side stream; ``edit``
+    (if given) is called with the graph as captured, before it is instantiated."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
         for _ in range(warmup):
             fn()
     torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
+    g = torch.cuda.CUDAGraph(keep_graph=True) if edit is not None else torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         fn()
+    if edit is not None:
+        edit(g)
+        g.instantiate()
     return g
 
 

@@ -34,7 +34,7 @@ import torch
 from torch.autograd import DeviceType
 
 import graph_memsets  # bench/ is on the path when a script of it runs
-from attention_bench import replay_times
+from attention_bench import capture_graph, replay_times
 from gemm_rate import step_products
 from mhar.bench_cli import PAPER_MICROBATCH
 
@@ -51,26 +51,6 @@ def operands(kind: str, M: int, N: int, K: int, device="cuda"):
         return torch.randn(M, K, **bf16), torch.randn(K, N, **bf16)
     # weight grad: dY (K, M).T @ X (K, N), K the tokens
     return torch.randn(K, M, **bf16).t(), torch.randn(K, N, **bf16)
-
-
-def capture(fn, as_kernels: bool) -> tuple[torch.cuda.CUDAGraph, int]:
-    """``fn`` captured after two warm-up calls on a side stream; with ``as_kernels`` its
-    small memsets made kernel nodes (``bench/graph_memsets.py``). Returns the graph
-    and how many memsets it replaced."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    g = torch.cuda.CUDAGraph(keep_graph=True) if as_kernels else torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    replaced = 0
-    if as_kernels:
-        replaced = graph_memsets.memsets_to_kernels(g)
-        g.instantiate()
-    return g, replaced
 
 
 def build(preset: str, loss_chunk: int, as_kernels: bool = False):
@@ -91,8 +71,10 @@ def build(preset: str, loss_chunk: int, as_kernels: bool = False):
         for a, b, c in ops:
             torch.mm(a, b, out=c)
 
-    g, replaced = capture(run, as_kernels)
-    return g, labels, ops, replaced
+    replaced = []  # how many memsets became kernels (bench/graph_memsets.py)
+    edit = (lambda graph: replaced.append(graph_memsets.memsets_to_kernels(graph))) if as_kernels else None
+    g = capture_graph(run, warmup=2, edit=edit)
+    return g, labels, ops, sum(replaced)
 
 
 def profile_replays(g: torch.cuda.CUDAGraph, reps: int, labels: list[str]) -> dict:
