@@ -9,6 +9,11 @@ micro-batch, as a CUDA graph replay (host time excluded), in one process:
 * each of cuDNN, flash and memory-efficient attention with ``enable_gqa``;
 * the same with K and V repeated to every query head first (the repeat's time included);
 * ``auto``: torch's own pick, as the model calls it;
+* ``flex``: FlexAttention (``torch.nn.attention.flex_attention``) with a causal block
+  mask and ``enable_gqa``, compiled by inductor into Triton kernels (``flex-tuned``: the
+  same with ``mode="max-autotune-no-cudagraphs"``, which times inductor's candidate
+  block sizes first); each flex row also records its output's largest difference from
+  SDPA's on the same inputs;
 * with ``--bhsd``, cuDNN on contiguous (B, H, T, head_dim) inputs and output gradient
   instead of the model's transposed views (the layout the model would need its
   projections' rotary kernels to write).
@@ -80,6 +85,15 @@ def graph_ms(fn, reps: int = 20) -> float:
     return times[len(times) // 2]
 
 
+def flex_attention_call(T: int, tuned: bool):
+    """Causal GQA attention through FlexAttention, compiled (autotuned if ``tuned``)."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    mask = create_block_mask(lambda b, h, q_idx, kv_idx: q_idx >= kv_idx, None, None, T, T, device="cuda")
+    compiled = torch.compile(flex_attention, dynamic=False, mode="max-autotune-no-cudagraphs" if tuned else None)
+    return lambda q, k, v: compiled(q, k, v, block_mask=mask, enable_gqa=True)
+
+
 def case(preset: str, backend: str | None, repeat: bool, bhsd: bool = False):
     cfg = get_preset(preset, "baseline")
     B, T = PAPER_MICROBATCH[preset]
@@ -94,11 +108,14 @@ def case(preset: str, backend: str | None, repeat: bool, bhsd: bool = False):
     q, k, v = tensor(H).requires_grad_(), tensor(KV).requires_grad_(), tensor(KV).requires_grad_()
     gy = tensor(H)  # the gradient of out.transpose(1, 2).reshape(B, T, -1) in the model
     rep = H // KV
+    flex = flex_attention_call(T, backend == "flex-tuned") if backend in ("flex", "flex-tuned") else None
 
     def step():
         kk, vv = (k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)) if repeat else (k, v)
         gqa = {} if repeat else {"enable_gqa": True}
-        if backend is None:
+        if flex is not None:
+            out = flex(q, k, v)
+        elif backend is None:
             out = F.scaled_dot_product_attention(q, kk, vv, is_causal=True, **gqa)
         else:
             with sdpa_kernel([BACKENDS[backend]]):
@@ -106,13 +123,20 @@ def case(preset: str, backend: str | None, repeat: bool, bhsd: bool = False):
         torch.autograd.grad(out, (q, k, v), gy)
 
     flops = 6 * T * H * hd * B * T  # causal, forward + backward, one layer (bench_cli's count)
-    return step, flops, cfg.n_layers
+    check = None
+    if flex is not None:  # the largest difference from SDPA's output, bf16 both
+        def check():
+            with torch.no_grad():
+                ref = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+                return (flex(q, k, v).float() - ref.float()).abs().max().item()
+    return step, flops, cfg.n_layers, check
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--presets", default="paper-100m,paper-350m,paper-1b")
-    ap.add_argument("--backends", default="auto,cudnn,flash,efficient", help="comma list")
+    ap.add_argument("--backends", default="auto,cudnn,flash,efficient",
+                    help="comma list of auto, cudnn, flash, efficient, flex, flex-tuned")
     ap.add_argument("--bhsd", action="store_true", help="also cuDNN on contiguous (B, H, T, head_dim) tensors")
     ap.add_argument("--out", default="bench/results/attention_h200.json")
     args = ap.parse_args()
@@ -124,15 +148,19 @@ def main() -> None:
     rows = []
     for preset in args.presets.split(","):
         cases = [(None if b == "auto" else b, repeat, False) for b in args.backends.split(",")
-                 for repeat in (False, True) if not (b == "auto" and repeat)]
+                 for repeat in (False, True) if not (repeat and (b == "auto" or b.startswith("flex")))]
         cases += [("cudnn", False, True)] if args.bhsd else []
         for backend, repeat, bhsd in cases:
             name = f"{backend or 'auto'}{', K/V repeated' if repeat else ''}{', BHSD' if bhsd else ''}"
-            step, flops, layers = case(preset, backend, repeat, bhsd)
+            step, flops, layers, check = case(preset, backend, repeat, bhsd)
             try:
+                t0 = time.time()
                 ms = graph_ms(step)
                 row = {"preset": preset, "backend": name, "ms_layer": ms, "ms_step": ms * layers,
-                       "tflops": flops / ms / 1e9, "of_peak": flops / ms / 1e9 / (PEAK_FLOPS / 1e12)}
+                       "tflops": flops / ms / 1e9, "of_peak": flops / ms / 1e9 / (PEAK_FLOPS / 1e12),
+                       "setup_s": round(time.time() - t0, 1)}
+                if check is not None:
+                    row["max_abs_diff_vs_sdpa"] = check()
             except Exception as e:  # a backend that does not take this call
                 row = {"preset": preset, "backend": name, "error": f"{type(e).__name__}: {str(e)[:120]}"}
             rows.append(row)
