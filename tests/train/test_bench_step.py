@@ -303,3 +303,24 @@ def test_step_floor_newest_baseline(tmp_path):
     ms, src = newest_baseline(str(tmp_path), "paper-1b")
     assert ms == 246.3 and src.endswith("step_1b_30.json")
     assert newest_baseline(str(tmp_path), "paper-350m") == (None, "")
+
+
+@pytest.mark.parametrize("n_products,n_adds", [(5, 12), (7, 3), (4, 0), (1, 5)])
+def test_overlap_probe_spreads_the_adds(n_products, n_adds):
+    """bench/overlap_probe.py's serial graph: every product and add once, in order, the adds
+    spread evenly between the products (the last product followed by the last adds)."""
+    interleaved = bench_module("overlap_probe").interleaved
+    calls = []
+    products = [lambda i=i: calls.append(("p", i)) for i in range(n_products)]
+    adds = [lambda i=i: calls.append(("a", i)) for i in range(n_adds)]
+    interleaved(products, adds)
+    assert [c for c in calls if c[0] == "p"] == [("p", i) for i in range(n_products)]
+    assert [c for c in calls if c[0] == "a"] == [("a", i) for i in range(n_adds)]
+    assert calls[0] == ("p", 0)
+    after, product = [0] * n_products, 0  # the adds that run after each product, before the next
+    for kind, i in calls:
+        if kind == "p":
+            product = i
+        else:
+            after[product] += 1
+    assert all(abs(n - n_adds / n_products) < 1 for n in after), after
