@@ -58,9 +58,9 @@ def step_products(preset: str, loss_chunk: int) -> list[tuple[str, int, int, int
     return out
 
 
-def build_graph(products, device="cuda"):
-    """A CUDA graph of the products with their own operands per copy (as a step's layers
-    have), and its FLOPs."""
+def product_operands(products, device="cuda") -> tuple[list[tuple[torch.Tensor, ...]], int]:
+    """(a, b, c) for every copy of the products, each copy with its own operands (as a
+    step's layers have), for ``c = a @ b``; and their FLOPs."""
     ops, flops = [], 0
     for _, n, M, N, K in products:
         c = torch.empty(M, N, device=device, dtype=torch.bfloat16)  # outputs shared: they are only written
@@ -69,6 +69,12 @@ def build_graph(products, device="cuda"):
             b = torch.randn(N, K, device=device, dtype=torch.bfloat16).t()  # a weight seen transposed, as F.linear does
             ops.append((a, b, c))
             flops += 2 * M * N * K
+    return ops, flops
+
+
+def build_graph(products, device="cuda"):
+    """A CUDA graph of the products (``product_operands``), its FLOPs and operands."""
+    ops, flops = product_operands(products, device)
 
     def run():
         for a, b, c in ops:

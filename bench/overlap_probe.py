@@ -41,22 +41,16 @@ import time
 import torch
 
 from attention_bench import capture_graph, replay_times  # bench/ is on the path when a script of it runs
-from gemm_rate import step_products
+from gemm_rate import product_operands, step_products
 from mhar.bench_cli import PAPER_MICROBATCH
 from mhar.gpu_clock import ClockSampler, summarize
 from mhar.model import get_preset
 
 
 def product_ops(preset: str, loss_chunk: int) -> list:
-    """One callable per product of a step, each with its own operands (as gemm_rate.build_graph)."""
-    ops = []
-    for _, n, M, N, K in step_products(preset, loss_chunk):
-        c = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
-        for _ in range(n):
-            a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-            b = torch.randn(N, K, device="cuda", dtype=torch.bfloat16).t()
-            ops.append(lambda a=a, b=b, c=c: torch.mm(a, b, out=c))
-    return ops
+    """One callable per product of a step, each with its own operands (gemm_rate's)."""
+    operands, _ = product_operands(step_products(preset, loss_chunk))
+    return [lambda a=a, b=b, c=c: torch.mm(a, b, out=c) for a, b, c in operands]
 
 
 def memory_ops(tokens: int, d: int, count: int, pool: int = 64) -> list:
