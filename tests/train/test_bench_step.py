@@ -285,6 +285,17 @@ def test_gemm_rate_replays_the_steps_products(preset):
     assert [p[1] for p in head] == [batch * seq // 4096] * 3
 
 
+def test_gemm_rate_operands():
+    """bench/gemm_rate.py's operands: every copy its own a and b (b a transposed weight, as
+    F.linear sees it), one output per product, and their FLOPs."""
+    ops, flops = bench_module("gemm_rate").product_operands([("x", 2, 8, 16, 32), ("y", 1, 4, 6, 4)], device="cpu")
+    assert [(tuple(a.shape), tuple(b.shape), tuple(c.shape)) for a, b, c in ops] == \
+        [((8, 32), (32, 16), (8, 16))] * 2 + [((4, 4), (4, 6), (4, 6))]
+    assert ops[0][0] is not ops[1][0] and ops[0][1] is not ops[1][1] and ops[0][2] is ops[1][2]
+    assert all(not b.is_contiguous() and b.t().is_contiguous() for _, b, _ in ops)
+    assert flops == 2 * 2 * 8 * 16 * 32 + 2 * 4 * 6 * 4
+
+
 def test_step_floor_newest_baseline(tmp_path):
     """bench/step_floor.py takes each preset's newest baseline row (by the file's recorded
     date, one microbatch per update) from any step_*.json below the folder."""
