@@ -48,6 +48,18 @@ BACKENDS = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTEN
             "efficient": SDPBackend.EFFICIENT_ATTENTION}
 
 
+def run_meta(**extra) -> dict:
+    """What every result file of these scripts records: the command, device, versions,
+    commit (``MHAR_COMMIT``) and date, then ``extra``; printed as one JSON line."""
+    meta = {"command": " ".join(["python3"] + sys.argv),
+            "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+            "torch": torch.__version__, "python": platform.python_version(),
+            "commit": os.environ.get("MHAR_COMMIT", "unknown"), **extra,
+            "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
+    print(json.dumps(meta), flush=True)
+    return meta
+
+
 def capture_graph(fn, warmup: int = 3, edit=None) -> torch.cuda.CUDAGraph:
     """``fn`` captured in a CUDA graph, after ``warmup`` calls on a side stream; ``edit``
     (if given) is called with the graph as captured, before it is instantiated."""
@@ -123,13 +135,13 @@ def case(preset: str, backend: str | None, repeat: bool, bhsd: bool = False):
         torch.autograd.grad(out, (q, k, v), gy)
 
     flops = 6 * T * H * hd * B * T  # causal, forward + backward, one layer (bench_cli's count)
-    check = None
-    if flex is not None:  # the largest difference from SDPA's output, bf16 both
-        def check():
-            with torch.no_grad():
-                ref = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-                return (flex(q, k, v).float() - ref.float()).abs().max().item()
-    return step, flops, cfg.n_layers, check
+
+    def check():  # flex's largest difference from SDPA's output, bf16 both
+        with torch.no_grad():
+            ref = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+            return (flex(q, k, v).float() - ref.float()).abs().max().item()
+
+    return step, flops, cfg.n_layers, check if flex is not None else None
 
 
 def main() -> None:
@@ -140,11 +152,7 @@ def main() -> None:
     ap.add_argument("--bhsd", action="store_true", help="also cuDNN on contiguous (B, H, T, head_dim) tensors")
     ap.add_argument("--out", default="bench/results/attention_h200.json")
     args = ap.parse_args()
-    meta = {"command": " ".join(["python3"] + sys.argv), "device": torch.cuda.get_device_name(), "torch": torch.__version__,
-            "cudnn": torch.backends.cudnn.version(), "python": platform.python_version(),
-            "commit": os.environ.get("MHAR_COMMIT", "unknown"),
-            "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
-    print(json.dumps(meta), flush=True)
+    meta = run_meta(cudnn=torch.backends.cudnn.version())
     rows = []
     for preset in args.presets.split(","):
         cases = [(None if b == "auto" else b, repeat, False) for b in args.backends.split(",")

@@ -26,15 +26,12 @@ import argparse
 import collections
 import json
 import os
-import platform
-import sys
-import time
 
 import torch
 from torch.autograd import DeviceType
 
 import graph_memsets  # bench/ is on the path when a script of it runs
-from attention_bench import capture_graph, replay_times
+from attention_bench import capture_graph, replay_times, run_meta
 from gemm_rate import step_products
 from mhar.bench_cli import PAPER_MICROBATCH
 
@@ -153,13 +150,8 @@ def main() -> None:
                          "(cublas; both graphs held, no profiler)")
     ap.add_argument("--out", default="bench/results/gemm_memsets.json")
     args = ap.parse_args()
-    meta = {"command": " ".join(["python3"] + sys.argv), "device": torch.cuda.get_device_name(),
-            "torch": torch.__version__, "python": platform.python_version(),
-            "commit": os.environ.get("MHAR_COMMIT", "unknown"), "microbatch": PAPER_MICROBATCH[args.preset],
-            "env": {k: os.environ[k] for k in ENV_KEYS if k in os.environ},
-            "blas_at_start": str(torch.backends.cuda.preferred_blas_library()),
-            "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
-    print(json.dumps(meta), flush=True)
+    meta = run_meta(microbatch=PAPER_MICROBATCH[args.preset], env={k: os.environ[k] for k in ENV_KEYS if k in os.environ},
+                    blas_at_start=str(torch.backends.cuda.preferred_blas_library()))
     rows, outputs = [], {}
     for choice in args.blas.split(","):
         blas, as_kernels = choice.removesuffix("+kernels"), choice.endswith("+kernels")

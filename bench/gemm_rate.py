@@ -22,14 +22,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import sys
-import time
 
 import torch
 from torch import nn
 
-from attention_bench import capture_graph, replay_times  # bench/ is on the path when a script of it runs
+from attention_bench import capture_graph, replay_times, run_meta  # bench/ is on the path when a script of it runs
 from mhar.bench_cli import PAPER_MICROBATCH, PEAK_FLOPS
 from mhar.model import get_preset
 from mhar.model.decoder import Decoder
@@ -94,11 +91,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=30.0, help="how long the whole step's products replay")
     ap.add_argument("--out", default="bench/results/gemm_rate.json")
     args = ap.parse_args()
-    meta = {"command": " ".join(["python3"] + sys.argv), "device": torch.cuda.get_device_name(),
-            "torch": torch.__version__, "python": platform.python_version(),
-            "commit": os.environ.get("MHAR_COMMIT", "unknown"),
-            "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
-    print(json.dumps(meta), flush=True)
+    meta = run_meta()
     products = step_products(args.preset, args.loss_chunk)
     per_product = []
     for p in products:  # each alone first, before the sustained run heats the GPU

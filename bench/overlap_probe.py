@@ -33,14 +33,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
-import sys
-import time
 
 import torch
 
-from attention_bench import capture_graph, replay_times  # bench/ is on the path when a script of it runs
+from attention_bench import capture_graph, replay_times, run_meta  # bench/ is on the path when a script of it runs
 from gemm_rate import product_operands, step_products
 from mhar.bench_cli import PAPER_MICROBATCH
 from mhar.gpu_clock import ClockSampler, summarize
@@ -58,6 +55,12 @@ def memory_ops(tokens: int, d: int, count: int, pool: int = 64) -> list:
     rows = [torch.randn(tokens, d, device="cuda", dtype=torch.bfloat16) for _ in range(pool)]
     outs = [torch.empty(tokens, d, device="cuda", dtype=torch.bfloat16) for _ in range(4)]
     return [lambda i=i: torch.add(rows[i % pool], rows[(i + 1) % pool], out=outs[i % 4]) for i in range(count)]
+
+
+def one_add_ms(tokens: int, d: int) -> float:
+    """One add's time (``memory_ops``), from a graph of 200: the calibration for --mem-ms."""
+    probe = memory_ops(tokens, d, 200)
+    return statistics.median(replay_times(capture_graph(lambda: run_all(probe)), min_reps=10)) / 200
 
 
 def run_all(ops):
@@ -96,18 +99,11 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5, help="replays per graph and round")
     ap.add_argument("--out", default="bench/results/overlap_h200.json")
     args = ap.parse_args()
-    meta = {"command": " ".join(["python3"] + sys.argv), "device": torch.cuda.get_device_name(),
-            "torch": torch.__version__, "python": platform.python_version(),
-            "commit": os.environ.get("MHAR_COMMIT", "unknown"),
-            "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
-    print(json.dumps(meta), flush=True)
+    meta = run_meta()
     B, T = PAPER_MICROBATCH[args.preset]
     d = get_preset(args.preset, "baseline").d_model
     products = product_ops(args.preset, args.loss_chunk)
-    # calibrate: one add's time from a graph of 200, then as many as take --mem-ms
-    probe = memory_ops(B * T, d, 200)
-    add_ms = statistics.median(replay_times(capture_graph(lambda: run_all(probe)), min_reps=10)) / 200
-    del probe
+    add_ms = one_add_ms(B * T, d)
     count = max(1, round(args.mem_ms / add_ms))
     memory = memory_ops(B * T, d, count)
     side = torch.cuda.Stream()

@@ -285,6 +285,19 @@ def test_gemm_rate_replays_the_steps_products(preset):
     assert [p[1] for p in head] == [batch * seq // 4096] * 3
 
 
+def test_bench_run_meta(monkeypatch, capsys):
+    """bench/attention_bench.run_meta: the record every bench script's result file starts
+    with (command, device, versions, commit from MHAR_COMMIT, date), the script's own keys
+    among them, printed as one JSON line."""
+    monkeypatch.setenv("MHAR_COMMIT", "abc1234")
+    meta = bench_module("attention_bench").run_meta(preset="paper-1b", env={"X": "1"})
+    assert meta["commit"] == "abc1234" and meta["preset"] == "paper-1b" and meta["env"] == {"X": "1"}
+    assert meta["torch"] == torch.__version__ and meta["command"].startswith("python3 ")
+    assert meta["device"] == (torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu")
+    assert list(meta)[-1] == "date_utc" and len(meta["date_utc"]) == 19
+    assert json.loads(capsys.readouterr().out.strip()) == meta
+
+
 def test_gemm_rate_operands():
     """bench/gemm_rate.py's operands: every copy its own a and b (b a transposed weight, as
     F.linear sees it), one output per product, and their FLOPs."""
