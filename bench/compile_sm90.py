@@ -18,6 +18,7 @@ this script (run with triton 3.6, the GPU machine's version).
     PYTHONPATH=src python bench/compile_sm90.py --kernels twopass --shapes 1280/8 --maxnreg 128 --opcodes
     PYTHONPATH=src python bench/compile_sm90.py --kernels hyper   # the hyper-connection glue
     PYTHONPATH=src python bench/compile_sm90.py --kernels adamw   # the fused AdamW
+    PYTHONPATH=src python bench/compile_sm90.py --kernels residency --shapes 512/8,1024/8,1280/8
 """
 
 from __future__ import annotations
@@ -56,8 +57,11 @@ OPTIONS: dict = {}  # compile options from the command line: --stages (num_stage
 DIVISIBLE: set = set()  # integer arguments specialised as multiples of 16 (--divisible)
 
 
-def resources(fn, constexprs: dict, warps: int, pointers: dict | None = None) -> dict:
-    """pointers: argument types that differ from POINTERS for this kernel."""
+def resources(fn, constexprs: dict, warps: int, pointers: dict | None = None, maxnreg: int | None = None,
+              sass: bool = True) -> dict:
+    """pointers: argument types that differ from POINTERS for this kernel; maxnreg: a
+    register cap for this compile (else --maxnreg's, if given); sass: also read the SASS
+    (its loops and opcodes; a third of the time of a compile)."""
     names = list(fn.arg_names)
     # constexpr parameters left at their defaults are constexprs too
     constexprs = {p.name: p.default for p in fn.params if p.is_constexpr and p.has_default} | constexprs
@@ -68,23 +72,61 @@ def resources(fn, constexprs: dict, warps: int, pointers: dict | None = None) ->
     attrs = {(names.index(k),): [["tt.divisibility", 16]] for k in names if k in types or k in DIVISIBLE}
     src = ASTSource(fn=fn, signature=sig, constexprs={(names.index(k),): v for k, v in constexprs.items()},
                     attrs=attrs)
-    kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps, **OPTIONS})
+    options = {"num_warps": warps, **OPTIONS, **({"maxnreg": maxnreg} if maxnreg else {})}
+    kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(kernel.asm["cubin"])
         f.flush()
         tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
         out = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True, check=True).stdout
-        sass = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True, check=True).stdout
+        if sass:
+            sass = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True, check=True).stdout
     ptx = kernel.asm["ptx"]
     return {"regs": int(re.search(r"REG:(\d+)", out).group(1)), "stack": int(re.search(r"STACK:(\d+)", out).group(1)),
             "shared": kernel.metadata.shared,
-            "layout_conversions": kernel.asm["ttgir"].count("convert_layout"), "sass_loops": sass_loops(sass),
+            "layout_conversions": kernel.asm["ttgir"].count("convert_layout"), "sass_loops": sass_loops(sass) if sass else "-",
             "async_copies": kernel.asm["ttgir"].count("async_copy_global_to_local"),
             "in_loops": loop_conversions(kernel.asm["ttgir"]), "ttgir": kernel.asm["ttgir"],
-            "opcodes": loop_opcodes(sass),
+            "opcodes": loop_opcodes(sass) if sass else "-",
             # memory instructions by width: 16-byte vectors, and 2-byte scalar ones (bf16 without vectorisation)
             "v4": len(re.findall(r"(?:ld|st)\.global[\w.]*\.v4", ptx)),
             "b16": len(re.findall(r"(?:ld|st)\.global[\w.]*\.(?:b16|u16)\b", ptx))}
+
+
+# What one SM of an H100 / H200 (sm_90) holds, and how it hands it out, as CUDA's occupancy
+# calculator has it (cuda_occupancy.h, shipped with triton: cudaOccMaxBlocksPerSMRegsLimit
+# and cudaOccMaxBlocksPerSMSmemLimit). Registers go to whole warps in units of 256, and
+# each of the 4 sub-partitions holds its warps in its own quarter of the 65,536; so a
+# one-warp program of 169-256 registers fits 2 a sub-partition (8 an SM) whatever the
+# count, 129-168 fit 3 (12), up to 128 fit 4 (16): no register count gives 9-11. Shared
+# memory per program is its own plus the 1 KB the driver reserves, in 128-byte units,
+# out of 228 KB.
+SM90 = {"registers": 65536, "sub_partitions": 4, "register_unit": 256, "shared": 233472, "shared_reserved": 1024,
+        "shared_unit": 128, "programs": 32, "warps": 64}
+
+
+def resident_per_sm(registers: int, shared: int, warps: int) -> dict:
+    """Programs of ``warps`` warps that one sm_90 SM holds at once, as limited by their
+    registers per thread and shared bytes per program, and both together ("fit")."""
+    hw = SM90
+    per_warp = -(-registers * 32 // hw["register_unit"]) * hw["register_unit"]
+    warps_held = (hw["registers"] // hw["sub_partitions"] // per_warp) * hw["sub_partitions"]
+    by_registers = warps_held // warps
+    per_program = -(-(shared + hw["shared_reserved"]) // hw["shared_unit"]) * hw["shared_unit"]
+    by_shared = hw["shared"] // per_program
+    fit = min(by_registers, by_shared, hw["programs"], hw["warps"] // warps)
+    return {"registers": by_registers, "shared": by_shared, "fit": fit}
+
+
+def waves(asked: int, fit: int) -> str:
+    """How a persistent grid of ``asked`` programs per SM runs when ``fit`` are resident:
+    whole waves, or a partial last wave (its programs run at a fraction of the SM's
+    occupancy while holding a full share of the work: up to twice the kernel's time)."""
+    if fit == 0:
+        return "does not fit"
+    if asked <= fit:
+        return "1"
+    return str(asked // fit) if asked % fit == 0 else f"{asked / fit:.2f}: a partial wave"
 
 
 def _loop_bodies(sass: str) -> list[list[str]]:
@@ -171,6 +213,80 @@ def adamw_rows(row) -> None:
         row(f"_adamw_kernel ({block} elements)", "-", "-", warps, r)
 
 
+def persistent_launches(d: int, heads: int) -> list[tuple]:
+    """The routing's persistent launches (programs that loop over the tokens, as many as
+    the config asks per SM) at width d with ``heads`` heads, as the library configures
+    them for bf16 rows and phase-1 reads of 8 queries: (name, kernel, constexprs, pointer
+    types, warps, register cap, programs asked per SM). Phase 1's product kernels at up to
+    their tokens a step (reads of few sources), the fused COEF pass where the config has
+    it, and phase 2's backward adding into running sums."""
+    import torch
+
+    from mhar.routing import op
+
+    dh, cfg, tile_ = op._geometry(d, heads, 16384, "bwd_sum", 16)
+    bf16 = torch.empty(0, dtype=torch.bfloat16)
+    out = []
+    fwd, coef = (op._dot_tile(cfg, key, dh, heads, 8, 16, bf16) for key in ("fwd_dot", "coef_dot"))
+    fwd, coef = (None if t is None else dict(t, d=d) for t in (fwd, coef))  # d: a constexpr the launch passes
+    parts = cfg["coef_parts"]
+    coef_ptrs = PARTS_POINTERS if parts else None
+    if fwd is not None:
+        c = dict(fwd, STAGES=cfg["fwd_dot_stages"] or fwd["STAGES"])
+        split = cfg["fwd_split"] and heads > 1
+        if split:
+            c.update(SPLIT=True, SCALES=True, HP=1)
+            asked, warps, cap = cfg["fwd_split_progs_per_sm"], cfg["fwd_split_warps"], cfg["fwd_split_maxnreg"]
+        else:
+            c.update(SCALES=fwd["VH"] and cfg["dot_group_scales"])
+            asked, warps, cap = cfg["fwd_dot_progs_per_sm"], cfg["dot_warps"], None
+        tokens = cfg["dot_group_tokens" if fwd["VH"] else "dot_tokens"] if c["SCALES"] else 1
+        for tok in (1, 2, 4):
+            if tok <= tokens:
+                out.append((f"phase 1 forward{', a head per program' if split else ''}, {tok} token(s) a step",
+                            tk._fwd_dot_kernel, dict(c, TOK=tok), None, warps, cap, asked))
+    if coef is not None:
+        c = dict(coef, G_EXACT=True, PARTS=parts)
+        split = op._coef_split(cfg, heads, 8)
+        if split:
+            c.update(SPLIT=True, SCALES=True, HP=1)
+            asked, warps, cap = cfg["coef_split_progs_per_sm"], cfg["coef_split_warps"], cfg["coef_split_maxnreg"]
+            for tok in (1, 2, 4):
+                if tok <= cfg["coef_tokens"]:
+                    out.append((f"COEF pass, a head per program, {tok} token(s) a step", tk._coef_dot_kernel,
+                                dict(c, TOK=tok), coef_ptrs, warps, cap, asked))
+            if cfg["coef_grads"]:
+                g = dict(c, TOK=1, GRAD=True, GL=min(cfg["coef_grads_lanes"], coef["DA"]), W_LO=cfg["coef_grads_w_lo"],
+                         STAGES=cfg["coef_grads_stages"] or c["STAGES"])
+                out.append((f"fused COEF pass (GRAD, {g['GL']}-lane pieces)", tk._coef_dot_kernel, g, coef_ptrs,
+                            warps, cfg["coef_grads_maxnreg"] or cap, cfg["coef_grads_progs_per_sm"] or asked))
+        else:
+            c.update(SCALES=coef["VH"] and cfg["dot_group_scales"])
+            out.append(("COEF pass", tk._coef_dot_kernel, c, coef_ptrs, cfg["dot_warps"], None,
+                        cfg["coef_dot_progs_per_sm"]))
+    warps, cap = op._bwd_launch(cfg, True)
+    c = dict(tile_, d=d, dh=dh, SINGLE=True, FINAL=True, ACCUM=True, PF=cfg["bwd_pf"], PARTIAL=2, CLAIM=True)
+    out.append(("phase 2 backward into running sums", tk._bwd_kernel, c, {"G": "*bf16"}, warps, cap,
+                cfg["bwd_progs_per_sm"]))
+    return out
+
+
+def residency_rows(shapes: list[tuple[int, int]]) -> None:
+    """A table of the persistent launches at ``shapes`` (``persistent_launches``): what each
+    compiles to, how many of its programs an SM holds, and in how many waves the programs
+    the config asks for run."""
+    print("| launch | d | H | warps | cap | registers | stack bytes | shared bytes | programs an SM holds "
+          "(by registers / shared memory) | asked per SM | waves |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for d, heads in shapes:
+        for name, fn, c, pointers, warps, cap, asked in persistent_launches(d, heads):
+            r = resources(fn, c, warps, pointers, cap, sass=False)
+            fit = resident_per_sm(r["regs"], r["shared"], warps)
+            print(f"| {name} | {d} | {heads} | {warps} | {cap or '-'} | {r['regs']} | {r['stack']} | {r['shared']} | "
+                  f"{fit['fit']} ({fit['registers']} / {fit['shared']}) | {asked} | {waves(asked, fit['fit'])} |",
+                  flush=True)
+
+
 # (elements per program, warps): session 9's 4096 / 8 took 166 registers (one program per
 # SM) and ran at half the fused AdamW's speed on the H200 (bench/results/session10/)
 ADAMW_VARIANTS = [(4096, 8), (2048, 8), (1024, 4), (512, 4), (2048, 4)]
@@ -181,7 +297,8 @@ def main() -> None:
     ap.add_argument("--kernels", default="single,twopass", help="single: the one-query kernels (backward with and "
                     "without running sums); twopass: the two-pass phase-1 backward (COEF pass and gather); hyper: "
                     "the hyper-connection glue (n = 4 streams, bf16, the library's block and 4 warps); adamw: the "
-                    "fused AdamW kernel")
+                    "fused AdamW kernel; residency: the routing's persistent launches as the library configures "
+                    "them, the programs an SM holds against those the config asks for")
     ap.add_argument("--warps", default="1", help="comma list of warps for the source-loop kernels")
     ap.add_argument("--gather-sources", type=int, default=16, help="sources per gather program (KS)")
     ap.add_argument("--gather-cols", type=int, default=128, help="columns per gather chunk")
@@ -217,6 +334,14 @@ def main() -> None:
         OPTIONS["num_stages"] = args.stages
     if args.maxnreg:
         OPTIONS["maxnreg"] = args.maxnreg
+    shapes = [tuple(int(v) for v in x.split("/")) for x in args.shapes.split(",")]
+    kinds = args.kernels.split(",")
+    if "residency" in kinds:
+        residency_rows(shapes)
+        kinds.remove("residency")
+        if not kinds:
+            return
+        print()
     print("| kernel | d | H | warps | registers | stack bytes | shared bytes | layout conversions "
           "| of them in loops (largest) | asynchronous copies | 16-byte / 2-byte memory ops "
           "| SASS loops: instructions / barriers |")
@@ -230,14 +355,14 @@ def main() -> None:
         if args.opcodes:
             opcodes.append(f"- {name} ({d}/{heads}, {w} warps): {r['opcodes']}")
 
-    for kind in args.kernels.split(","):
+    for kind in kinds:
         if kind == "hyper":
             hyper_rows(row)
             continue
         if kind == "adamw":
             adamw_rows(row)
             continue
-        for d, heads in [tuple(int(v) for v in x.split("/")) for x in args.shapes.split(",")]:
+        for d, heads in shapes:
             for w in [int(v) for v in args.warps.split(",")] if kind in ("single", "twopass") else []:
                 if kind == "single":
                     c = dict(tile(d, heads), BM=1, PF=1, FINAL=True, SCALE_OUT=None)
