@@ -448,6 +448,11 @@ def run_bench_step(args: argparse.Namespace) -> int:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     adamw = args.adamw if args.adamw != "auto" else ("triton" if device == "cuda" else "torch")  # as the trainer
     methods = args.methods.split(",")
+    paper = [p for p in args.preset.split(",") if p in PAPER_MICROBATCH]
+    if device == "cpu" and paper:  # runs, but a user may not expect hours on the CPU
+        print(f"mhar bench step: no CUDA device, so {', '.join(paper)} runs on the CPU: a step can take "
+              f"minutes, and the MFU column is against an H200's {PEAK_FLOPS / 1e12:.0f} TFLOP/s. "
+              "For a quick check of the bench itself: --preset tiny", file=sys.stderr, flush=True)
     graph_mode = ("on" if device == "cuda" else "off") if args.cuda_graphs == "auto" else args.cuda_graphs
     if graph_mode != "off" and device != "cuda":
         raise SystemExit("--cuda-graphs needs a CUDA device")

@@ -59,6 +59,20 @@ def test_bench_step_fails_a_row_that_would_run_uncompiled(tmp_path, monkeypatch)
     assert rc == 0 and "recompile_limit" in results[0]["error"], results
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU's note")
+def test_bench_step_says_a_paper_preset_runs_on_the_cpu(tmp_path, capsys):
+    """Without a GPU a paper preset still runs (here shrunk by overrides), after a note
+    that it runs on the CPU and how to check the bench quickly; tiny gets no note."""
+    args = ["bench", "step", "--methods", "baseline", "--steps", "1", "--warmup", "1", "--compile", "off",
+            "--batch", "1", "--seq-len", "16", "--out", str(tmp_path), "n_layers=1", "d_model=64", "n_heads=2",
+            "n_kv_heads=1", "d_ff=128", "vocab_size=256"]
+    assert main([*args[:2], "--preset", "paper-350m", *args[2:]]) == 0
+    err = capsys.readouterr().err
+    assert "no CUDA device, so paper-350m runs on the CPU" in err and "--preset tiny" in err
+    assert main([*args[:2], "--preset", "tiny", *args[2:]]) == 0
+    assert "runs on the CPU" not in capsys.readouterr().err
+
+
 def test_bench_step_accumulates_microbatches(tmp_path):
     """--accum N: a step is N microbatches and one update, and tokens/s counts all of
     them; the recipe's accumulation is the paper's global batch over its microbatch."""
