@@ -28,6 +28,6 @@ step() {  # tag [config]
     --methods baseline,mhar --steps 30 --warmup 3 --out $R --tag $1 > $R/step_$1.log 2>&1
   grep -h "| paper" $R/step_$1.md | sort -u; rm -f $R/*.png; pack
 }
-if python3 $D/pick.py $R/sweep_512.md $D/sweep_512.json "512,1" 0.97 $R/pick_512.json; then
+if python3 bench/pick_config.py $R/sweep_512.md $D/sweep_512.json "512,1" 0.97 $R/pick_512.json; then
   cat $R/pick_512.json; step 100m_pick1 $R/pick_512.json; step 100m_built; step 100m_pick2 $R/pick_512.json
 fi
