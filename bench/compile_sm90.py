@@ -84,7 +84,8 @@ def resources(fn, constexprs: dict, warps: int, pointers: dict | None = None, ma
     ptx = kernel.asm["ptx"]
     return {"regs": int(re.search(r"REG:(\d+)", out).group(1)), "stack": int(re.search(r"STACK:(\d+)", out).group(1)),
             "shared": kernel.metadata.shared,
-            "layout_conversions": kernel.asm["ttgir"].count("convert_layout"), "sass_loops": sass_loops(sass) if sass else "-",
+            "layout_conversions": kernel.asm["ttgir"].count("convert_layout"),
+            "sass_loops": sass_loops(sass) if sass else "-",
             "async_copies": kernel.asm["ttgir"].count("async_copy_global_to_local"),
             "in_loops": loop_conversions(kernel.asm["ttgir"]), "ttgir": kernel.asm["ttgir"],
             "opcodes": loop_opcodes(sass) if sass else "-",

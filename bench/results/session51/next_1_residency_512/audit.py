@@ -16,4 +16,5 @@ for name, entry in sweep.items():
     for lname, fn, cst, ptr, warps, cap, asked in c.persistent_launches(512, 8):
         r = c.resources(fn, cst, warps, ptr, cap, sass=False)
         f = c.resident_per_sm(r["regs"], r["shared"], warps)
-        print(f"  {lname}: cap {cap or '-'}, {r['regs']} registers, {r['stack']} stack, {r['shared']} shared, holds {f['fit']}, asked {asked}, waves {c.waves(asked, f['fit'])}", flush=True)
+        print(f"  {lname}: cap {cap or '-'}, {r['regs']} registers, {r['stack']} stack, {r['shared']} shared, "
+              f"holds {f['fit']}, asked {asked}, waves {c.waves(asked, f['fit'])}", flush=True)
