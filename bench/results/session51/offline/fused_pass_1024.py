@@ -5,6 +5,8 @@ changes one part to see its registers):
 - "no d(q*g)": the loop accumulates no d(q*g);
 - "no gradient product": the loop forms no source gradients (no `_coef_grads` pieces);
 - "d(q*g) transposed": d(q*g) held as (lanes, queries), from the tile permuted;
+- "d(q*g) added into memory each step": not held across the loop, but added into the
+  program's row of DW at every step (a load and a store of it a step);
 - "d(q*g), one bf16 part": r dz as one bf16 part in its product.
 Each over 1 and 2 pipeline stages and 64- and 16-lane pieces, with the programs an SM
 holds (compile_sm90.resident_per_sm), and the library's pass under register caps.
@@ -36,6 +38,16 @@ EDITS = {
                         "                dw_a = _dot_split(tl.permute(xa, (0, 2, 1)), r_hi, r_lo, dw_a, PREC)\n"
                         "            elif SCALES:")),
         ("    if SCALES:\n        dwrow = (pid", "    if SCALES and not GRAD:\n        dwrow = (pid")],
+    "d(q*g) added into memory each step": [
+        (DW, DW.replace("            if SCALES:", "            if GRAD:\n"
+                        "                r_hi, r_lo = _operand(tl.permute(rdz, (0, 2, 1)), PREC)\n"
+                        "                dwp = DW + (pid.to(tl.int64) * n_q + rq[None, :, None]) * d + cxa\n"
+                        "                dwm = cmxa & (rq[None, :, None] < n_q)\n"
+                        "                acc = tl.load(dwp, mask=dwm, other=0.0)\n"
+                        "                tl.store(dwp, _dot_split_left(r_hi, r_lo, xa, acc, PREC), mask=dwm)\n"
+                        "            elif SCALES:")),
+        ("    # this program's d(q*g) rows: DW[pid, q, h * dh + c]\n    if SCALES:",
+         "    # this program's d(q*g) rows: DW[pid, q, h * dh + c]\n    if GRAD:\n        pass\n    elif SCALES:")],
     "d(q*g), one bf16 part": [(DW, DW.replace("            if SCALES:", "            if GRAD:\n                dw_a = tl.dot("
                                               "tl.permute(rdz, (0, 2, 1)).to(tl.bfloat16), xa, dw_a)\n            elif SCALES:"))],
 }
