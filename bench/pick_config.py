@@ -20,8 +20,8 @@ COST = {"routing": lambda r: float(r[5]), "backward": lambda r: float(r[3]) + fl
 
 def pick(md_lines: list[str], configs: dict, cost: str = "routing") -> tuple[str, float]:
     """The best variant's name and its mean time as a share of the first config's."""
-    rows = [[c.strip() for c in line.split("|")[1:-1]] for line in md_lines
-            if line.startswith("| ") and "sources" not in line]
+    cells = [[c.strip() for c in line.split("|")[1:-1]] for line in md_lines if line.startswith("| ")]
+    rows = [r for r in cells if r[0].isdigit()]  # not the header (a config's name may say "sources")
     times = {(int(r[0]), r[1]): COST[cost](r) for r in rows}
     counts = sorted({n for n, _ in times})
     first = next(iter(configs))
