@@ -1,6 +1,7 @@
 """Registers, stack and shared memory of the routing kernels, compiled offline for sm_90 (no GPU needed).
 
-Compiles each kernel with triton's own compiler for an H100/H200 target, as the launcher
+Compiles each kernel with triton's own compiler for an H100/H200 target (or, with --arch,
+an A100's or a 100 KB-shared-memory GPU's), as the launcher
 would specialise it at the paper widths (bf16 sources, 16-byte aligned tables, every lane
 valid), and reads the cubin's resource usage with the cuobjdump that ships with triton.
 It also counts the layout conversions in the compiled TTGIR, and those inside loop bodies
@@ -19,6 +20,7 @@ this script (run with triton 3.6, the GPU machine's version).
     PYTHONPATH=src python bench/compile_sm90.py --kernels hyper   # the hyper-connection glue
     PYTHONPATH=src python bench/compile_sm90.py --kernels adamw   # the fused AdamW
     PYTHONPATH=src python bench/compile_sm90.py --kernels residency --shapes 512/8,1024/8,1280/8
+    PYTHONPATH=src python bench/compile_sm90.py --kernels residency --arch 89   # an L40S / RTX 4090's limits
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
+from mhar.routing import occupancy
 from mhar.routing import triton_kernels as tk
 from mhar.routing.op import (_PHASE1_BACKWARD, _PHASE1_DOT, _chunk_lanes, _chunks_first, _gather_walk, _head_parts, _pow2,
                              _split_width)
@@ -73,7 +76,7 @@ def resources(fn, constexprs: dict, warps: int, pointers: dict | None = None, ma
     src = ASTSource(fn=fn, signature=sig, constexprs={(names.index(k),): v for k, v in constexprs.items()},
                     attrs=attrs)
     options = {"num_warps": warps, **OPTIONS, **({"maxnreg": maxnreg} if maxnreg else {})}
-    kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
+    kernel = triton.compile(src, target=GPUTarget("cuda", ARCH["capability"], 32), options=options)
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(kernel.asm["cubin"])
         f.flush()
@@ -94,29 +97,22 @@ def resources(fn, constexprs: dict, warps: int, pointers: dict | None = None, ma
             "b16": len(re.findall(r"(?:ld|st)\.global[\w.]*\.(?:b16|u16)\b", ptx))}
 
 
-# What one SM of an H100 / H200 (sm_90) holds, and how it hands it out, as CUDA's occupancy
-# calculator has it (cuda_occupancy.h, shipped with triton: cudaOccMaxBlocksPerSMRegsLimit
-# and cudaOccMaxBlocksPerSMSmemLimit). Registers go to whole warps in units of 256, and
-# each of the 4 sub-partitions holds its warps in its own quarter of the 65,536; so a
-# one-warp program of 169-256 registers fits 2 a sub-partition (8 an SM) whatever the
-# count, 129-168 fit 3 (12), up to 128 fit 4 (16): no register count gives 9-11. Shared
-# memory per program is its own plus the 1 KB the driver reserves, in 128-byte units,
-# out of 228 KB.
-SM90 = {"registers": 65536, "sub_partitions": 4, "register_unit": 256, "shared": 233472, "shared_reserved": 1024,
-        "shared_unit": 128, "programs": 32, "warps": 64}
+# The GPU compiled for (--arch): its compute capability and what one SM holds. The
+# default is the H100 / H200 (sm_90); the others' limits are CUDA's (shared memory per
+# SM, resident blocks and warps per SM) for the A100 (sm_80) and the consumer and
+# workstation GPUs (sm_86, sm_89: 100 KB of shared memory).
+ARCHS = {90: occupancy.H100,
+         80: occupancy.SMLimits(shared=167936, programs=32, warps=64),
+         86: occupancy.SMLimits(shared=102400, programs=16, warps=48),
+         89: occupancy.SMLimits(shared=102400, programs=24, warps=48)}
+ARCH = {"capability": 90}
 
 
 def resident_per_sm(registers: int, shared: int, warps: int) -> dict:
-    """Programs of ``warps`` warps that one sm_90 SM holds at once, as limited by their
-    registers per thread and shared bytes per program, and both together ("fit")."""
-    hw = SM90
-    per_warp = -(-registers * 32 // hw["register_unit"]) * hw["register_unit"]
-    warps_held = (hw["registers"] // hw["sub_partitions"] // per_warp) * hw["sub_partitions"]
-    by_registers = warps_held // warps
-    per_program = -(-(shared + hw["shared_reserved"]) // hw["shared_unit"]) * hw["shared_unit"]
-    by_shared = hw["shared"] // per_program
-    fit = min(by_registers, by_shared, hw["programs"], hw["warps"] // warps)
-    return {"registers": by_registers, "shared": by_shared, "fit": fit}
+    """What one SM of the --arch GPU holds of a kernel: the library's rule (CUDA's
+    occupancy calculator; mhar.routing.occupancy), which sizes the persistent grids at
+    run time too."""
+    return occupancy.resident_per_sm(registers, shared, warps, ARCHS[ARCH["capability"]])
 
 
 def waves(asked: int, fit: int) -> str:
@@ -277,15 +273,15 @@ def residency_rows(shapes: list[tuple[int, int]]) -> None:
     compiles to, how many of its programs an SM holds, and in how many waves the programs
     the config asks for run."""
     print("| launch | d | H | warps | cap | registers | stack bytes | shared bytes | programs an SM holds "
-          "(by registers / shared memory) | asked per SM | waves |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "(by registers / shared memory) | asked per SM | waves | launched per SM after the first launch |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for d, heads in shapes:
         for name, fn, c, pointers, warps, cap, asked in persistent_launches(d, heads):
             r = resources(fn, c, warps, pointers, cap, sass=False)
             fit = resident_per_sm(r["regs"], r["shared"], warps)
             print(f"| {name} | {d} | {heads} | {warps} | {cap or '-'} | {r['regs']} | {r['stack']} | {r['shared']} | "
-                  f"{fit['fit']} ({fit['registers']} / {fit['shared']}) | {asked} | {waves(asked, fit['fit'])} |",
-                  flush=True)
+                  f"{fit['fit']} ({fit['registers']} / {fit['shared']}) | {asked} | {waves(asked, fit['fit'])} | "
+                  f"{occupancy.whole_waves(asked, fit['fit'])} |", flush=True)
 
 
 # (elements per program, warps): session 9's 4096 / 8 took 166 registers (one program per
@@ -326,7 +322,10 @@ def main() -> None:
                     "kernels and the gather (op's dot_tokens, gather_tokens: reads of at most 16 / TOK sources)")
     ap.add_argument("--divisible", default="", help="comma list of integer arguments to compile as multiples of 16, "
                     "as triton's launcher specialises them when they are (e.g. n_tok,n_q for 16 queries)")
+    ap.add_argument("--arch", type=int, default=90, choices=sorted(ARCHS), help="the compute capability to compile "
+                    "for and whose SM limits to apply (90: H100 / H200; 80: A100; 86, 89: 100 KB of shared memory)")
     args = ap.parse_args()
+    ARCH["capability"] = args.arch
     DIVISIBLE.update(v for v in args.divisible.split(",") if v)
     tokens = [int(v) for v in args.tokens.split(",")]
     if args.coef_parts:

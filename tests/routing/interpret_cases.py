@@ -660,10 +660,10 @@ def dot_launches(monkeypatch):
     seen = []
     real = rop._launch_dot
 
-    def spy(kernel, grid, args, consts, warps, device, maxnreg=None):
+    def spy(kernel, grid, args, consts, warps, device, maxnreg=None, launch=None):
         seen.append((kernel.fn.__name__, grid, consts.get("SPLIT"), consts.get("RS"), consts.get("VH"),
                      consts.get("TOK", 1)))
-        return real(kernel, grid, args, consts, warps, device, maxnreg)
+        return real(kernel, grid, args, consts, warps, device, maxnreg, launch)
 
     monkeypatch.setattr(rop, "_launch_dot", spy)
     return seen

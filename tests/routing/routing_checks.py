@@ -274,9 +274,9 @@ def check_coef_grads(n_sites, lead, d, heads, device="cpu", tol=1.5e-2, gen=None
     launched = []
     real = rop._launch_dot
 
-    def spy(kernel, grid, args, consts, warps, device, maxnreg=None):
+    def spy(kernel, grid, args, consts, warps, device, maxnreg=None, launch=None):
         launched.append(bool(consts.get("GRAD")))
-        return real(kernel, grid, args, consts, warps, device, maxnreg)
+        return real(kernel, grid, args, consts, warps, device, maxnreg, launch)
 
     tune, claim = rop.TUNE, rop.SinkSpan.claim_last
     rop._launch_dot = spy

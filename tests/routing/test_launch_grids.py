@@ -64,3 +64,32 @@ def test_token_grids_grow_on_the_first_axis_only(launches, method, schedule):
     grown = [(name, a, b) for (name, a), (_, b) in zip(small, large) if a[1:] != b[1:]]
     assert not grown, f"grids that grow with tokens past their first axis: {grown}"
     assert any(a[0] != b[0] for (_, a), (_, b) in zip(small, large)), "no grid grew with tokens: not a test"
+
+
+@pytest.mark.parametrize("method,schedule", [("mhar", "two-phase"), ("mhar", "one-pass"), ("mhar-block", None)])
+def test_persistent_launches_note_what_an_sm_holds(launches, monkeypatch, method, schedule):
+    """Every persistent grid the op sizes by a launch key (``op._n_programs``) is followed
+    by its launch noting the compiled kernel under that same key (``op._note_fit``), so
+    that later launches run whole waves of what an SM holds (``mhar.routing.occupancy``)."""
+    from mhar.routing import op
+
+    sized, noted = [], []
+    n_programs, note_fit = op._n_programs, op._note_fit
+
+    def sizing(device, n_tiles, per_sm, share=1, launch=None):
+        sized.append(launch)
+        return n_programs(device, n_tiles, per_sm, share, launch)
+
+    def noting(launch, compiled, device):
+        noted.append(launch)
+        note_fit(launch, compiled, device)
+
+    monkeypatch.setattr(op, "_n_programs", sizing)
+    monkeypatch.setattr(op, "_note_fit", noting)
+    _model_launches(launches, method, schedule, 2)
+    assert sized and None not in sized, "a persistent grid sized without its launch's key"
+    assert sized == noted
+    kernels = {key[0] for key in sized}
+    # phase 1's product kernels (forward, COEF pass) run in the two-phase schedule
+    assert kernels == ({"_bwd_kernel", "_fwd_dot_kernel", "_coef_dot_kernel"} if schedule == "two-phase"
+                       else {"_bwd_kernel"}), kernels

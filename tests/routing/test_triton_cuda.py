@@ -281,9 +281,9 @@ def test_one_head_as_lane_groups(d, gen, monkeypatch):
     seen = []
     real = rop._launch_dot
 
-    def spy(kernel, grid, args, consts, warps, device, maxnreg=None):
+    def spy(kernel, grid, args, consts, warps, device, maxnreg=None, launch=None):
         seen.append((kernel.fn.__name__, consts.get("VH")))
-        return real(kernel, grid, args, consts, warps, device, maxnreg)
+        return real(kernel, grid, args, consts, warps, device, maxnreg, launch)
 
     monkeypatch.setattr(rop, "_launch_dot", spy)
     for stages in (1, 3):
@@ -421,3 +421,51 @@ def test_partial_other_backward(n, d, heads, S, tune, gen):
         check_sink_chain(9, (200,), d, heads, device=DEV, gen=gen, chunk=S)
     finally:
         rop.TUNE = None
+
+
+@pytest.mark.parametrize("d", [512, 1024])
+def test_persistent_grids_run_whole_waves(d, monkeypatch):
+    """The op notes what an SM holds of each persistent launch's compiled kernel at its
+    first launch, and sizes later launches of it in whole waves (``occupancy``). Every
+    launch of a two-phase MHAR model's step tells its registers (a fit above 0), and the
+    second step's gradients, on grids sized from that, match the first's. On an H100 /
+    H200 with triton 3.6 (the settings' stack) no launch is resized: each config already
+    asks for whole waves there (offline: ``bench/compile_sm90.py --kernels residency``)."""
+    import triton
+
+    from mhar.model import Decoder, ModelConfig, method_stream
+    from mhar.routing import occupancy
+
+    monkeypatch.setattr(rop, "_FIT", {})
+    asked = {}
+    n_programs = rop._n_programs
+
+    def sizing(device, n_tiles, per_sm, share=1, launch=None):
+        asked[launch] = per_sm
+        return n_programs(device, n_tiles, per_sm, share, launch)
+
+    monkeypatch.setattr(rop, "_n_programs", sizing)
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=256, d_model=d, n_layers=4, n_heads=8, n_kv_heads=8, d_ff=2 * d, max_seq_len=1024,
+                      stream=method_stream("mhar", 8, d, schedule="two-phase", chunk=4))
+    model = Decoder(cfg).to(DEV)
+    x = torch.randint(0, 256, (4, 1025), device=DEV)
+
+    def step_grads():
+        model.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", torch.bfloat16):
+            model.loss(x[:, :-1], x[:, 1:]).backward()
+        return [p.grad.clone() for p in model.parameters()]
+
+    first = step_grads()  # the configured grids; every launch notes its kernel
+    fits = {key: rop._FIT.get(key, 0) for key in asked}
+    second = step_grads()  # whole waves of what was noted
+    launched = {key: occupancy.whole_waves(per_sm, fits[key]) for key, per_sm in asked.items()}
+    table = [(key[0], asked[key], fits[key], launched[key]) for key in asked]
+    print("\n(kernel, asked per SM, held, launched per SM):", *sorted(set(table)), sep="\n")
+    assert asked and None not in asked and all(fits.values()), table
+    assert all(n <= fits[k] or n % fits[k] == 0 for k, n in launched.items()), table
+    for a, b in zip(first, second):
+        assert rel(a, b) < 1e-2
+    if torch.cuda.get_device_capability() == (9, 0) and triton.__version__.startswith("3.6."):
+        assert launched == asked, table

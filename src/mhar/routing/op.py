@@ -35,6 +35,7 @@ import torch
 from torch import Tensor
 
 from mhar.backends import KERNEL_DTYPES, BackendChoice
+from mhar.routing import occupancy
 from mhar.routing import reference as _ref
 from mhar.routing.reference import KEY_NORM_EPS, Partial, check_heads
 
@@ -647,15 +648,52 @@ def _check_pow2_16(cfg: dict, key: str) -> None:
         raise ValueError(f"routing config: {key} must be a power of two >= 16, got {cfg[key]}")
 
 
-def _n_programs(device: torch.device, n_tiles: int, per_sm: int, share: int = 1) -> int:
+def _n_programs(device: torch.device, n_tiles: int, per_sm: int, share: int = 1, launch: tuple | None = None) -> int:
     """Persistent programs over n_tiles: per_sm per SM, divided among ``share`` programs
-    that run side by side (a grid's second dimension)."""
+    that run side by side (a grid's second dimension). ``launch`` (``_launch_key``): once
+    a launch of that kernel has told what an SM holds of it (``_note_fit``), per_sm is
+    rounded down to whole waves of that (``occupancy.whole_waves``)."""
     if device.type != "cuda":
         return max(1, min(n_tiles, 3))
-    idx = device.index if device.index is not None else torch.cuda.current_device()
+    idx = _device_index(device)
     if idx not in _SM_COUNT:
         _SM_COUNT[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
-    return max(1, min(n_tiles, _SM_COUNT[idx] * per_sm // share))
+    held = _FIT.get(launch, 0) if launch is not None else 0
+    return max(1, min(n_tiles, _SM_COUNT[idx] * occupancy.whole_waves(per_sm, held) // share))
+
+
+def _device_index(device: torch.device) -> int:
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
+# programs an SM holds of a persistent launch's compiled kernel, by ``_launch_key``: read
+# after its first launch (``_note_fit``; 0 where triton did not tell), so that later
+# launches run whole waves on whatever triton and GPU compiled it (``occupancy``)
+_FIT: dict = {}
+_SM_LIMITS: dict = {}
+
+
+def _launch_key(kernel, device: torch.device, dtypes, consts: dict, warps: int, maxnreg: int | None) -> tuple:
+    """What a persistent launch's compiled kernel depends on that the op chooses: its
+    constexprs (d included; in the call site's order, a few microseconds a launch),
+    warps, register cap, its tensors' dtypes and the device."""
+    name = kernel.fn.__name__ if hasattr(kernel, "fn") else str(kernel)
+    return (name, tuple(consts.items()), warps, maxnreg, dtypes, device.type, device.index)
+
+
+def _note_fit(launch: tuple | None, compiled, device: torch.device) -> None:
+    """Record how many programs of ``compiled`` (what triton's launch returned) one SM
+    of ``device`` holds, for ``_n_programs``; once per launch key."""
+    if launch is None or launch in _FIT or device.type != "cuda":
+        return
+    idx = _device_index(device)
+    if idx not in _SM_LIMITS:
+        _SM_LIMITS[idx] = occupancy.sm_limits(torch.cuda.get_device_properties(idx))
+    registers, meta = getattr(compiled, "n_regs", None), getattr(compiled, "metadata", None)
+    if registers is None or meta is None or _SM_LIMITS[idx] is None:  # not told: as configured
+        _FIT[launch] = 0
+        return
+    _FIT[launch] = occupancy.resident_per_sm(registers, meta.shared, meta.num_warps, _SM_LIMITS[idx])["fit"]
 
 
 # (kernel, constexprs, warps, device) of product kernels that did not fit this GPU's
@@ -664,13 +702,14 @@ _DOT_UNFIT: set = set()
 
 
 def _launch_dot(kernel, grid: tuple, args: tuple, consts: dict, warps: int, device: torch.device,
-                maxnreg: int | None = None) -> bool:
+                maxnreg: int | None = None, launch: tuple | None = None) -> bool:
     """Launch a phase-1 kernel as matrix products; False (nothing launched) when it needs
     more shared memory than the GPU has, in its pipeline stages (``STAGES``) and then in
     one. With three stages, up to 148,544 bytes at the paper widths with every head in a
     program and 18,432 with a head per program (the default for several heads); in one
     stage up to 102,400 (``bench/compile_sm90.py --kernels dot``). An H100/H200 or A100
-    has room for three; triton raises before the kernel runs."""
+    has room for three; triton raises before the kernel runs. ``launch``: the caller's
+    ``_launch_key``, under which the kernel that ran notes what an SM holds of it."""
     from triton.runtime.errors import OutOfResources
 
     name = kernel.fn.__name__ if hasattr(kernel, "fn") else str(kernel)
@@ -678,7 +717,7 @@ def _launch_dot(kernel, grid: tuple, args: tuple, consts: dict, warps: int, devi
     stages = consts.get("STAGES", 1)
     if key not in _DOT_UNFIT:
         try:
-            kernel[grid](*args, **consts, num_warps=warps, maxnreg=maxnreg)
+            _note_fit(launch, kernel[grid](*args, **consts, num_warps=warps, maxnreg=maxnreg), device)
             return True
         except OutOfResources as e:
             _DOT_UNFIT.add(key)
@@ -686,7 +725,7 @@ def _launch_dot(kernel, grid: tuple, args: tuple, consts: dict, warps: int, devi
             warnings.warn(f"mhar routing: {name} in {stages} pipeline stage(s) does not fit this GPU ({e}); {then}",
                           stacklevel=2)
     if stages > 1:  # one stage holds a single block's tiles in shared memory
-        return _launch_dot(kernel, grid, args, {**consts, "STAGES": 1}, warps, device, maxnreg)
+        return _launch_dot(kernel, grid, args, {**consts, "STAGES": 1}, warps, device, maxnreg, launch)
     return False
 
 
@@ -760,9 +799,11 @@ def _triton_forward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, h
         if consts.get("SCALES"):  # few sources: several tokens at a time
             key = "dot_group_tokens" if dot["VH"] else "dot_tokens"
             consts["TOK"] = _tokens_per_step(cfg, key, dot["KS"], len(srcs))
-        n_prog = _n_programs(dev, -(-n_tok // consts.get("TOK", 1)), per_sm, share=grid_h)
+        consts["eps"] = eps
+        launch = _launch_key(_fwd_dot_kernel, dev, srcs[0].dtype, {**consts, "d": d}, warps, maxnreg)
+        n_prog = _n_programs(dev, -(-n_tok // consts.get("TOK", 1)), per_sm, share=grid_h, launch=launch)
         args = (table, srcs[0], w, m, l, o, m if rstd is None else rstd, len(srcs), n_tok, S, n_prog, d)
-        done = _launch_dot(_fwd_dot_kernel, (n_prog, grid_h), args, {**consts, "eps": eps}, warps, dev, maxnreg)
+        done = _launch_dot(_fwd_dot_kernel, (n_prog, grid_h), args, consts, warps, dev, maxnreg, launch)
     if n_tiles and not done:
         rstd = None
         _fwd_kernel[(S * n_tiles,)](table, srcs[0], w, m, l, o, m, l, o, len(srcs), n_tok, S, d, dh, eps,
@@ -932,7 +973,18 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
             if grads_here:  # the fused pass's own residency settings, where set
                 per_sm = cfg["coef_grads_progs_per_sm"] or per_sm
                 maxnreg = cfg["coef_grads_maxnreg"] or maxnreg
-            n_prog = _n_programs(dev, -(-n_tok // tok), per_sm, share=grid_h)
+            # bf16 gradients enter g.x as they are (one product; exact)
+            consts = {**dot, "eps": eps, "G_EXACT": g_exact, "SPLIT": split, "SCALES": scaled, "PARTS": parts,
+                      "TOK": tok, "GRAD": grads_here}
+            if grads_here:
+                consts["GL"] = min(cfg["coef_grads_lanes"], dot["DA"])
+                consts["W_LO"] = cfg["coef_grads_w_lo"]
+                consts["STAGES"] = cfg["coef_grads_stages"] or consts["STAGES"]
+            if split:
+                consts["HP"] = 1
+            launch = _launch_key(_coef_dot_kernel, dev, (srcs[0].dtype, rows[0].dtype), {**consts, "d": d}, warps_dot,
+                                 maxnreg)
+            n_prog = _n_programs(dev, -(-n_tok // tok), per_sm, share=grid_h, launch=launch)
             dw_parts = torch.empty((n_prog, S, d), dtype=torch.float32, device=dev)  # every (program, query) row
             if grads_here:
                 coef_a = coef_b = coef_c = w  # (not read)
@@ -944,16 +996,7 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
             args = (src_table, srcs[0], w, grad_table, rows[0], stat, off.contiguous(), dw_parts, coef_a, coef_b,
                     coef_c, coef_c if rstd is None else rstd, len(srcs), n_tok, S, n_prog, dest_table, w_parts,
                     deferred_table, n_acc, n_cacc, d)
-            # bf16 gradients enter g.x as they are (one product; exact)
-            consts = {**dot, "eps": eps, "G_EXACT": g_exact, "SPLIT": split, "SCALES": scaled, "PARTS": parts,
-                      "TOK": tok, "GRAD": grads_here}
-            if grads_here:
-                consts["GL"] = min(cfg["coef_grads_lanes"], dot["DA"])
-                consts["W_LO"] = cfg["coef_grads_w_lo"]
-                consts["STAGES"] = cfg["coef_grads_stages"] or consts["STAGES"]
-            if split:
-                consts["HP"] = 1
-            done = _launch_dot(_coef_dot_kernel, (n_prog, grid_h), args, consts, warps_dot, dev, maxnreg)
+            done = _launch_dot(_coef_dot_kernel, (n_prog, grid_h), args, consts, warps_dot, dev, maxnreg, launch)
             split = split and done
             if grads_here and not done:  # the two passes below instead: nothing deferred
                 if not n_cacc:
@@ -961,20 +1004,23 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
                         t.zero_()
                 grads_here = False
                 coef_a, coef_b, coef_c = coefficients()
-        if not done:
-            n_prog = max(1, _n_programs(dev, n_tiles, cfg["bwd_progs_per_sm"]) // S)
+        if not done:  # the COEF pass as the per-query kernel, a program per (query, tile share)
+            consts = dict(**tile, SINGLE=True, FINAL=False, PF=cfg["bwd_pf"], COEF=True, PARTS=parts,
+                          SP=max(8, _pow2(S)))
+            launch = _launch_key(_bwd_kernel, dev, (srcs[0].dtype, rows[0].dtype), {**consts, "d": d, "dh": dh},
+                                 warps, cfg["bwd_maxnreg"])
+            n_prog = max(1, _n_programs(dev, n_tiles, cfg["bwd_progs_per_sm"], launch=launch) // S)
             dw_parts = torch.empty((n_prog, S, d), dtype=torch.float32, device=dev)
             if n_tiles and not dot:
                 coef_a, coef_b, coef_c = coefficients()
         if n_tiles and not grads_here:
             if not done:
-                _bwd_kernel[(S, n_prog)](src_table, srcs[0], src_table, w, grad_table, rows[0], stat,
-                                         off.contiguous(), rows[0], dw_parts, coef_a, coef_b, coef_c,
-                                         dw_parts, dw_parts, dw_parts, dw_parts,
-                                         len(srcs), 0, n_tok, S, d, dh, eps, n_tiles, n_prog,
-                                         **tile, SINGLE=True, FINAL=False, PF=cfg["bwd_pf"], COEF=True,
-                                         PARTS=parts, SP=max(8, _pow2(S)), num_warps=warps,
-                                         maxnreg=cfg["bwd_maxnreg"])
+                compiled = _bwd_kernel[(S, n_prog)](src_table, srcs[0], src_table, w, grad_table, rows[0], stat,
+                                                    off.contiguous(), rows[0], dw_parts, coef_a, coef_b, coef_c,
+                                                    dw_parts, dw_parts, dw_parts, dw_parts,
+                                                    len(srcs), 0, n_tok, S, d, dh, eps, n_tiles, n_prog,
+                                                    **consts, num_warps=warps, maxnreg=cfg["bwd_maxnreg"])
+                _note_fit(launch, compiled, dev)
             tok = _tokens_per_step(cfg, "gather_tokens", ks, len(srcs))
             grid = -(-len(srcs) // ks) * n_tok if tok == 1 else -(-n_tok // tok)
             _bwd_gather_kernel[(grid,)](
@@ -988,28 +1034,35 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
                 num_stages=cfg["gather_stages"], maxnreg=_gather_maxnreg(cfg, tok))
     else:
         n_tiles = -(-n_tok // tile["BM"])
-        n_prog = _n_programs(dev, n_tiles, cfg["bwd_progs_per_sm"])
-        # one row per program; the one-query kernel writes its whole row, the S-query one accumulates
-        dw_parts = (torch.empty if S == 1 else torch.zeros)((n_prog, S, d), dtype=torch.float32, device=dev)
+        launch = None
         if n_tiles:
             final = y is not None
             assert final == (off is None) and (not final or S == 1)
             assert partial is None or final
             grad = _stacked(grad).contiguous()
-            pm, pgo, pgl = partial if partial is not None else (dw_parts, dw_parts, dw_parts)
-            mode = 0 if partial is None else 1 if pm is not None else 2  # PARTIAL: the row's gradients, or -(g . y)
-            if mode == 2:
-                pm = dw_parts
+            # PARTIAL: the phase-1 row's gradients (1), or -(g . y) (2)
+            mode = 0 if partial is None else 1 if partial[0] is not None else 2
             # the last source's deferred key-norm terms, applied with this read's (a one-query
             # read with the source in its sink span: phase 2's read of it is its last)
             claimed = sink.claim_last(heads) if S == 1 and sink is not None and len(sums) == len(srcs) else None
-            _bwd_kernel[(n_prog,)](src_table, srcs[0], dest_table, w, grad, grad, stat,
-                                   stat if final else off.contiguous(),
-                                   y.contiguous() if final else grad, dw_parts, dw_parts, dw_parts, dw_parts,
-                                   pm, pgo, pgl, dw_parts if claimed is None else claimed,
-                                   len(srcs), n_acc, n_tok, S, d, dh, eps, n_tiles, n_prog,
-                                   **tile, SINGLE=(S == 1), FINAL=final, ACCUM=n_acc > 0, PF=cfg["bwd_pf"],
-                                   PARTIAL=mode, CLAIM=claimed is not None, num_warps=warps, maxnreg=maxnreg)
+            consts = dict(**tile, SINGLE=(S == 1), FINAL=final, ACCUM=n_acc > 0, PF=cfg["bwd_pf"], PARTIAL=mode,
+                          CLAIM=claimed is not None)
+            launch = _launch_key(_bwd_kernel, dev, (srcs[0].dtype, grad.dtype), {**consts, "d": d, "dh": dh}, warps,
+                                 maxnreg)
+        n_prog = _n_programs(dev, n_tiles, cfg["bwd_progs_per_sm"], launch=launch)
+        # one row per program; the one-query kernel writes its whole row, the S-query one accumulates
+        dw_parts = (torch.empty if S == 1 else torch.zeros)((n_prog, S, d), dtype=torch.float32, device=dev)
+        if n_tiles:
+            pm, pgo, pgl = partial if partial is not None else (dw_parts, dw_parts, dw_parts)
+            if mode == 2:
+                pm = dw_parts
+            compiled = _bwd_kernel[(n_prog,)](src_table, srcs[0], dest_table, w, grad, grad, stat,
+                                              stat if final else off.contiguous(),
+                                              y.contiguous() if final else grad, dw_parts, dw_parts, dw_parts,
+                                              dw_parts, pm, pgo, pgl, dw_parts if claimed is None else claimed,
+                                              len(srcs), n_acc, n_tok, S, d, dh, eps, n_tiles, n_prog,
+                                              **consts, num_warps=warps, maxnreg=maxnreg)
+            _note_fit(launch, compiled, dev)
     if not n_tok:
         dw_parts.zero_()
         for g in dests[n_acc:]:
