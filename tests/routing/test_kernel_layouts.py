@@ -51,6 +51,10 @@ def test_source_loops_convert_no_layouts(compiler, d, heads):
         assert found == "0", f"{name} at d={d}, H={heads}: {found} layout conversions in its source loop"
 
 
+def test_waves_tells_whole_from_partial(compiler):
+    assert compiler.waves(16, 8) == "2" and compiler.waves(9, 8) == "1.12: a partial wave"
+
+
 # Partial waves that a triton other than the GPU machine's (3.6, where the settings were
 # measured) compiles into, found offline and not yet measured on a GPU; any other partial
 # wave fails, and so does one of these that goes away (update this then). Triton 3.9 compiles
