@@ -441,7 +441,15 @@ CONFIG_TABLE: dict[tuple[int, bool], dict] = {
     # 263.9 ms at 64 x 2048 (bench/results/session46/, call 3). Session 40's 100M steps with
     # 1024's phase-1 settings, and with the fused COEF pass, ran 'auto', then one-pass at
     # 512: those kernels did not run, so its "no gain" measured nothing.
-    (512, True): {"fwd_warps": 2, "bwd_warps": 2, "bwd_sum_warps": 1, **_PHASE1_1024},
+    # The fused COEF pass at 512 in 32-lane pieces capped at 168 registers, twelve programs
+    # per SM: it takes 214 registers uncapped (8 per SM) and, unlike 1024's, does not spill
+    # at the cap (offline, session 51). One read with the training rows at 9 / 17 sources
+    # (8 queries, 8 heads, 16,384 tokens): 0.242 / 0.479 ms against 0.311 / 0.574 as 8 per
+    # SM in 64-lane pieces, the routing kernels 0.929 of before. The 100M step, processes
+    # alternating: mhar 0.897 / 0.896 of the baseline against 0.893 (bench/results/session53/,
+    # call 2).
+    (512, True): {"fwd_warps": 2, "bwd_warps": 2, "bwd_sum_warps": 1, **_PHASE1_1024,
+                  "coef_grads_progs_per_sm": 12, "coef_grads_maxnreg": 168, "coef_grads_lanes": 32},
     # at 1280 the gather (104-112 registers with token-major coefficients) capped at 96:
     # five programs per SM instead of four; the whole step at 1280/73 took 92.0 against
     # 93.3 ms of kernels with one head, 89.0 against 90.8 with eight (bench/results/session13/);
