@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Session 53, call 3: the 512 config from call 2 (the fused COEF pass 12 per SM, 32-lane
 # pieces, capped at 168) as built. 1. the GPU tests of the fused pass at 512 and of the
-# whole-wave sizing; 2. every method at 100M in one process at this commit; 3. mhar
+# whole-wave sizing; 2. mhar
 # against the previous 512 entry (8 per SM, 64 lanes, uncapped) in alternating processes.
 # run: C=<commit> OUT=$OUT bash bench/results/session53/3_check_512/call.sh
 set -uo pipefail
@@ -17,7 +17,6 @@ step() {  # tag methods [config]
     --methods $2 --steps 30 --warmup 3 --out $R --tag $1 > $R/step_$1.log 2>&1
   grep -h "| paper" $R/step_$1.md | grep -v "| >=\|| <=" | sort -u; rm -f $R/*.png; pack
 }
-step 100m_all baseline,hyper,attnres,mhar,mhar-block
 step 100m_before1 baseline,mhar $R/before.json
 step 100m_built1 baseline,mhar
 step 100m_before2 baseline,mhar $R/before.json
