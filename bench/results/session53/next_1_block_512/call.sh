@@ -19,4 +19,4 @@ step() {  # tag min_sources
   echo "rc=$? $1 at ${SECONDS}s"; grep -h "| paper" $R/step_$1.md | grep -v "| >=\|| <=" | sort -u; rm -f $R/*.png; pack
 }
 step min4 4
-[ -n "${MIN0:-}" ] && step min0 0
+if [ -n "${MIN0:-}" ]; then step min0 0; fi
