@@ -1388,8 +1388,9 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_
     cwa, cmwa = _dot_cols(rh, tl.arange(0, DA), dh, H, 0, 1)            # (HP, DA, 1)
     wa_hi, wa_lo = _rows_operand(W, d, rq, cwa, cmwa, qon, PREC)
     cxa, cmxa = _dot_cols(rh, tl.arange(0, DA), dh, H, 0, 2)            # (HP, 1, DA)
-    # d(q*g) per head: with SCALES (SP, lanes) products of the source tiles as loaded; else
-    # (lanes, SP) ones of tiles loaded transposed too (the sum of squares' products take them)
+    # d(q*g) per head: with SCALES (SP, lanes) products of the source tiles as loaded; else,
+    # or with DW_T, (lanes, SP) ones of tiles loaded transposed too (without SCALES the sum
+    # of squares' products take them)
     DW_ROWS: tl.constexpr = SCALES and not DW_T  # d(q*g) as (SP, lanes), else (lanes, SP)
     if DW_ROWS:
         dw_a = tl.zeros([HP, SP, DA], tl.float32)
