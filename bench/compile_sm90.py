@@ -254,9 +254,8 @@ def persistent_launches(d: int, heads: int) -> list[tuple]:
                                 dict(c, TOK=tok), coef_ptrs, warps, cap, asked))
             if cfg["coef_grads"]:
                 g = dict(c, TOK=1, GRAD=True, GL=min(cfg["coef_grads_lanes"], coef["DA"]), W_LO=cfg["coef_grads_w_lo"],
-                         DW_T=cfg["coef_grads_dw_t"], STAGES=cfg["coef_grads_stages"] or c["STAGES"])
-                dw_t = ", d(q*g) transposed" if g["DW_T"] else ""
-                out.append((f"fused COEF pass (GRAD, {g['GL']}-lane pieces{dw_t})", tk._coef_dot_kernel, g, coef_ptrs,
+                         STAGES=cfg["coef_grads_stages"] or c["STAGES"])
+                out.append((f"fused COEF pass (GRAD, {g['GL']}-lane pieces)", tk._coef_dot_kernel, g, coef_ptrs,
                             warps, cfg["coef_grads_maxnreg"] or cap, cfg["coef_grads_progs_per_sm"] or asked))
         else:
             c.update(SCALES=coef["VH"] and cfg["dot_group_scales"])

@@ -639,16 +639,14 @@ def test_phase_one_coef_pass_one_head_per_program_bf16(gen):
         rop.TUNE = None
 
 
-@pytest.mark.parametrize("d,heads,w_lo,dw_t", [(160, 8, False, False), (64, 4, False, False), (160, 8, True, False),
-                                               (160, 8, False, True)])
-def test_coef_grads(d, heads, w_lo, dw_t, gen):
+@pytest.mark.parametrize("d,heads,w_lo", [(160, 8, False), (64, 4, False), (160, 8, True)])
+def test_coef_grads(d, heads, w_lo, gen):
     # coef_grads: the split COEF pass forms the sources' gradients (a head's lanes each, part
     # B at 160), the key norm's x term deferred to phase 2's claim or the sink: the two
     # passes' gradients within bf16 rounding (0.6% at 160 / 8 on seed 0; 17% with the x
     # term dropped), and the chain against fp64 as before; w in the gradient product as
-    # one bf16 part (the default) or two; d(q*g) held transposed (coef_grads_dw_t), parts
-    # A and B
-    rop.TUNE = dict(fwd_dot=True, coef_dot=True, coef_split=True, coef_grads_w_lo=w_lo, coef_grads_dw_t=dw_t)
+    # one bf16 part (the default) or two
+    rop.TUNE = dict(fwd_dot=True, coef_dot=True, coef_split=True, coef_grads_w_lo=w_lo)
     try:
         check_coef_grads(12, (5,), d, heads, gen=gen)
         check_sink_chain(12, (5,), d, heads, dtype=torch.bfloat16, tol=CHAIN_BF16_TOL, gen=gen, chunk=4, extra=False)

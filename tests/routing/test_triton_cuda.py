@@ -354,17 +354,14 @@ _CAPPED = {"coef_grads_maxnreg": 168, "coef_grads_progs_per_sm": 12, "coef_grads
 @pytest.mark.parametrize("d,heads,tune", [(1280, 8, {}), (1024, 8, {}), (512, 8, {}),
                                           (1280, 8, {"coef_grads_w_lo": True}), (1024, 8, {"coef_grads_w_lo": True}),
                                           (1024, 8, {**_CAPPED, "coef_grads_lanes": 16}),
-                                          (1024, 8, {**_CAPPED, "coef_grads_progs_per_sm": 11, "coef_grads_stages": 2}),
-                                          (1024, 8, {**_CAPPED, "coef_grads_lanes": 16, "coef_grads_dw_t": True})],
-                         ids=["1280", "1024", "512", "1280-w_lo", "1024-w_lo", "1024-capped-1stage", "1024-capped",
-                              "1024-dw_t-capped"])
+                                          (1024, 8, {**_CAPPED, "coef_grads_progs_per_sm": 11, "coef_grads_stages": 2})],
+                         ids=["1280", "1024", "512", "1280-w_lo", "1024-w_lo", "1024-capped-1stage", "1024-capped"])
 def test_coef_grads(d, heads, tune, gen):
     # coef_grads (the default at 512, 1024 and 1280): the split COEF pass forms the sources'
     # gradients, the key norm's x term deferred to phase 2 or the sink; the two passes'
     # gradients within bf16 rounding, and the chain against fp64; w in the gradient
     # product rounded to bf16 (the default) or as two parts; the pass capped at 168
-    # registers, 11 or 12 programs per SM (its residency settings), also with d(q*g) held
-    # transposed (coef_grads_dw_t)
+    # registers, 11 or 12 programs per SM (its residency settings)
     rop.TUNE = tune
     try:
         check_coef_grads(20, (256,), d, heads, device=DEV, gen=gen, chunk=8)

@@ -336,7 +336,7 @@ _PHASE1_DOT = {"fwd_dot": False, "fwd_dot_progs_per_sm": 2, "dot_sources": 16, "
                "merge_scales": True, "dot_tokens": 4, "dot_group_tokens": 4, "coef_tokens": 4,
                "fwd_split_maxnreg": None, "coef_split_maxnreg": None, "coef_grads": False,
                "coef_grads_lanes": 64, "coef_grads_w_lo": False, "coef_grads_progs_per_sm": None,
-               "coef_grads_maxnreg": None, "coef_grads_stages": None, "coef_grads_dw_t": False}
+               "coef_grads_maxnreg": None, "coef_grads_stages": None}
 # coef_grads: a phase-1 backward whose sources are all a GradientSink's and whose COEF pass
 # runs a head per program a token at a time with bf16 rows forms the sources' gradients in
 # that pass (``_coef_dot_kernel``'s GRAD), with no coefficients in memory and no gather: it
@@ -378,12 +378,10 @@ _PHASE1_DOT = {"fwd_dot": False, "fwd_dot_progs_per_sm": 2, "dot_sources": 16, "
 # one (16 at a cap of 128), but the caps spill (80-304 bytes offline) and every capped
 # form was slower: one read at 9 / 25 / 41 sources 0.523-0.911 / 1.173-2.050 /
 # 1.827-3.277 ms against 0.443 / 0.917 / 1.411 as built (bench/results/session42/, call
-# 1). Left at None.
-# "coef_grads_dw_t": the fused pass's d(q*g) held as (lanes, queries), from a second,
-# transposed load of the source tiles (``_coef_dot_kernel``'s DW_T). Offline (triton 3.6,
-# session 53) it compiles at 1024 capped at 168 in one stage with 16-lane pieces to no
-# stack, so 12 programs fit an SM, where the form above spills 120 bytes. Not timed yet
-# (bench/results/session53/next_2_dw_t_1024/, staged): off.
+# 1). Left at None. Holding d(q*g) transposed, from a second, transposed load of the
+# source tiles, fits 12 programs at a cap of 168 in one stage with no stack (offline,
+# triton 3.6, session 53), yet was slower still, 12 or 8 an SM: 0.625-0.817 / 1.509-1.821 /
+# 2.308-2.858 ms against 0.442 / 0.919 / 1.419 (bench/results/session54/, call 1); taken out.
 # One head (its lane groups) pipelines its COEF pass in 2 stages ("dot_stages") and its
 # forward in 3 ("fwd_dot_stages", where set: the forward's own). In the whole step at
 # 1280/73, 2 stages for both took 72.15 ms of kernels and 3 for both 71.77: the COEF pass
@@ -993,7 +991,6 @@ def _triton_backward(srcs: list[Tensor], queries: Tensor, norm_weights: Tensor, 
                 consts["GL"] = min(cfg["coef_grads_lanes"], dot["DA"])
                 consts["W_LO"] = cfg["coef_grads_w_lo"]
                 consts["STAGES"] = cfg["coef_grads_stages"] or consts["STAGES"]
-                consts["DW_T"] = cfg["coef_grads_dw_t"]
             if split:
                 consts["HP"] = 1
             launch = _launch_key(_coef_dot_kernel, dev, (srcs[0].dtype, rows[0].dtype), {**consts, "d": d}, warps_dot,

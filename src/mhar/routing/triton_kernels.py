@@ -1338,7 +1338,7 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_
                      STAGES: tl.constexpr = 1, SS_DOT: tl.constexpr = True, G_EXACT: tl.constexpr = False,
                      SPLIT: tl.constexpr = False, PARTS: tl.constexpr = False, VH: tl.constexpr = False,
                      SCALES: tl.constexpr = False, TOK: tl.constexpr = 1, GRAD: tl.constexpr = False,
-                     GL: tl.constexpr = 64, W_LO: tl.constexpr = True, DW_T: tl.constexpr = False):
+                     GL: tl.constexpr = 64, W_LO: tl.constexpr = True):
     """The COEF pass of phase 1's backward (``_bwd_kernel`` with COEF, see there) with every
     query in one program, as matrix products like ``_fwd_dot_kernel``: programs persistent
     over tokens, each source row read once per token. Per block of KS sources and head,
@@ -1369,12 +1369,7 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_
     after: each head's program forms its lanes of the sources' gradients from them at
     once (``_coef_grads``; GT, WB, CT, n_acc, n_cacc there), so a phase-1 backward reads
     each source once instead of twice, and the key norm's x term is deferred. ``GL``: the
-    lanes of part A per product (a power of two up to DA).
-
-    ``DW_T`` (with SCALES and TOK 1): d(q*g) held as (lanes, SP), (lanes, KS) by (KS, SP)
-    products of a second, transposed load of the token's source tiles (an L1 hit), as
-    without SCALES: the fused pass at 1024 then compiles to 168 registers with no stack
-    in one stage with 16-lane pieces, where SCALES' form spills at that cap."""
+    lanes of part A per product (a power of two up to DA)."""
     pid = tl.program_id(0)
     elem = ref.dtype.element_ty
     if SPLIT:
@@ -1388,11 +1383,9 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_
     cwa, cmwa = _dot_cols(rh, tl.arange(0, DA), dh, H, 0, 1)            # (HP, DA, 1)
     wa_hi, wa_lo = _rows_operand(W, d, rq, cwa, cmwa, qon, PREC)
     cxa, cmxa = _dot_cols(rh, tl.arange(0, DA), dh, H, 0, 2)            # (HP, 1, DA)
-    # d(q*g) per head: with SCALES (SP, lanes) products of the source tiles as loaded; else,
-    # or with DW_T, (lanes, SP) ones of tiles loaded transposed too (without SCALES the sum
-    # of squares' products take them)
-    DW_ROWS: tl.constexpr = SCALES and not DW_T  # d(q*g) as (SP, lanes), else (lanes, SP)
-    if DW_ROWS:
+    # d(q*g) per head: with SCALES (SP, lanes) products of the source tiles as loaded; else
+    # (lanes, SP) ones of tiles loaded transposed too (the sum of squares' products take them)
+    if SCALES:
         dw_a = tl.zeros([HP, SP, DA], tl.float32)
     else:
         dw_a = tl.zeros([HP, DA, SP], tl.float32)
@@ -1402,12 +1395,12 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_
         cwb, cmwb = _dot_cols(rh, tl.arange(0, DB), dh, H, DA, 1)
         wb_hi, wb_lo = _rows_operand(W, d, rq, cwb, cmwb, qon, PREC)
         cxb, cmxb = _dot_cols(rh, tl.arange(0, DB), dh, H, DA, 2)
-        if DW_ROWS:
+        if SCALES:
             dw_b = tl.zeros([HP, SP, DB], tl.float32)
         else:
             dw_b = tl.zeros([HP, DB, SP], tl.float32)
     if TOK > 1:
-        tl.static_assert(SPLIT and SCALES and not GRAD and not DW_T)
+        tl.static_assert(SPLIT and SCALES and not GRAD)
         cc = CC + tl.program_id(1).to(tl.int64) * n_tok * n_src * n_q  # this head's share of c
         dw_a, dw_b = _coef_packed(table, W, G, gref, STAT, OFF, CA, CB, cc, RSTD, dw_a, dw_b, pid, rh, wa_hi, wa_lo,
                                   wb_hi, wb_lo, cxa, cmxa, cxb, cmxb, cwa, cmwa, cwb, cmwb, n_src, n_tok, n_q,
@@ -1422,7 +1415,7 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_
             row = tl.cast(t, tl.int64) * d
             xa, xb, km = _dot_tiles(table, k0, rk, n_src, row, cxa, cmxa, cxb, cmxb, elem, ALIGN, DB)
             xat, xbt = xa, xb
-            if not DW_ROWS:
+            if not SCALES:
                 xat, xbt, _ = _dot_tiles(table, k0, rk, n_src, row, cwa, cmwa, cwb, cmwb, elem, ALIGN, DB, True)
             # this token's upstream gradients (transposed like w), statistics and offsets, loaded
             # at every block (L2 hits after the first) so that the pipeliner copies them ahead
@@ -1505,7 +1498,7 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_
                 if SPLIT:  # this head's share
                     cc += tl.program_id(1).to(tl.int64) * n_tok * n_src * n_q
                 tl.store(cc + tl.cast(t, tl.int64) * n_src * n_q + kq, c, mask=kq_on)
-            if DW_ROWS:
+            if SCALES:
                 r_hi, r_lo = _operand(tl.permute(rdz, (0, 2, 1)), PREC)
                 dw_a = _dot_split_left(r_hi, r_lo, xa, dw_a, PREC)
                 if DB > 0:
@@ -1516,7 +1509,7 @@ def _coef_dot_kernel(table, ref, W, G, gref, STAT, OFF, DW, CA, CB, CC, RSTD, n_
                 if DB > 0:
                     dw_b = _dot_split(xbt, r_hi, r_lo, dw_b, PREC)
     # this program's d(q*g) rows: DW[pid, q, h * dh + c]
-    if DW_ROWS:
+    if SCALES:
         dwrow = (pid.to(tl.int64) * n_q + rq[None, :, None]) * d
         q_on = rq[None, :, None] < n_q
         tl.store(DW + dwrow + cxa, dw_a, mask=cmxa & q_on)
