@@ -232,6 +232,40 @@ def test_block_running_sums_through_the_sink_equal_autograd_sums(schedule, block
         torch.testing.assert_close(with_sink[name], g, rtol=1e-5, atol=1e-7, msg=name)
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA GPU"))])
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("schedule", ["one-pass", "two-phase"])
+def test_block_sum_in_product_equals_the_separate_add(schedule, compiled, device):
+    # a block's later sublayers add their output into its running sum in their output
+    # projection (addmm's C operand; compiled, inside the sublayer's region, whose backward
+    # hands the sink entry's sum on to the previous sum): the same values and gradients as
+    # the separate add, blocks of 4 over 6 sublayers leaving a partial last block (fp32:
+    # on CUDA through the Triton routing kernels, the products in cuBLAS)
+    torch.manual_seed(11)
+    models = {}
+    for fused in (True, False):
+        cfg = StreamConfig(method="routed", heads=2, block_size=4, schedule=schedule, sum_in_product=fused)
+        models[fused] = Decoder(small_config(cfg)).to(device)
+    randomize_routing(models[True])
+    models[False].load_state_dict(models[True].state_dict())
+    added = []
+    for s in models[True].sublayers:
+        s.register_forward_pre_hook(lambda m, a, kw: added.append(kw.get("add_to") is not None), with_kwargs=True)
+    x = torch.randint(0, 97, (2, 12), device=device)
+    out, grads = {}, {}
+    for fused, model in models.items():
+        if compiled:
+            model.compile_regions()
+        out[fused] = model(x)
+        out[fused].square().mean().backward()
+        grads[fused] = {n: p.grad for n, p in model.named_parameters()}
+    assert added == [False, True, True, True, False, True]
+    torch.testing.assert_close(out[True], out[False], rtol=1e-5, atol=1e-6)
+    for name, g in grads[False].items():
+        torch.testing.assert_close(grads[True][name], g, rtol=1e-5, atol=1e-6, msg=name)
+
+
 def test_block_running_sums_survive_a_second_backward():
     # retain_graph: the sink's entries start over, so a second backward adds the same gradients
     torch.manual_seed(9)

@@ -34,6 +34,11 @@ class StreamConfig:
         two-phase); unset (None), 4 for block routing under 'auto' and 0 otherwise.
         Phase 1's kernels cost much the same for 1 to 8 sources (0.73-0.89 ms a read
         at 350M's shape, session 36), so the first blocks lose to one-pass.
+    sum_in_product: block routing: a block's later sublayers form its running sum in
+        their last product (the output projection adds into the sum as cuBLAS's C operand,
+        ``model.layers.project_into``: one read of the sum instead of a pass of its own
+        over three tensors, and one bf16 rounding instead of two). False: the separate
+        add.
     hyper_n: number of parallel streams for hyper-connections.
     hyper_recompute: hyper-connections with the Triton glue (CUDA): recompute the n
         streams in backward instead of keeping them for every sublayer (0: keep them
@@ -53,6 +58,7 @@ class StreamConfig:
     schedule: str = "auto"
     chunk: int = 8
     phase1_min_sources: int | None = None
+    sum_in_product: bool = True
     hyper_n: int = 4
     hyper_recompute: int = 6
 

@@ -16,6 +16,19 @@ from mhar.model.config import ModelConfig
 _SDPA_HAS_GQA = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 5)
 
 
+def project_into(x: Tensor, proj: nn.Linear, total: Tensor | None) -> Tensor:
+    """``proj(x)``, or ``total + proj(x)`` as one product: ``total`` is the product's C
+    operand (``addmm``, beta 1), so the add costs a read of it in cuBLAS's epilogue instead
+    of a pass of its own over three tensors. Block routing's running sums use it
+    (``RoutedStream``); under autocast the sum is rounded once, from fp32, not twice."""
+    if total is None:
+        return proj(x)
+    if proj.bias is not None:
+        raise ValueError("project_into adds into a projection without a bias")
+    d = total.shape[-1]
+    return torch.addmm(total.reshape(-1, d), x.reshape(-1, x.shape[-1]), proj.weight.t()).view(total.shape)
+
+
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float = 1e-6):
         super().__init__()
@@ -122,7 +135,9 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(hd, cfg.norm_eps) if cfg.qk_norm else None
         self.k_norm = RMSNorm(hd, cfg.norm_eps) if cfg.qk_norm else None
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: KVCache | None = None) -> Tensor:
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: KVCache | None = None,
+                add_to: Tensor | None = None) -> Tensor:
+        """The attention output, ``add_to +`` it where given (see ``project_into``)."""
         B, T, _ = x.shape
         q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim)
         k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim)
@@ -152,7 +167,7 @@ class Attention(nn.Module):
                 v = v.repeat_interleave(rep, dim=1)
             mask = torch.ones(T, past + T, dtype=torch.bool, device=x.device).tril(diagonal=past)
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
+        return project_into(out.transpose(1, 2).reshape(B, T, -1), self.o_proj, add_to)
 
 
 class MLP(nn.Module):
@@ -162,8 +177,9 @@ class MLP(nn.Module):
         self.up_proj = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
         self.down_proj = nn.Linear(cfg.d_ff, cfg.d_model, bias=False)
 
-    def forward(self, x: Tensor) -> Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+    def forward(self, x: Tensor, add_to: Tensor | None = None) -> Tensor:
+        """The MLP's output, ``add_to +`` it where given (see ``project_into``)."""
+        return project_into(F.silu(self.gate_proj(x)) * self.up_proj(x), self.down_proj, add_to)
 
 
 class _Sublayer(nn.Module):
@@ -171,22 +187,24 @@ class _Sublayer(nn.Module):
     standard stream's next state ``x + residual`` and returns it with f of it: the add
     then runs inside the sublayer's compiled region, fused with the norm's read (and
     in backward the two gradient paths' sum with the norm's backward), instead of as
-    separate passes over the fp32 stream (StandardStream).
+    separate passes over the fp32 stream (StandardStream). With ``add_to`` given, the
+    sublayer returns ``add_to + f(x)``, the add in its last product (``project_into``):
+    block routing's running sum (RoutedStream).
 
     Each kind defines its own ``forward``: torch.compile keeps a budget of 8 compiled
     variants per code object (residual or not, input dtype, autocast's cache flag...),
     and one ``forward`` shared by both kinds ran out of it in a benchmark process
     running four configurations, which then ran its sublayers uncompiled."""
 
-    def body(self, x: Tensor, cos: Tensor, sin: Tensor, cache: KVCache | None) -> Tensor:
+    def body(self, x: Tensor, cos: Tensor, sin: Tensor, cache: KVCache | None, add_to: Tensor | None) -> Tensor:
         raise NotImplementedError
 
     def _forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: KVCache | None,
-                 residual: Tensor | None) -> Tensor | tuple[Tensor, Tensor]:
+                 residual: Tensor | None, add_to: Tensor | None) -> Tensor | tuple[Tensor, Tensor]:
         if residual is None:
-            return self.body(self.norm(x), cos, sin, cache)
+            return self.body(self.norm(x), cos, sin, cache, add_to)
         x = x + residual
-        return x, self.body(self.norm(x), cos, sin, cache)
+        return x, self.body(self.norm(x), cos, sin, cache, add_to)
 
 
 class AttentionSublayer(_Sublayer):
@@ -197,12 +215,12 @@ class AttentionSublayer(_Sublayer):
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.attn = Attention(cfg, layer_index)
 
-    def body(self, x: Tensor, cos: Tensor, sin: Tensor, cache: KVCache | None) -> Tensor:
-        return self.attn(x, cos, sin, cache)
+    def body(self, x: Tensor, cos: Tensor, sin: Tensor, cache: KVCache | None, add_to: Tensor | None) -> Tensor:
+        return self.attn(x, cos, sin, cache, add_to)
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: KVCache | None = None,
-                residual: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
-        return self._forward(x, cos, sin, cache, residual)
+                residual: Tensor | None = None, add_to: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
+        return self._forward(x, cos, sin, cache, residual, add_to)
 
 
 class MLPSublayer(_Sublayer):
@@ -213,9 +231,9 @@ class MLPSublayer(_Sublayer):
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.mlp = MLP(cfg)
 
-    def body(self, x: Tensor, cos: Tensor, sin: Tensor, cache: KVCache | None) -> Tensor:
-        return self.mlp(x)
+    def body(self, x: Tensor, cos: Tensor, sin: Tensor, cache: KVCache | None, add_to: Tensor | None) -> Tensor:
+        return self.mlp(x, add_to)
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: KVCache | None = None,
-                residual: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
-        return self._forward(x, cos, sin, cache, residual)
+                residual: Tensor | None = None, add_to: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
+        return self._forward(x, cos, sin, cache, residual, add_to)

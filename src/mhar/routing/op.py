@@ -1348,11 +1348,17 @@ class GradientSink:
         self.held.add(len(self.buffers) - 1)
         return len(self.buffers) - 1
 
-    def running_sum(self, total: Tensor | None, output: Tensor, index: int) -> Tensor:
+    def running_sum(self, total: Tensor | None, output: Tensor, index: int, added: bool = False) -> Tensor:
         """``total + output`` (``output`` for a block's first), a running sum whose reads
         are registered as the reserved entry ``index``: nothing else may read it (its
-        gradient must reach it only as the entry's sum)."""
-        return _RunningSum.apply(total, output, self, index)
+        gradient must reach it only as the entry's sum). ``added``: ``output`` is the sum
+        already, its producer's backward passing the entry's sum on to ``total`` itself
+        (a product with ``total`` as its C operand does: ``project_into``)."""
+        if added:
+            if total is None:
+                raise ValueError("an added running sum needs the total it was formed from")
+            return _RunningSum.apply(None, output, self, index, False)
+        return _RunningSum.apply(total, output, self, index, total is None)
 
     def span(self, start: int, count: int) -> "SinkSpan | None":
         return SinkSpan(self, start, count) if count else None
@@ -1456,12 +1462,13 @@ class _RunningSum(torch.autograd.Function):
     :class:`GradientSink`). In backward its gradient arrives as the entry's sum itself and
     goes on, the same tensor, to both inputs; the read before it (of ``total``) then adds
     into it in its kernel, after the output's sublayer has taken its gradient (the read's
-    output is that sublayer's input). The block's first output ends the entry."""
+    output is that sublayer's input). The block's first output ends the entry. An
+    ``output`` that is the sum already (``total`` None, ``first`` False) is passed through."""
 
     @staticmethod
-    def forward(ctx, total, output, sink, index):
+    def forward(ctx, total, output, sink, index, first):
         ctx.set_materialize_grads(False)
-        ctx.sink, ctx.index, ctx.first = sink, index, total is None
+        ctx.sink, ctx.index, ctx.first, ctx.has_total = sink, index, first, total is not None
         return output.view_as(output) if total is None else total + output
 
     @staticmethod
@@ -1473,8 +1480,8 @@ class _RunningSum(torch.autograd.Function):
                                "it may be read only through GradientSink.running_sum's entry")
         if ctx.first:  # the block's last backward: the entry is done (a second backward starts over)
             sink.buffers[i] = None
-            return None, total, None, None
-        return total, total, None, None
+            return None, total, None, None, None
+        return (total if ctx.has_total else None), total, None, None, None
 
 
 class _RouteFn(torch.autograd.Function):

@@ -16,7 +16,7 @@ def build_stream(cfg, d_model: int, num_sublayers: int) -> ResidualStream:
         return HyperStream(d_model, num_sublayers, cfg.hyper_n, cfg.hyper_recompute)
     if cfg.method == "routed":
         return RoutedStream(d_model, num_sublayers, cfg.heads, cfg.block_size, cfg.schedule, cfg.chunk,
-                            cfg.phase1_min_sources)
+                            cfg.phase1_min_sources, cfg.sum_in_product)
     if cfg.method == "delta":
         return DeltaStream(d_model, num_sublayers, cfg.heads, cfg.block_size, cfg.schedule)
     raise ValueError(f"unknown stream method {cfg.method!r}")

@@ -76,17 +76,18 @@ class SourceList(list):
         self.append(self.sink.register(source, self.reserved))
         self.reserved = None
 
-    def running_sum(self, total: Tensor | None, output: Tensor) -> Tensor:
+    def running_sum(self, total: Tensor | None, output: Tensor, added: bool = False) -> Tensor:
         """``total + output`` (``output`` when total is None): block routing's running sum,
-        the next source to be added. With a sink, reads of it name the next entry
-        (``span(0, len(self) + 1)``, ``span(len(self), 1)``) and the backward sums their
+        the next source to be added; ``added``: ``output`` is that sum already, formed from
+        ``total`` by its producer (``project_into``). With a sink, reads of it name the next
+        entry (``span(0, len(self) + 1)``, ``span(len(self), 1)``) and the backward sums their
         gradients into it in-kernel, instead of autograd adding two tensors per sublayer."""
         if self.sink is None:
-            return output if total is None else total + output
+            return output if total is None or added else total + output
         if total is None:
             self.reserved = self.sink.reserve()
             assert self.reserved == len(self), "every source of a SourceList with a sink is registered"
-        return self.sink.running_sum(total, output, self.reserved)
+        return self.sink.running_sum(total, output, self.reserved, added)
 
     def span(self, start: int = 0, count: int | None = None):
         """The sink entries of a call whose first ``count`` sources (default: the rest)

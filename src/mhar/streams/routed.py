@@ -8,7 +8,8 @@ before it and its raw output becomes a new source; nothing is added back.
 * block routing (``block_size=S``): sources are block summaries: the embedding and
   the sum of the raw outputs of each completed block of S sublayers; sublayers after
   the first of a block also read the running partial sum of their block. S = 1 is
-  full routing.
+  full routing. Those later sublayers add their output into the sum in their last
+  product (``sum_in_product``, see ``step``).
 
 Every site (each sublayer, plus a final one before the output norm) owns a query
 (zero-initialised: every read starts as the uniform mean) and a key-norm weight
@@ -102,12 +103,22 @@ class _RoutedState(StreamState):
             return routing.finalize(rows[k], self.shape, self.dtype)[0]
         return s.finalize_row(rows.view(k), self.shape, self.dtype)
 
-    def write(self, i: int, output: Tensor) -> None:
+    def step(self, i: int, sublayer, *args) -> None:
+        x = self.read(i)
+        S = self.s.block_size
+        if S and i % S and self.s.sum_in_product:  # a block's later sublayer: its product adds into the sum
+            self.write(i, sublayer(x, *args, add_to=self.partial_sum), added=True)
+        else:
+            self.write(i, sublayer(x, *args))
+
+    def write(self, i: int, output: Tensor, added: bool = False) -> None:
+        """Sublayer i's raw output, or (``added``, block routing) its block's running sum
+        with the output added already."""
         S = self.s.block_size
         if not S:
             self.sources.add(output)
             return
-        self.partial_sum = self.sources.running_sum(self.partial_sum if i % S else None, output)
+        self.partial_sum = self.sources.running_sum(self.partial_sum if i % S else None, output, added)
         if i % S == S - 1 or i == self.s.num_sublayers - 1:  # block complete (or the last, partial one)
             self.sources.add(self.partial_sum)
             self.partial_sum = None
@@ -134,11 +145,12 @@ class RoutedStream(ResidualStream):
     method = "routed"
 
     def __init__(self, d_model: int, num_sublayers: int, heads: int = 1, block_size: int = 0,
-                 schedule: str = "auto", chunk: int = 8, phase1_min_sources: int | None = None):
+                 schedule: str = "auto", chunk: int = 8, phase1_min_sources: int | None = None,
+                 sum_in_product: bool = True):
         super().__init__(d_model, num_sublayers)
         routing.reference.check_heads(d_model, heads)
         self.heads, self.block_size, self.schedule, self.chunk = heads, block_size, schedule, chunk
-        self.phase1_min_sources = phase1_min_sources
+        self.phase1_min_sources, self.sum_in_product = phase1_min_sources, sum_in_product
         sites = num_sublayers + 1  # each sublayer and the final read
         self.queries = nn.Parameter(torch.zeros(sites, d_model))
         self.key_norms = nn.Parameter(torch.ones(sites, d_model))
