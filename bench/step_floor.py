@@ -63,15 +63,18 @@ def source_reads(n_sites: int, schedule: str, chunk: int, block: int) -> tuple[i
     return fwd + n_sites, 2 * fwd + 2 * n_sites
 
 
-def block_two_phase_extras(n_sites: int, block: int) -> int:
+def block_two_phase_extras(n_sites: int, block: int, sum_in_product: bool = False) -> int:
     """Source-sized tensors that two-phase block routing moves besides its sources (which
     ``source_reads`` counts): every sublayer's phase-1 row (its o, bf16) written by phase
     1 and read by phase 2 or finalize, its gradient row written by that site's backward
     and read by phase 1's, and each in-block sublayer's running sum formed by an add (two
-    reads and a write; the reads' gradients are summed in-kernel, session 34)."""
+    reads and a write; the reads' gradients are summed in-kernel, session 34), or with
+    ``sum_in_product`` (``stream.sum_in_product``) by its output projection, whose
+    epilogue reads the sum so far as its C operand and writes the new sum in place of
+    the output: one read."""
     n_sub = n_sites - 1
     n_blocks = math.ceil(n_sub / block)
-    return 4 * n_sub + 3 * (n_sub - n_blocks)
+    return 4 * n_sub + (1 if sum_in_product else 3) * (n_sub - n_blocks)
 
 
 def accumulation_bytes(n_sites: int) -> int:
@@ -215,6 +218,8 @@ def main() -> None:
             if block:
                 rows.append(row(preset, name + " + its rows and running-sum adds",
                                 fwd + bwd + block_two_phase_extras(n_sites, block)))
+                rows.append(row(preset, name + " + its rows, the sums in the products",
+                                fwd + bwd + block_two_phase_extras(n_sites, block, sum_in_product=True)))
             if schedule == "one-pass":  # before the GradientSink: the same plus autograd's gradient sums
                 total = fwd + bwd + accumulation_bytes(n_sites)
                 rows.append(row(preset, name + " + autograd sums", total))

@@ -8,17 +8,18 @@ import math
 import pytest
 import torch
 
-from train_helpers import SMALL
+from train_helpers import SMALL, method_and_overrides
 
 from mhar.train import Trainer, apply_train_overrides, train_preset
 from mhar.train.metrics import read_metrics
 
 
-@pytest.mark.parametrize("method", ["baseline", "mhar", "mhar-block", "hyper"])
-def test_activation_checkpointing_follows_the_plain_run(tmp_path, method):
+@pytest.mark.parametrize("name", ["baseline", "mhar", "mhar-block", "mhar-block:3", "hyper"])
+def test_activation_checkpointing_follows_the_plain_run(tmp_path, name):
+    method, block = method_and_overrides(name)
     logs = {}
     for on in (False, True):
-        cfg = apply_train_overrides(train_preset("tiny", method),
+        cfg = apply_train_overrides(train_preset("tiny", method), block +
                                     # on the CPU everywhere: on a GPU the plain run would be
                                     # graphed and the checkpointed one not (cuda_graphs=auto), and
                                     # bf16 kernels differ between the two beyond this tolerance
@@ -54,13 +55,14 @@ def test_graphs_auto_stays_on_with_activation_checkpointing(tmp_path):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.cuda
-@pytest.mark.parametrize("method", ["baseline", "mhar-block"])
-def test_activation_checkpointing_under_cuda_graphs_follows_eager(tmp_path, method):
+@pytest.mark.parametrize("name", ["baseline", "mhar-block", "mhar-block:3"])
+def test_activation_checkpointing_under_cuda_graphs_follows_eager(tmp_path, name):
     """The recompute is captured with the rest of backward: a graphed checkpointed run
     (compiled regions, gradient accumulation) gives the eager checkpointed run's losses."""
+    method, block = method_and_overrides(name)
     losses = {}
     for graphs in ("off", "on"):
-        cfg = apply_train_overrides(train_preset("tiny", method),
+        cfg = apply_train_overrides(train_preset("tiny", method), block +
                                     SMALL + ["steps=4", "grad_accum=2", "eval_every=4", "checkpoint_every=4",
                                              "device=cuda", "compile=regions", "activation_checkpointing=true",
                                              f"cuda_graphs={graphs}"])

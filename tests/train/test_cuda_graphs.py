@@ -7,7 +7,7 @@ GPU; the errors are checked anywhere."""
 import pytest
 import torch
 
-from train_helpers import SMALL
+from train_helpers import SMALL, method_and_overrides
 
 from mhar.model import Decoder, get_preset, method_stream
 from mhar.model.loss import linear_cross_entropy
@@ -19,9 +19,13 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GP
 
 
 def _model(method: str, schedule: str) -> Decoder:
+    """``method`` "METHOD" or "METHOD:S" (blocks of S sublayers)."""
     cfg = get_preset("tiny", "baseline")
     cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.d_ff = 64, 3, 4, 2, 128
+    method, _, block = method.partition(":")
     stream = method_stream(method, cfg.num_sublayers, cfg.d_model)
+    if block:
+        stream.block_size = int(block)
     if schedule == "mixed":  # two-phase from the second block (chunk) on, one-pass before
         stream.schedule, stream.chunk, stream.phase1_min_sources = "two-phase", 2, 2
     elif schedule:
@@ -49,7 +53,8 @@ def _loss_fn(model: Decoder, cache_enabled: bool = True):
 @pytest.mark.parametrize("method, schedule", [("baseline", ""), ("mhar", "one-pass"), ("mhar", "two-phase"),
                                               ("mhar-block", "one-pass"), ("mhar-block", "two-phase"),
                                               ("mhar-block", "mixed"), ("mhar", "mixed"), ("hyper", ""),
-                                              ("delta", "")])
+                                              ("delta", ""), ("mhar-block:3", "one-pass"),
+                                              ("mhar-block:3", "two-phase"), ("mhar-block:3", "mixed")])
 def test_replay_matches_eager(method, schedule):
     model = _model(method, schedule)
     vocab = model.config.vocab_size
@@ -89,10 +94,11 @@ def test_replay_matches_eager(method, schedule):
 # baseline with regions: its final norm compiled with the sublayers and its fp32 stream
 # (session 26: the checkpointed baseline under graphs failed with regions; this separates
 # the graphs and regions from the checkpointing)
-@pytest.mark.parametrize("method, compile", [("baseline", "off"), ("baseline", "regions"), ("mhar", "regions"),
-                                             ("mhar-block", "full")])
-def test_trainer_with_cuda_graphs_follows_eager(tmp_path, method, compile):
-    run = SMALL + ["steps=5", "grad_accum=2", "eval_every=5", "checkpoint_every=5", "device=cuda",
+@pytest.mark.parametrize("name, compile", [("baseline", "off"), ("baseline", "regions"), ("mhar", "regions"),
+                                           ("mhar-block", "full"), ("mhar-block:3", "regions")])
+def test_trainer_with_cuda_graphs_follows_eager(tmp_path, name, compile):
+    method, block = method_and_overrides(name)
+    run = SMALL + block + ["steps=5", "grad_accum=2", "eval_every=5", "checkpoint_every=5", "device=cuda",
                    f"compile={compile}"]
     losses = {}
     for graphs in ("off", "on"):

@@ -13,6 +13,13 @@ SMALL = ["data.source=synthetic", "data.vocab_size=64", "data.val_windows=4", "d
          "threads=1"]
 
 
+def method_and_overrides(name: str) -> tuple[str, list[str]]:
+    """"METHOD" or "METHOD:S", S a block size (the tiny presets' block routing has blocks of
+    one sublayer, whose running sums are never more than the sublayer's output)."""
+    method, _, block = name.partition(":")
+    return method, [f"stream.block_size={block}"] if block else []
+
+
 def subprocess_env() -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = SRC + os.pathsep + env.get("PYTHONPATH", "")
