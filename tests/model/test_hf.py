@@ -27,12 +27,16 @@ METHODS = ["baseline", "hyper", "attnres", "mhar", "mhar-block", "delta", "mhar/
 def tiny(method: str, **kw) -> MharForCausalLM:
     """A tiny model whose routing parameters are randomised (at init every read is
     trivial: zero queries / gates), so the tests exercise real routing.
-    ``method`` may end in ``/two-phase`` for the two-phase schedule."""
+    ``method`` may end in ``/two-phase`` for the two-phase schedule, its name in ``:S`` for
+    blocks of S sublayers (block routing's default here is blocks of one)."""
     base = dict(vocab_size=97, d_model=32, n_layers=3, n_heads=4, n_kv_heads=2, d_ff=48, max_seq_len=64)
     base.update(kw)
     name, _, schedule = method.partition("/")
+    name, _, block = name.partition(":")
     extra = {"schedule": schedule, "chunk": 2} if schedule else {}
     cfg = ModelConfig(**base, stream=method_stream(name, 2 * base["n_layers"], base["d_model"], **extra))
+    if block:
+        cfg.stream.block_size = int(block)
     torch.manual_seed(0)
     model = MharForCausalLM(MharConfig.from_model_config(cfg)).eval()
     with torch.no_grad():
@@ -177,14 +181,18 @@ _REMOTE_SCRIPT = textwrap.dedent("""
     with torch.no_grad():
         diff = (model(input_ids=ids).logits - ref).abs().max().item()
     gen = model.generate(ids[:1], max_new_tokens=4, do_sample=False, pad_token_id=0)
+    model(input_ids=ids, labels=ids).loss.backward()  # training: the streams' bookkeeping with grad on
+    grad = torch.cat([p.grad.flatten() for p in model.parameters()])
     assert not [m for m in sys.modules if m == "mhar" or m.startswith("mhar.")]
+    print("GRAD", grad.norm().item())
     print("DIFF", diff, "GEN", gen[0].tolist())
 """)
 
 
-@pytest.mark.parametrize("method", ["mhar-block", "mhar/two-phase"])
+@pytest.mark.parametrize("method", ["mhar-block:3", "mhar/two-phase"])
 def test_trust_remote_code_without_mhar(tmp_path, method):
-    # the two-phase schedule (the default on CUDA for full routing from d = 512) through the bundle's shim
+    # the two-phase schedule (the default on CUDA for full routing from d = 512) through the
+    # bundle's shim; block routing's running sums, whose bookkeeping runs with grad on
     model = tiny(method)
     folder = tmp_path / "model"
     model.save_pretrained(folder)
@@ -204,6 +212,10 @@ def test_trust_remote_code_without_mhar(tmp_path, method):
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith("DIFF")][-1].split()
     assert float(line[1]) == 0.0
     assert eval(" ".join(line[3:])) == want
+    model(input_ids=ids, labels=ids).loss.backward()
+    want_grad = torch.cat([p.grad.flatten() for p in model.parameters()]).norm().item()
+    got_grad = float([ln for ln in proc.stdout.splitlines() if ln.startswith("GRAD")][-1].split()[1])
+    assert got_grad == pytest.approx(want_grad, rel=1e-5)
 
 
 def test_remote_bundle_is_flat_and_relative():

@@ -38,10 +38,22 @@ from .mhar_routing_reference import KEY_NORM_EPS, finalize, merge_partials
 
 
 class GradientSink:
-    """No fused backward here: sources stay as they are and autograd sums their gradients."""
+    """No fused backward here: sources stay as they are and autograd sums their gradients
+    (the entries are counted only as the streams' bookkeeping expects)."""
 
-    def register(self, source):
+    def __init__(self):
+        self.entries = 0
+
+    def register(self, source, index=None):
+        self.entries += index is None
         return source
+
+    def reserve(self):
+        self.entries += 1
+        return self.entries - 1
+
+    def running_sum(self, total, output, index, added=False):
+        return output if total is None or added else total + output
 
     def span(self, start, count):
         return None
