@@ -26,7 +26,7 @@ WORKER = Path(__file__).with_name("dist_worker.py")
 METHODS = {
     "baseline": [],
     "hyper": ["data.val_windows=5"],  # 5 windows on 2 ranks, batch 2: rank 1 runs one empty (dummy) batch
-    "attnres-block": [],
+    "attnres-block": ["stream.block_size=3"],  # blocks of 3 of the 4 sublayers: running sums
     "delta": [],
     "mhar-two-phase": ["stream.schedule=two-phase", "stream.chunk=2"],
 }
