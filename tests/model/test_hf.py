@@ -20,8 +20,8 @@ from transformers import AutoConfig, AutoModelForCausalLM  # noqa: E402
 from mhar.model.config import ModelConfig, method_stream  # noqa: E402
 from mhar.model.hf import MharConfig, MharForCausalLM  # noqa: E402
 
-METHODS = ["baseline", "hyper", "attnres", "mhar", "mhar-block", "delta", "mhar/two-phase",
-           "mhar-block/two-phase", "delta/two-phase"]
+METHODS = ["baseline", "hyper", "attnres", "mhar", "mhar-block", "mhar-block:3", "delta", "mhar/two-phase",
+           "mhar-block/two-phase", "mhar-block:3/two-phase", "delta/two-phase"]
 
 
 def tiny(method: str, **kw) -> MharForCausalLM:
@@ -75,7 +75,7 @@ def test_forward_matches_decoder_and_loss(method):
     torch.testing.assert_close(out.loss, want)
 
 
-@pytest.mark.parametrize("method", ["mhar", "hyper"])
+@pytest.mark.parametrize("method", ["mhar", "mhar-block:3", "hyper"])
 def test_gradient_checkpointing_enable(method):
     """transformers' switch turns on the decoder's per-sublayer recompute; gradients are
     unchanged, and generation (a cache) still runs without it."""
