@@ -200,6 +200,8 @@ def test_phase1_min_sources_setting():
     for bad in (-1, "4", True):
         with pytest.raises(ValueError, match="phase1_min_sources"):
             StreamConfig(method="routed", phase1_min_sources=bad).validate(64, 8)
+    with pytest.raises(ValueError, match="sum_in_product"):
+        StreamConfig(method="routed", sum_in_product="no").validate(64, 8)
 
 
 @pytest.mark.parametrize("schedule", ["one-pass", "two-phase"])

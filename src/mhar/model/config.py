@@ -80,6 +80,8 @@ class StreamConfig:
         if m is not None and (not isinstance(m, int) or isinstance(m, bool) or m < 0):
             raise ValueError(f"stream.phase1_min_sources={m!r} must be an integer >= 0 (0: every chunk two-phase), "
                              "or null (the schedule's default)")
+        if not isinstance(self.sum_in_product, bool):
+            raise ValueError(f"stream.sum_in_product={self.sum_in_product!r} must be true or false")
         if self.hyper_n < 1:
             raise ValueError(f"stream.hyper_n={self.hyper_n} must be >= 1")
         if self.hyper_recompute < 0:

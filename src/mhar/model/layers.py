@@ -20,11 +20,12 @@ def project_into(x: Tensor, proj: nn.Linear, total: Tensor | None) -> Tensor:
     """``proj(x)``, or ``total + proj(x)`` as one product: ``total`` is the product's C
     operand (``addmm``, beta 1), so the add costs a read of it in cuBLAS's epilogue instead
     of a pass of its own over three tensors. Block routing's running sums use it
-    (``RoutedStream``); under autocast the sum is rounded once, from fp32, not twice."""
+    (``RoutedStream``); in bf16 the sum is rounded once, from the product's fp32
+    accumulator, not twice."""
     if total is None:
         return proj(x)
     if proj.bias is not None:
-        raise ValueError("project_into adds into a projection without a bias")
+        raise ValueError("project_into: only a projection without a bias can add into a sum in its product")
     d = total.shape[-1]
     return torch.addmm(total.reshape(-1, d), x.reshape(-1, x.shape[-1]), proj.weight.t()).view(total.shape)
 
