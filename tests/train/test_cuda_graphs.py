@@ -99,7 +99,7 @@ def test_replay_matches_eager(method, schedule):
 def test_trainer_with_cuda_graphs_follows_eager(tmp_path, name, compile):
     method, block = method_and_overrides(name)
     run = SMALL + block + ["steps=5", "grad_accum=2", "eval_every=5", "checkpoint_every=5", "device=cuda",
-                   f"compile={compile}"]
+                           f"compile={compile}"]
     losses = {}
     for graphs in ("off", "on"):
         cfg = apply_train_overrides(train_preset("tiny", method), run + [f"cuda_graphs={graphs}"])
