@@ -14,7 +14,7 @@ export PYTHONUNBUFFERED=1 MHAR_COMMIT=$C PYTHONPATH=$PWD/src
 R=$OUT/r; mkdir -p $R
 pack() { tar czf "$OUT/r.tar.gz" -C "$OUT" r; }
 nvidia-smi --query-gpu=name --format=csv,noheader | tee $R/gpu.csv
-timeout 170 python3 -m pytest -q -p no:cacheprovider tests/core/test_streams.py -k sum_in_product \
+timeout 170 python3 -m pytest -q -p no:cacheprovider tests/core/test_streams.py::test_block_sum_in_product_equals_the_separate_add \
   tests/train/test_cuda_graphs.py tests/train/test_activation_checkpointing.py > $R/gpu_tests.log 2>&1
 echo "gpu tests exit $? at ${SECONDS}s"; tail -2 $R/gpu_tests.log; pack
 . bench/results/session55/step_ab.sh
