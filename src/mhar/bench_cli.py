@@ -9,7 +9,11 @@ loss in chunks (no full logits). On a GPU the forward and backward are replayed 
 CUDA graph by default (``--cuda-graphs``; ``both`` times every method both ways), so
 the host's launch time is not what is measured. Routed methods use the routing op (fused kernels on
 CUDA) with the stream's default schedule; ``METHOD@two-phase`` (or ``@one-pass``) picks
-the schedule per method, so both can be compared in one run.
+the schedule per method, so both can be compared in one run. ``METHOD+KEY=VALUE`` (one
+``+`` per setting, after the schedule if any) sets model overrides for that method alone,
+after the run's own: ``mhar-block,mhar-block+stream.sum_in_product=false`` times a
+setting both ways in one process (with ``--interleave``, each against the same
+baseline's steps).
 
 MFU = model FLOPs per token x tokens/s / peak. Model FLOPs per token (training,
 forward + backward = 3 x forward): 6 x (matmul parameters, LM head included,
@@ -103,6 +107,10 @@ GRAPH_MODES = {"off": (False,), "on": (True,), "both": (False, True)}
 
 def build(preset: str, method: str, seq_len: int, overrides: list[str], chunk: int, device: str) -> Decoder:
     cfg = get_preset(preset, "baseline")
+    method, *own = method.split("+")  # e.g. "mhar-block+stream.sum_in_product=false"
+    bad = [o for o in own if "=" not in o]
+    if bad:
+        raise ValueError(f"{'+'.join([method, *own])}: each +setting is KEY=VALUE; got {', '.join(bad)}")
     method, _, schedule = method.partition("@")  # e.g. "mhar@two-phase"
     stream = method_stream(method, cfg.num_sublayers, cfg.d_model)
     stream.chunk = chunk  # used when the schedule is two-phase
@@ -112,7 +120,7 @@ def build(preset: str, method: str, seq_len: int, overrides: list[str], chunk: i
         stream.schedule = schedule
     cfg.stream = stream
     cfg.max_seq_len = max(cfg.max_seq_len, seq_len)
-    cfg = apply_overrides(cfg, overrides)
+    cfg = apply_overrides(cfg, [*overrides, *own])
     return Decoder(cfg).to(device)
 
 
@@ -713,7 +721,8 @@ def register(sub) -> None:
     s = bsub.add_parser("step", help="tokens/s, MFU and peak memory per method in one run")
     s.add_argument("--preset", default="paper-100m", help="comma list: paper-100m, paper-350m, paper-1b, tiny")
     s.add_argument("--methods", default=DEFAULT_METHODS,
-                   help="comma list; METHOD@two-phase or METHOD@one-pass sets the routing schedule")
+                   help="comma list; METHOD@two-phase or METHOD@one-pass sets the routing schedule, and "
+                        "METHOD+KEY=VALUE a model override for that method alone (one + per setting)")
     s.add_argument("--batch", default="",
                    help="microbatch in sequences; global: the paper's global batch as one microbatch (64 / 32 / "
                         "32 at 100M / 350M / 1B, as the trainer presets); default: the issue's reference "

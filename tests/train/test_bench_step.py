@@ -229,6 +229,26 @@ def test_bench_step_interleaved(tmp_path):
         main([*argv, "--methods", "mhar", "--interleave"])
 
 
+def test_bench_step_per_method_overrides(tmp_path):
+    """METHOD+KEY=VALUE: overrides for one method alone, after the run's own and with a
+    schedule: a setting timed both ways in one run, its rows named as given."""
+    from mhar.bench_cli import build
+
+    model = build("tiny", "mhar-block@two-phase+stream.block_size=3+stream.sum_in_product=false", 32,
+                  ["stream.block_size=2"], 8, "cpu")
+    s = model.config.stream
+    assert (s.schedule, s.block_size, s.sum_in_product) == ("two-phase", 3, False)
+    assert build("tiny", "mhar-block", 32, ["stream.block_size=2"], 8, "cpu").config.stream.sum_in_product
+    with pytest.raises(ValueError, match="KEY=VALUE"):
+        build("tiny", "mhar-block+stream.block_size", 32, [], 8, "cpu")
+    names = ["baseline", "mhar-block", "mhar-block+stream.sum_in_product=false"]
+    assert main(["bench", "step", "--preset", "tiny", "--steps", "1", "--warmup", "1", "--compile", "off",
+                 "--out", str(tmp_path), *TINY, "stream.block_size=3", "--methods", ",".join(names),
+                 "--tag", "o"]) == 0
+    rows = json.loads((tmp_path / "step_o.json").read_text())["results"]
+    assert [r["method"] for r in rows] == names and all(r["tokens_per_s"] > 0 for r in rows)
+
+
 def bench_module(name: str):
     """A script of bench/ imported as a module."""
     import importlib
