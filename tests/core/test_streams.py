@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from torch import nn
 
 from mhar.model import Decoder, ModelConfig, StreamConfig, method_stream
 from mhar.streams import DeltaStream, HyperStream, RoutedStream, StandardStream
@@ -266,6 +267,51 @@ def test_block_sum_in_product_equals_the_separate_add(schedule, compiled, device
     torch.testing.assert_close(out[True], out[False], rtol=1e-5, atol=1e-6)
     for name, g in grads[False].items():
         torch.testing.assert_close(grads[True][name], g, rtol=1e-5, atol=1e-6, msg=name)
+
+
+class _LoraLike(nn.Module):
+    # a wrapper of a projection as LoRA libraries make one: ``weight`` is the base layer's,
+    # the call adds a low-rank term that ``weight`` does not show
+    def __init__(self, base: nn.Linear):
+        super().__init__()
+        self.base = base
+        self.down = nn.Linear(base.in_features, 2, bias=False)
+        self.up = nn.Linear(2, base.out_features, bias=False)
+
+    @property
+    def weight(self):
+        return self.base.weight
+
+    def forward(self, x):
+        return self.base(x) + self.up(self.down(x))
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_block_sum_in_product_calls_wrapped_and_hooked_projections(compiled):
+    # a projection that is not a plain hook-free Linear (a LoRA-style wrapper, a forward
+    # hook, a bias) is called and added to: its extra terms and hooks are not skipped.
+    # Compiled, the hook is not checked: dynamo does not guard on hooks added after a
+    # region's code was first compiled (skip_nnmodule_hook_guards), in either form
+    torch.manual_seed(12)
+    models, seen = {}, {True: [], False: []}
+    for fused in (True, False):
+        cfg = StreamConfig(method="routed", heads=2, block_size=4, sum_in_product=fused)
+        models[fused] = Decoder(small_config(cfg))
+    randomize_routing(models[True])
+    models[False].load_state_dict(models[True].state_dict())
+    for fused, model in models.items():
+        torch.manual_seed(13)
+        attn = next(s for s in model.sublayers[1:4] if hasattr(s, "attn")).attn
+        mlp = next(s for s in model.sublayers[1:4] if hasattr(s, "mlp")).mlp
+        attn.o_proj = _LoraLike(attn.o_proj)
+        nn.init.normal_(attn.o_proj.up.weight)
+        mlp.down_proj.register_forward_hook(lambda m, a, out, fused=fused: seen[fused].append(out.shape))
+        if compiled:
+            model.compile_regions()
+    x = torch.randint(0, 97, (2, 12))
+    torch.testing.assert_close(models[True](x), models[False](x), rtol=1e-5, atol=1e-6)
+    if not compiled:
+        assert seen[True] and seen[True] == seen[False]
 
 
 def test_block_running_sums_survive_a_second_backward():

@@ -21,11 +21,16 @@ def project_into(x: Tensor, proj: nn.Linear, total: Tensor | None) -> Tensor:
     operand (``addmm``, beta 1), so the add costs a read of it in cuBLAS's epilogue instead
     of a pass of its own over three tensors. Block routing's running sums use it
     (``RoutedStream``); in bf16 the sum is rounded once, from the product's fp32
-    accumulator, not twice."""
+    accumulator, not twice.
+
+    Anything but a plain bias-free ``nn.Linear`` without hooks is called as a module and
+    added to: a LoRA or quantized wrapper of the projection, or a hook on it, must see the
+    call, and reading ``proj.weight`` would skip them without a word."""
     if total is None:
         return proj(x)
-    if proj.bias is not None:
-        raise ValueError("project_into: only a projection without a bias can add into a sum in its product")
+    if (type(proj) is not nn.Linear or proj.bias is not None
+            or proj._forward_hooks or proj._forward_pre_hooks):
+        return total + proj(x)
     d = total.shape[-1]
     return torch.addmm(total.reshape(-1, d), x.reshape(-1, x.shape[-1]), proj.weight.t()).view(total.shape)
 
