@@ -103,6 +103,27 @@ def test_gradient_checkpointing_enable(method):
     assert not model.model.activation_checkpointing
 
 
+@pytest.mark.parametrize("method", ["mhar", "mhar-block:3", "mhar-block:3/two-phase", "delta:3", "hyper"])
+def test_peft_lora_equals_its_merged_model(method):
+    """peft's LoRA on the projections: the adapted model's logits equal those of the
+    model with the adapters merged into its weights, and every adapter gets a gradient
+    (block routing's later sublayers add into their running sum in the output projection:
+    a wrapped projection must still be called)."""
+    peft = pytest.importorskip("peft")
+    ids = torch.randint(0, 97, (2, 9))
+    lora = peft.LoraConfig(r=4, target_modules=["q_proj", "o_proj", "down_proj"], init_lora_weights=False)
+    model = peft.get_peft_model(tiny(method), lora)
+    out = model(input_ids=ids, labels=ids)
+    out.loss.backward()
+    adapters = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    assert adapters and all("lora_" in n for n, _ in adapters)
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for _, p in adapters), \
+        [n for n, p in adapters if p.grad is None or not p.grad.abs().sum()]
+    with torch.no_grad():
+        merged = model.merge_and_unload()(input_ids=ids).logits
+    torch.testing.assert_close(out.logits.detach(), merged, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("method", METHODS)
 def test_generate_kv_cache_equals_recomputation(method):
     """Greedy generate with the KV cache = generate without it = a manual loop that
