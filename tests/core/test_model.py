@@ -132,6 +132,17 @@ def test_parameter_counts(preset):
         assert routed["routing_pct"] < 0.03  # SPEC: about +0.02%
 
 
+def test_params_cli_resolves_the_method_against_the_overridden_shape(capsys):
+    """`mhar params --methods mhar-h3 d_model=96`: heads=3 divides the overridden width."""
+    from mhar.cli import main
+
+    code = main(["params", "--preset", "tiny", "--methods", "mhar-h3", "d_model=96"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    cfg = apply_overrides(get_preset("tiny", "baseline"), ["d_model=96", "stream.method=routed", "stream.heads=3"])
+    assert f"{count_parameters(cfg)['routing']:,}" in out.out
+
+
 def test_paper_shapes():
     c = get_preset("paper-1b")
     assert (c.d_model, c.n_layers, c.n_heads, c.n_kv_heads, c.d_ff, c.vocab_size) == (1280, 36, 16, 8, 5120, 151936)

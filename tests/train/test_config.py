@@ -69,3 +69,27 @@ def test_compile_modes_and_legacy_bools():
     assert TrainConfig.from_dict({**cfg.to_dict(), "compile": False}).compile == "off"
     with pytest.raises(ValueError, match="compile='fast' is not one of"):
         apply_train_overrides(cfg, ["compile=fast"])
+
+
+def test_method_follows_overridden_shape():
+    """A method's stream is resolved against the shape the overrides give, not the preset's:
+    block routing keeps about 8 blocks at n_layers=16, and mhar-h3 is valid at d_model=96."""
+    from mhar.train.compare import method_config
+
+    cfg = apply_train_overrides(train_preset("tiny"), ["method=mhar-block", "n_layers=16"])
+    assert cfg.model.stream.block_size == 4  # 32 sublayers in 8 blocks
+    assert method_config("tiny", "mhar-block", ["n_layers=16"]).model.stream.block_size == 4
+    cfg = method_config("tiny", "mhar-h3", ["d_model=96"])
+    assert cfg.model.d_model == 96 and cfg.model.stream.heads == 3
+    # stream overrides still apply on top of the method's stream
+    cfg = method_config("tiny", "mhar-block", ["n_layers=16", "stream.block_size=2", "stream.heads=4"])
+    assert (cfg.model.stream.block_size, cfg.model.stream.heads) == (2, 4)
+
+
+def test_train_cli_method_follows_overridden_shape(tmp_path, run_cli):
+    code, _, err = run_cli("train", "--method", "mhar-h3", "--out", tmp_path / "r", "d_model=96", "n_layers=1",
+                           "steps=1", "data.source=synthetic", "batch_size=1", "seq_len=8", "data.val_windows=1",
+                           "eval_every=1", "checkpoint_every=1", "--quiet")
+    assert code == 0, err
+    saved = TrainConfig.load(tmp_path / "r" / "config.json")
+    assert saved.model.d_model == 96 and saved.model.stream.heads == 3

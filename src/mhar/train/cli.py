@@ -79,12 +79,14 @@ def _split(text: str, what: str) -> list[str]:
 
 
 def _base_config(args) -> TrainConfig:
+    """--config or --preset, then --method and the overrides (the method's stream follows the shape they set)."""
     if args.config:
         if args.preset:
             raise ValueError("give --config or --preset, not both")
         cfg = TrainConfig.load(args.config)
-        return apply_train_overrides(cfg, {"method": args.method}) if args.method else cfg
-    return train_preset(args.preset or "tiny", args.method or "baseline")
+    else:
+        cfg = train_preset(args.preset or "tiny")
+    return apply_train_overrides(cfg, ([f"method={args.method}"] if args.method else []) + list(args.overrides))
 
 
 def cmd_train(args) -> int:
@@ -95,13 +97,13 @@ def cmd_train(args) -> int:
             raise ValueError("--resume needs --out RUN_FOLDER")
         saved = Path(args.out) / CONFIG
         if args.preset or args.method or args.config:
-            cfg = apply_train_overrides(_base_config(args), args.overrides)
+            cfg = _base_config(args)
         elif saved.exists():
             cfg = apply_train_overrides(TrainConfig.load(saved), args.overrides)
         else:
             raise FileNotFoundError(f"cannot resume: {saved} does not exist")
     else:
-        cfg = apply_train_overrides(_base_config(args), args.overrides)
+        cfg = _base_config(args)
     from mhar.train import distributed  # torchrun / DDP / FSDP2 (docs/distributed.md)
 
     parallel = distributed.resolve_parallel(cfg, getattr(args, "parallel", None))

@@ -26,8 +26,8 @@ DEFAULT_METHODS = ("baseline", "hyper", "attnres", "mhar")
 
 def method_config(preset: str, method: str, overrides: list[str] | None = None) -> TrainConfig:
     """The config of one method: the preset with its stream set to ``method``, then
-    the user's overrides (which apply to every method alike)."""
-    return apply_train_overrides(train_preset(preset, method), list(overrides or []))
+    the user's overrides (which apply to every method alike; the method's stream follows the shape they set)."""
+    return apply_train_overrides(train_preset(preset), [f"method={method}", *(overrides or [])])
 
 
 def _finished(run_dir: Path, cfg: TrainConfig) -> dict[str, Any] | None:
