@@ -82,6 +82,22 @@ def test_load_run_model(tmp_path, small_cfg):
         load_run_model(tmp_path / "r", checkpoint=7)
 
 
+def test_load_run_model_names_sharded_checkpoints(tmp_path, small_cfg):
+    """A multi-process run keeps DCP checkpoint folders: the error says to consolidate them,
+    not that the run has no checkpoint."""
+    from mhar.train import load_run_model
+
+    run = tmp_path / "r"
+    small_cfg("mhar-h2").save(run.mkdir() or run / "config.json")
+    step = run / "checkpoints" / "step_00000002"
+    step.mkdir(parents=True)
+    (step / ".metadata").write_bytes(b"")
+    (step / "trainer.pt").write_bytes(b"")
+    for checkpoint in (None, 2):
+        with pytest.raises(FileNotFoundError, match="mhar consolidate"):
+            load_run_model(run, checkpoint=checkpoint)
+
+
 def test_resume_is_bit_exact_with_a_dataset_folder(tmp_path, small_cfg):
     """The same through mhar.data (a dataset folder built from a small text file)."""
     import random

@@ -19,11 +19,24 @@ def load_run_config(run: str | Path) -> TrainConfig:
     return TrainConfig.load(path)
 
 
+def _sharded(run: Path, folder: Path) -> None:
+    """A multi-process run's checkpoints are DCP folders: say how to read them here."""
+    from mhar.train import dcp
+
+    found = dcp.list_checkpoints(folder)
+    if found:
+        step, path = found[-1]
+        raise FileNotFoundError(f"{run}: its checkpoints are sharded (DCP, from a multi-process run; steps "
+                                f"{[s for s, _ in found]}); make one file first: mhar consolidate {path} "
+                                f"--out {ckpt.checkpoint_path(folder, step)}")
+
+
 def _checkpoint_file(run: Path, checkpoint: str | int | None) -> Path:
     folder = run / CHECKPOINTS
     if checkpoint is None:
         found = ckpt.list_checkpoints(folder)
         if not found:
+            _sharded(run, folder)
             raise FileNotFoundError(f"{run}: no checkpoint in {folder}")
         return found[-1][1]
     if isinstance(checkpoint, int) or str(checkpoint).isdigit():
@@ -34,6 +47,8 @@ def _checkpoint_file(run: Path, checkpoint: str | int | None) -> Path:
             path = folder / path
     if not path.exists():
         avail = [s for s, _ in ckpt.list_checkpoints(folder)]
+        if not avail:
+            _sharded(run, folder)
         raise FileNotFoundError(f"{run}: checkpoint {checkpoint} not found (steps available: {avail})")
     return path
 
