@@ -93,3 +93,13 @@ def test_train_cli_method_follows_overridden_shape(tmp_path, run_cli):
     assert code == 0, err
     saved = TrainConfig.load(tmp_path / "r" / "config.json")
     assert saved.model.d_model == 96 and saved.model.stream.heads == 3
+
+
+@pytest.mark.parametrize("method", ["hyper-h2", "baseline-h4"])
+def test_heads_suffix_needs_a_routed_method(method, tmp_path, run_cli):
+    """NAME-hH on a method that does not route (baseline, hyper) would train the same model
+    under another name: refused, also by `mhar sweep --method hyper`."""
+    with pytest.raises(ValueError, match="routed methods"):
+        train_preset("tiny", method)
+    code, _, err = run_cli("sweep", "--method", method.rsplit("-h", 1)[0], "--heads", "1,2", "--out", tmp_path / "s")
+    assert code != 0 and "routed methods" in err and not (tmp_path / "s").exists()

@@ -203,6 +203,9 @@ def method_stream(name: str, num_sublayers: int, d_model: int | None = None, **o
                          + (f"; did you mean {', '.join(close)}?" if close else ""))
     kw = dict(METHODS[base])
     if heads is not None:
+        if kw["method"] not in ("routed", "delta"):  # would train the same model under another name
+            routed = ", ".join(m for m, k in METHODS.items() if k["method"] in ("routed", "delta"))
+            raise ValueError(f"method {name!r}: -hH (routing heads) applies to routed methods only ({routed})")
         kw["heads"] = heads
     if kw.get("block_size") == -1:
         kw["block_size"] = _blocks_of_eight(num_sublayers)
