@@ -103,3 +103,10 @@ def test_heads_suffix_needs_a_routed_method(method, tmp_path, run_cli):
         train_preset("tiny", method)
     code, _, err = run_cli("sweep", "--method", method.rsplit("-h", 1)[0], "--heads", "1,2", "--out", tmp_path / "s")
     assert code != 0 and "routed methods" in err and not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("key", ["stream", "model.stream", "data", "model"])
+def test_a_section_is_named_as_such(key):
+    """`stream=4` names the section and its fields rather than calling the key unknown."""
+    with pytest.raises(ValueError, match=f"config key '{key}' is a section"):
+        apply_train_overrides(train_preset("tiny", "mhar"), [f"{key}=4"])

@@ -247,6 +247,11 @@ def apply_train_overrides(cfg: TrainConfig, overrides: list[str] | dict[str, Any
     for key, value in overrides.items():
         nk = _normalise_key(key)
         valid = _dotted_keys(dataclasses.asdict(cfg))
+        fields = [k for k in valid if k.startswith(nk + ".")]
+        if fields:  # a section (model, stream, data): name its fields
+            short = [k[len("model."):] if k.startswith("model.") and not key.startswith("model.") else k
+                     for k in fields]
+            raise ValueError(f"config key {key!r} is a section; set one of its fields: {', '.join(short)}")
         if nk not in valid:
             short = [k[len("model."):] if k.startswith("model.") else k for k in valid]
             close = difflib.get_close_matches(key, short, n=3, cutoff=0.5)
