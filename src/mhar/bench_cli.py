@@ -82,8 +82,8 @@ import torch
 import torch._dynamo
 
 from mhar.gpu_clock import ClockSampler, summarize
-from mhar.model import Decoder, apply_overrides, get_preset, method_stream
-from mhar.model.config import SCHEDULES
+from mhar.model import Decoder, get_preset
+from mhar.model.config import SCHEDULES, with_method
 from mhar.model.loss import linear_cross_entropy
 from mhar.train.graphs import GraphedStep
 from mhar.train.trainer import release_memory
@@ -112,16 +112,13 @@ def build(preset: str, method: str, seq_len: int, overrides: list[str], chunk: i
     if bad:
         raise ValueError(f"{'+'.join([method, *own])}: each +setting is KEY=VALUE; got {', '.join(bad)}")
     method, _, schedule = method.partition("@")  # e.g. "mhar@two-phase"
-    stream = method_stream(method, cfg.num_sublayers, cfg.d_model)
-    stream.chunk = chunk  # used when the schedule is two-phase
+    settings = [f"stream.chunk={chunk}"]  # used when the schedule is two-phase
     if schedule:
         if schedule not in SCHEDULES:
             raise ValueError(f"unknown schedule {schedule!r} in {method}@{schedule}; allowed: {', '.join(SCHEDULES)}")
-        stream.schedule = schedule
-    cfg.stream = stream
+        settings.append(f"stream.schedule={schedule}")
     cfg.max_seq_len = max(cfg.max_seq_len, seq_len)
-    cfg = apply_overrides(cfg, [*overrides, *own])
-    return Decoder(cfg).to(device)
+    return Decoder(with_method(cfg, method, [*settings, *overrides, *own])).to(device)
 
 
 # torch.compile's "ran out of variants" switch and error (named for the cache before torch 2.6)

@@ -241,6 +241,10 @@ def test_bench_step_per_method_overrides(tmp_path):
     assert build("tiny", "mhar-block", 32, ["stream.block_size=2"], 8, "cpu").config.stream.sum_in_product
     with pytest.raises(ValueError, match="KEY=VALUE"):
         build("tiny", "mhar-block+stream.block_size", 32, [], 8, "cpu")
+    # the method's stream follows the overridden shape: about 8 blocks at 16 layers, H = 3 at width 96
+    assert build("tiny", "mhar-block", 32, ["n_layers=16"], 8, "cpu").config.stream.block_size == 4
+    s = build("tiny", "mhar-h3@two-phase", 32, ["d_model=96", "n_layers=1"], 8, "cpu").config.stream
+    assert (s.heads, s.schedule, s.chunk) == (3, "two-phase", 8)
     names = ["baseline", "mhar-block", "mhar-block+stream.sum_in_product=false"]
     assert main(["bench", "step", "--preset", "tiny", "--steps", "1", "--warmup", "1", "--compile", "off",
                  "--out", str(tmp_path), *TINY, "stream.block_size=3", "--methods", ",".join(names),

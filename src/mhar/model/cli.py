@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
 
-from mhar.model.config import METHODS, PRESETS, apply_overrides, get_preset, method_stream
+from mhar.model.config import METHODS, PRESETS, get_preset, with_method
 from mhar.model.decoder import count_parameters
 
 
@@ -19,12 +18,7 @@ def run_params(args: argparse.Namespace) -> int:
     rows = []
     for preset in presets:
         for method in methods:
-            # the shape overrides first, so that the method's stream is resolved against the final shape
-            # (mhar-h3 at d_model=96, about 8 blocks at n_layers=16); then the stream.* ones on top of it
-            shape = [o for o in args.overrides if not o.startswith("stream.")]
-            cfg = apply_overrides(get_preset(preset), shape)
-            cfg = replace(cfg, stream=method_stream(method, cfg.num_sublayers, cfg.d_model))
-            cfg = apply_overrides(cfg, [o for o in args.overrides if o.startswith("stream.")])
+            cfg = with_method(get_preset(preset), method, args.overrides)
             c = count_parameters(cfg)
             rows.append((preset, method, _millions(c["total"]), _millions(c["non_embedding"]),
                          f"{c['routing']:,}", f"{c['routing_pct']:.4f}%"))

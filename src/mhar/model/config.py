@@ -215,6 +215,17 @@ def method_stream(name: str, num_sublayers: int, d_model: int | None = None, **o
     return StreamConfig(**kw)
 
 
+def with_method(cfg: ModelConfig, method: str, overrides: list[str]) -> ModelConfig:
+    """``cfg`` with ``method``'s residual stream and the ``KEY=VALUE`` overrides: the shape
+    ones first, so the method's stream is resolved against the final shape (mhar-block keeps
+    about 8 blocks at n_layers=16, mhar-h3 is valid at d_model=96), then the ``stream.*``
+    ones on top of it."""
+    on_stream = [o for o in overrides if o.strip().startswith("stream.")]
+    cfg = apply_overrides(dataclasses.replace(cfg, stream=StreamConfig()), [o for o in overrides if o not in on_stream])
+    cfg = dataclasses.replace(cfg, stream=method_stream(method, cfg.num_sublayers, cfg.d_model))
+    return apply_overrides(cfg, on_stream)
+
+
 def get_preset(name: str, method: str = "baseline") -> ModelConfig:
     if name not in PRESETS:
         close = difflib.get_close_matches(name, list(PRESETS), n=3)
