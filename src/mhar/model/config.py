@@ -62,6 +62,10 @@ class StreamConfig:
     hyper_n: int = 4
     hyper_recompute: int = 6
 
+    # How the stream is computed, not what: the same function and parameters either way
+    # (values equal up to rounding), so a run may resume with any of these changed.
+    COMPUTATION_ONLY = ("schedule", "chunk", "phase1_min_sources", "sum_in_product", "hyper_recompute")
+
     def validate(self, d_model: int, num_sublayers: int) -> None:
         if self.method not in STREAM_METHODS:
             raise ValueError(f"stream.method={self.method!r} is not one of {', '.join(STREAM_METHODS)}")

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from mhar.model import Decoder, ModelConfig
+from mhar.model import Decoder, ModelConfig, StreamConfig
 from mhar.train import checkpoint as ckpt
 from mhar.train.config import TrainConfig, config_diff
 from mhar.train.data import TrainData, build_data
@@ -266,7 +266,13 @@ class Trainer:
         return state
 
     def check_model_config(self, old: ModelConfig) -> None:
-        diff = config_diff(old.to_dict(), self.cfg.model.to_dict(), "model.")
+        """Refuse a checkpoint of another model; the stream's computation-only settings
+        (the schedule, the chunk, ...) may differ."""
+        def what(cfg: ModelConfig) -> dict[str, Any]:
+            d = cfg.to_dict()
+            d["stream"] = {k: v for k, v in d["stream"].items() if k not in StreamConfig.COMPUTATION_ONLY}
+            return d
+        diff = config_diff(what(old), what(self.cfg.model), "model.")
         if diff:
             raise ValueError(f"refusing to resume {self.run_dir} with a different model config: " + "; ".join(diff))
 
