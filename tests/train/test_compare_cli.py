@@ -81,6 +81,8 @@ def test_table_without_baseline():
            {"label": "mhar-h8", "tail_mean_val_loss": 2.9, "final_val_loss": 2.9, "tail_k": 1, "params": {}}]
     t = comparison_table(res)
     assert "delta vs mhar-h1" in t and "-0.1000" in t
+    res[1]["stream"] = {"method": "routed", "heads": 8, "block_size": 1}  # blocks of 1: full routing, named
+    assert "| mhar-h8 | 8, blocks of 1 |" in comparison_table(res)
 
 
 @pytest.mark.parametrize("args, message", [

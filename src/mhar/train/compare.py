@@ -84,7 +84,8 @@ def _fmt(x: float, digits: int = 4) -> str:
 def _heads(summary: dict[str, Any]) -> str:
     s = summary.get("stream", {})
     if s.get("method") in ("routed", "delta"):
-        return str(s.get("heads", "-"))
+        size = s.get("block_size") or 0  # named, so that blocks of 1 (full routing) are seen as such
+        return str(s.get("heads", "-")) + (f", blocks of {size}" if size else "")
     if s.get("method") == "hyper":
         return f"n={s.get('hyper_n')}"
     return "-"
