@@ -119,6 +119,19 @@ def test_midtrain_without_tokenizer_is_refused(converted, tmp_path):
         midtrain(folder, tmp_path / "x", MidtrainOptions(data="builtin"), log=lambda *a: None)
 
 
+@pytest.mark.parametrize("extra", [{"tasks": "arc_esy"}, {"tasks": "gpqa"},
+                                   {"tasks": "arc_easy", "save_models": False}])
+def test_midtrain_refuses_bad_tasks_before_training(converted, tmp_path, monkeypatch, extra):
+    """A typo in --tasks, a gated task without its file, or --tasks with --no-save stops
+    at once, not after both runs have trained."""
+    monkeypatch.delenv("MHAR_GPQA_FILE", raising=False)
+    hf, folder = converted
+    out = tmp_path / "mt"
+    with pytest.raises((ValueError, FileNotFoundError)):
+        midtrain(folder, out, MidtrainOptions(**{**FAST, **extra}), progress=False, log=lambda *a: None)
+    assert not (out / "delta" / "metrics.jsonl").exists()
+
+
 def test_cli_midtrain(converted, tmp_path, capsys):
     from mhar.cli import main
 

@@ -74,6 +74,14 @@ class MidtrainOptions:
             raise ValueError(f"ema={self.ema} must be in [0, 1) (0: off)")
         if self.z_loss < 0:
             raise ValueError(f"z_loss={self.z_loss} must be >= 0")
+        if self.tasks:  # refuse bad task names now, not after both runs have trained
+            if not self.save_models:
+                raise ValueError("--tasks needs the saved models (drop --no-save)")
+            from mhar.eval.runner import parse_task_list
+            from mhar.eval.tasks import check_task
+
+            for name, _ in parse_task_list(self.tasks):
+                check_task(name)
 
 
 # -- models -----------------------------------------------------------------------------
