@@ -36,7 +36,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        # argparse fills a command's positionals in one go (`midtrain MODEL [KEY=VALUE ...]`), so
+        # KEY=VALUE overrides written after the options arrive here: they are overrides too.
+        if isinstance(getattr(args, "overrides", None), list) and all("=" in e and not e.startswith("-")
+                                                                      for e in extra):
+            args.overrides = args.overrides + extra
+        else:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -145,6 +145,20 @@ def test_cli_midtrain(converted, tmp_path, capsys):
     assert check_identity(hf, from_hf_model(hf, heads=4, blocks=2)) == 0.0
 
 
+def test_cli_midtrain_overrides_after_options(converted, tmp_path):
+    """KEY=VALUE overrides after the options (as `mhar train` takes them) reach both runs."""
+    from mhar.cli import main
+
+    hf, folder = converted
+    out = tmp_path / "mt"
+    rc = main(["midtrain", str(folder), "--out", str(out), "--data", "synthetic", "--steps", "1",
+               "--eval-every", "1", "--seq-len", "8", "--batch-size", "2", "--val-windows", "2", "--warmup", "1",
+               "--no-save", "--quiet", "grad_clip=0.5"])
+    assert rc == 0
+    for run in ("delta", "control"):
+        assert json.loads((out / run / "config.json").read_text())["grad_clip"] == 0.5
+
+
 def test_midtrain_resume_keeps_the_ema(converted, tmp_path, monkeypatch):
     """An interrupted mid-training run resumed from its checkpoint ends where the
     uninterrupted run ends, bit for bit, EMA included."""
