@@ -324,6 +324,20 @@ def test_bad_heads_and_blocks():
         config_from_hf(cfg, heads=4, blocks=0)
 
 
+def test_blocks_that_cannot_be_made_are_reported(tmp_path):
+    """Blocks have one length (the last may be shorter): 5 layers in 4 blocks cannot be
+    made, so the conversion says it uses 3 (2 + 2 + 1 layers) instead of doing so silently."""
+    src = tmp_path / "src"
+    random_hf("llama", SHAPES[1]).save_pretrained(src)
+    logs = []
+    _, report = convert(src, None, heads=4, blocks=4, check=False, log=logs.append)
+    assert report["blocks"] == 3
+    assert any("--blocks 4" in line and "3 blocks" in line for line in logs), logs
+    logs.clear()
+    convert(src, None, heads=4, blocks=3, check=False, log=logs.append)  # 2 + 2 + 1: as asked
+    assert not any("--blocks" in line for line in logs), logs
+
+
 def test_cli_convert(tmp_path, capsys):
     from transformers import AutoModelForCausalLM
 

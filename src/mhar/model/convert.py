@@ -299,6 +299,11 @@ def convert(src, dst=None, heads: int = 8, blocks: int = 8, check: bool = True,
         "block_size_sublayers": cfg.stream.block_size, "parameters": sum(p.numel() for p in model.parameters()),
         "routing_parameters": model.model.residual.overhead_parameters(),
     }
+    if report["blocks"] != blocks:  # blocks share one length (the last may be shorter): not every count exists
+        per = cfg.stream.block_size // 2
+        last = cfg.n_layers - per * (report["blocks"] - 1)
+        log(f"note: --blocks {blocks} cannot be made from {cfg.n_layers} layers in blocks of one length; using "
+            f"{report['blocks']} blocks of {per} layers" + (f" (the last of {last})" if last != per else ""))
     if check:
         report["max_abs_diff_random"] = check_identity(source.model, model)
         if text and source.tokenizer is not None:
