@@ -63,6 +63,22 @@ def test_midtrain_delta_and_control(converted, tmp_path):
     assert trained.config.to_model_config().stream.method == "delta"
 
 
+def test_saved_models_keep_the_special_tokens(converted, tmp_path):
+    """OUT/<run>/hf keeps the source's bos/eos/pad ids, so generate() stops at EOS as the
+    converted model does."""
+    from transformers import AutoModelForCausalLM
+
+    hf, folder = converted
+    out = tmp_path / "mt"
+    midtrain(folder, out, MidtrainOptions(**{**FAST, "steps": 1, "eval_every": 1}), progress=False,
+             log=lambda *a: None)
+    assert (hf.config.bos_token_id, hf.config.eos_token_id) == (1, 2)
+    for run in ("delta", "control"):
+        trained = AutoModelForCausalLM.from_pretrained(out / run / "hf")
+        assert (trained.config.bos_token_id, trained.config.eos_token_id) == (1, 2)
+        assert trained.generation_config.eos_token_id == 2
+
+
 def test_control_has_the_same_weights_and_function(converted):
     from transformers import AutoModelForCausalLM
 

@@ -237,8 +237,12 @@ def _train_config(model_cfg, method: str, source: str, vocab: int, opts: Midtrai
 def _save_hf(decoder: Decoder, folder: Path, tokenizer_folder: Path | None) -> None:
     from mhar.model.hf import MharConfig, MharForCausalLM
 
+    tokens = {}  # the converted model's bos/eos/pad ids: without them generate() runs past EOS
+    if tokenizer_folder is not None and (tokenizer_folder / "config.json").exists():
+        source = json.loads((tokenizer_folder / "config.json").read_text())
+        tokens = {k: source[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id") if source.get(k) is not None}
     with torch.device("meta"):
-        hf = MharForCausalLM(MharConfig.from_model_config(decoder.config))
+        hf = MharForCausalLM(MharConfig.from_model_config(decoder.config, **tokens))
     hf.model = decoder
     if folder.exists():
         shutil.rmtree(folder)
