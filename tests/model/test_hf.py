@@ -75,6 +75,22 @@ def test_forward_matches_decoder_and_loss(method):
     torch.testing.assert_close(out.loss, want)
 
 
+def test_loss_honours_num_items_in_batch():
+    """transformers' Trainer passes num_items_in_batch to a forward that takes **kwargs and
+    then skips its own division by the gradient-accumulation steps: the loss must then be
+    the summed token loss over num_items_in_batch (as transformers' own causal LMs do), else
+    accumulating k micro-batches gives k times the loss and the gradient."""
+    model = tiny("delta")
+    ids = torch.randint(0, 97, (2, 9))
+    labels = ids.clone()
+    labels[0, :4] = -100
+    n = int((labels[:, 1:] != -100).sum())
+    with torch.no_grad():
+        mean = model(input_ids=ids, labels=labels, use_cache=False).loss
+        part = model(input_ids=ids, labels=labels, use_cache=False, num_items_in_batch=torch.tensor(2 * n)).loss
+    torch.testing.assert_close(part, mean / 2)
+
+
 @pytest.mark.parametrize("method", ["mhar", "mhar-block:3", "hyper"])
 def test_gradient_checkpointing_enable(method):
     """transformers' switch turns on the decoder's per-sublayer recompute; gradients are

@@ -214,8 +214,14 @@ class MharForCausalLM(MharPreTrainedModel, GenerationMixin):
         loss = None
         if labels is not None:
             shift_logits = logits[:, :-1].float() if kept is hidden else F.linear(hidden, self.model.output_weight)[:, :-1].float()
+            # transformers' Trainer passes num_items_in_batch (the batch's label count over its
+            # accumulated micro-batches) and then does not divide by the accumulation steps itself
+            num_items = kwargs.get("num_items_in_batch")
             loss = F.cross_entropy(shift_logits.reshape(-1, shift_logits.shape[-1]),
-                                   labels[:, 1:].reshape(-1).to(shift_logits.device), ignore_index=-100)
+                                   labels[:, 1:].reshape(-1).to(shift_logits.device), ignore_index=-100,
+                                   reduction="mean" if num_items is None else "sum")
+            if num_items is not None:
+                loss = loss / (num_items.to(loss.device) if torch.is_tensor(num_items) else num_items)
         out = CausalLMOutputWithPast(loss=loss, logits=logits,
                                      **{_CACHE_FIELD: past_key_values if use_cache else None})
         if return_dict is False:
