@@ -220,8 +220,11 @@ def test_midtrain_downstream_tasks(tmp_path):
     tok.save(str(src / "tokenizer.json"))
     opts = MidtrainOptions(**{**FAST, "steps": 2, "eval_every": 2, "heads": 4, "blocks": 2,
                               "tasks": "arc_easy", "task_limit": 8})
-    result = midtrain(src, tmp_path / "mt", opts, progress=False, log=lambda *a: None)
+    logs = []
+    result = midtrain(src, tmp_path / "mt", opts, progress=False, log=logs.append)
     for run in result["runs"]:
         assert run["tasks"]["arc_easy"]["n"] == 8
+    # the evaluation after training says which run it is evaluating (it can take hours)
+    assert [line.split("]")[0] for line in logs if "] evaluating" in line] == ["[delta", "[control"]
     assert "Paired, delta (B) vs control (A)" in result["table"]
     assert "| arc_easy |" in (tmp_path / "mt" / "comparison.md").read_text()

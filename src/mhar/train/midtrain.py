@@ -270,7 +270,7 @@ def comparison_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _downstream(rows: list[dict[str, Any]], opts: MidtrainOptions, log) -> str:
+def _downstream(rows: list[dict[str, Any]], opts: MidtrainOptions, log, progress: bool = False) -> str:
     """Evaluate each run's saved model on ``opts.tasks`` with :mod:`mhar.eval` (records in
     ``<run>/eval``) and return the paired comparison (bootstrap CI, McNemar) as Markdown."""
     if not opts.save_models:
@@ -281,9 +281,10 @@ def _downstream(rows: list[dict[str, Any]], opts: MidtrainOptions, log) -> str:
     device = "cuda" if opts.device in ("auto", "cuda") and torch.cuda.is_available() else "cpu"
     tasks = parse_task_list(opts.tasks)
     for row in rows:
+        log(f"[{row['run']}] evaluating {row['hf']} on {opts.tasks}")
         model = load_for_eval(row["hf"], device=device, dtype="float32")
         out = Path(row["run_dir"]) / "eval"
-        res = run_tasks(model, tasks, out_dir=out, limit=opts.task_limit or None, progress=False, log=log)
+        res = run_tasks(model, tasks, out_dir=out, limit=opts.task_limit or None, progress=progress, log=log)
         row["eval_dir"] = str(out)
         row["tasks"] = res["results"]
         del model
@@ -368,7 +369,7 @@ def midtrain(model_path: str | Path, out: str | Path, opts: MidtrainOptions | No
     table = comparison_table(rows)
     downstream = ""
     if opts.tasks:
-        downstream = _downstream(rows, opts, log)
+        downstream = _downstream(rows, opts, log, progress=progress)
         table = table + "\n\n" + downstream
     budget = (f"{opts.steps} steps x {opts.batch_size * opts.grad_accum} x {opts.seq_len} tokens, lr {opts.lr:g} "
               f"(re-warm-up {opts.warmup}, cosine to {opts.lr * opts.min_lr_ratio:g}), wd {opts.weight_decay:g}, "
