@@ -33,3 +33,37 @@ def test_val_loss_matches_training(run_dir, tmp_path, capsys):
     assert ("synthetic tokens" if HAVE_TASKS else "task data not found") in capsys.readouterr().err
     assert cli_main(["eval", "tail", str(run_dir), "--k", "2"]) == 0
     assert "| 2 |" in capsys.readouterr().out
+
+
+def test_export_loads_in_transformers_and_stops_at_the_documents_end(tmp_path):
+    """`mhar eval export`: a run trained on a dataset folder becomes a Hugging Face folder
+    whose model gives the run's logits, whose tokenizer is the dataset's, and whose EOS is
+    the documents' end token, so generate() stops there (it had none)."""
+    pytest.importorskip("transformers")
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    import mhar.model.hf  # noqa: F401  (registers the Auto classes)
+    from mhar.cli import main as cli_main
+    from mhar.data import TokenDataset, build_dataset
+    from mhar.train import load_run_model
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i in range(40):
+        (docs / f"d{i}.txt").write_text(" ".join(f"word{(i * j) % 23} and more" for j in range(60)) + "\n")
+    ds = build_dataset([docs], tmp_path / "ds", tokenizer="bpe", vocab_size=300, val_fraction=0.1)
+    run = tmp_path / "run"
+    assert cli_main(["train", "--out", str(run), "--quiet", "--method", "mhar-block", f"data.source={ds}",
+                     "steps=2", "eval_every=2", "batch_size=2", "seq_len=32", "d_model=32", "n_layers=2",
+                     "n_heads=2", "n_kv_heads=1", "d_ff=64", "data.val_windows=2", "stream.heads=2",
+                     "stream.block_size=2"]) == 0
+    assert cli_main(["eval", "export", str(run), str(tmp_path / "hf")]) == 0
+    eot_id = TokenDataset(ds, verify=False).eot_id
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
+    tok = AutoTokenizer.from_pretrained(tmp_path / "hf")
+    assert model.config.eos_token_id == eot_id == tok.eos_token_id
+    ids = torch.tensor([tok("word3 and more word5")["input_ids"]])
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids).logits, load_run_model(run).eval()(ids), rtol=1e-5, atol=1e-5)
+    assert model.generation_config.eos_token_id == eot_id  # what generate() stops at

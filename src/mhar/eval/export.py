@@ -23,15 +23,16 @@ def export_run_to_hf(run: str | Path, out: str | Path, checkpoint: str | None = 
     tok_path = Path(tokenizer) if tokenizer else run_dataset_dir(cfg)
     if tok_path is None:
         raise ValueError(f"{run} trained on synthetic tokens: pass --tokenizer (a tokenizer.json or dataset folder)")
-    eot = None
+    eot, eot_id = None, None
     if tok_path.is_dir():
         from mhar.data import TokenDataset
         ds = TokenDataset(tok_path, verify=False)
-        eot = ds.tokenizer.id_to_token(ds.eot_id)
+        eot, eot_id = ds.tokenizer.id_to_token(ds.eot_id), ds.eot_id
         tok_path = tok_path / "tokenizer.json"
     if not tok_path.is_file():
         raise FileNotFoundError(f"tokenizer {tok_path} not found")
-    hf = MharForCausalLM(MharConfig.from_model_config(decoder.config))
+    # the documents' end token as the model's EOS, so that generate() stops there
+    hf = MharForCausalLM(MharConfig.from_model_config(decoder.config, eos_token_id=eot_id))
     hf.model.load_state_dict(decoder.state_dict())
     out.mkdir(parents=True, exist_ok=True)
     hf.save_pretrained(out)
