@@ -127,6 +127,13 @@ def test_midtrain_source_model_on_builtin_data_with_its_tokenizer(tmp_path, monk
     ds = TokenDataset(result["data"])
     assert ds.tokenizer.get_vocab() == tok.get_vocab()
     assert result["runs"][0]["steps"] == 2
+    # on resume the conversion is reused, and must be what the call asks for
+    from mhar.train.midtrain import load_model_folder
+    assert load_model_folder(src, heads=4, blocks=2, workdir=out)[0].config.stream.heads == 4
+    with pytest.raises(ValueError, match=r"converted with other settings: heads 4 \(asked: 8\)"):
+        load_model_folder(src, heads=8, blocks=2, workdir=out)
+    with pytest.raises(ValueError, match=r"block_size 2 \(asked: 4\)"):
+        load_model_folder(src, heads=4, blocks=1, workdir=out)
 
 
 def test_midtrain_without_tokenizer_is_refused(converted, tmp_path):

@@ -108,6 +108,14 @@ def load_model_folder(path: str | Path, heads: int = 8, blocks: int = 8, workdir
             if folder.exists():
                 shutil.rmtree(folder)
             convert(path, folder, heads=heads, blocks=blocks, log=log)
+        else:  # converted by an earlier call (--resume): it must be what this call asks for
+            saved = json.loads((folder / "config.json").read_text())
+            stream, layers = saved.get("stream", {}), saved.get("n_layers", 1)
+            asked = {"heads": heads, "block_size": 2 * math.ceil(layers / max(1, min(blocks, layers)))}
+            differ = [f"{k} {stream.get(k)} (asked: {v})" for k, v in asked.items() if stream.get(k) != v]
+            if differ:
+                raise ValueError(f"{folder} was converted with other settings: {', '.join(differ)}; "
+                                 "pass the --heads / --blocks it was made with, or use a new --out")
     model = MharForCausalLM.from_pretrained(folder)
     return model.model.float(), folder
 
