@@ -178,6 +178,14 @@ def test_cache_is_really_used():
     assert lengths == [6, 1, 1, 1]
 
 
+def test_hidden_states_and_attentions_are_refused():
+    model, ids = tiny("mhar"), torch.randint(0, 97, (1, 5))
+    for key in ("output_hidden_states", "output_attentions"):
+        with pytest.raises(ValueError, match=f"does not return {key}"):
+            model(input_ids=ids, **{key: True})
+    assert model(input_ids=ids, output_hidden_states=False, output_attentions=False).logits.shape == (1, 5, 97)
+
+
 def test_padding_is_refused():
     model = tiny("delta")
     ids = torch.randint(0, 97, (2, 4))

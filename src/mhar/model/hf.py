@@ -191,6 +191,11 @@ class MharForCausalLM(MharPreTrainedModel, GenerationMixin):
                 **kwargs: Any):
         if input_ids is None:
             raise ValueError("MharForCausalLM needs input_ids (inputs_embeds is not supported)")
+        asked = [k for k in ("output_hidden_states", "output_attentions") if kwargs.get(k)]
+        if asked:  # refused rather than returned as None
+            raise ValueError(f"MharForCausalLM does not return {' or '.join(asked)}: with depth routing no single "
+                             "stream is passed between layers. mhar.analysis.capture records what every routing "
+                             "site reads")
         if attention_mask is not None and not bool(attention_mask.bool().all()):
             raise ValueError("MharForCausalLM does not support padding (attention_mask has zeros): "
                              "use one sequence, or sequences of equal length, per batch")
