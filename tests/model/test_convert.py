@@ -103,6 +103,16 @@ def test_identity_with_rope_scaling(scaling, tmp_path):
     assert check_identity(hf, plain, input_ids=ids) > 0
 
 
+def test_identity_past_max_position_embeddings():
+    """transformers' models run past max_position_embeddings, and so does the converted
+    model, with a warning: the same logits there too (it refused them before)."""
+    hf = random_hf("llama", SHAPES[0])
+    converted = from_hf_model(hf, heads=SHAPES[0][7], blocks=SHAPES[0][8])
+    ids = torch.randint(0, 211, (1, 100), generator=torch.Generator().manual_seed(2))  # 96 positions
+    with pytest.warns(UserWarning, match="exceeds max_seq_len=96"):
+        assert check_identity(hf, converted, input_ids=ids) == 0.0
+
+
 def test_converted_weights_are_copies():
     """The converted model does not share storage with its source (training one must
     not change the other, e.g. the midtraining control)."""

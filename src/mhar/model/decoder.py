@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from functools import partial
 
 import torch
@@ -81,7 +82,10 @@ class Decoder(nn.Module):
         B, T = input_ids.shape
         past = cache.length if cache is not None else 0
         if past + T > self.config.max_seq_len:
-            raise ValueError(f"sequence length {past + T} exceeds max_seq_len={self.config.max_seq_len}")
+            # RoPE is computed for any position, as in transformers' models (a converted model
+            # gives its source's logits there too); the positions are only untrained
+            warnings.warn(f"sequence length {past + T} exceeds max_seq_len={self.config.max_seq_len}: "
+                          "positions the model was not trained on", stacklevel=2)
         x = self.embed(input_ids) if tied is None else tied_embedding(input_ids, self.embed.weight, tied)
         positions = torch.arange(past, past + T, device=input_ids.device)
         cos, sin = rope_cos_sin(positions, self.config.attn_head_dim, self.config.rope_theta, x.dtype,
