@@ -61,6 +61,11 @@ def test_midtrain_delta_and_control(converted, tmp_path):
     trained = AutoModelForCausalLM.from_pretrained(out / "delta" / "hf")
     assert trained.model.residual.gates.abs().sum() > 0
     assert trained.config.to_model_config().stream.method == "delta"
+    # the run folder gives the averaged weights too, the ones its validation used (and the saved model)
+    from mhar.train import load_run_model
+    run_model = load_run_model(out / "delta")
+    for name, p in trained.model.state_dict().items():
+        torch.testing.assert_close(run_model.state_dict()[name], p.float(), rtol=0, atol=0, msg=name)
 
 
 def test_saved_models_keep_the_special_tokens(converted, tmp_path):

@@ -58,13 +58,15 @@ def load_run_model(run: str | Path, checkpoint: str | int | None = None,
     """The Decoder of a run folder in eval mode, with the weights of its newest
     checkpoint, or of ``checkpoint`` (a step number, a file name in
     ``checkpoints/`` or a path). The model config is the one the checkpoint was
-    trained with."""
+    trained with. A checkpoint with averaged weights (``mhar midtrain``'s EMA, which its
+    validation and its saved models use) gives those."""
     run = Path(run)
     path = _checkpoint_file(run, checkpoint)
     state = ckpt.load_checkpoint(path)
     cfg = TrainConfig.from_dict(state["config"]) if "config" in state else load_run_config(run)
     model = Decoder(cfg.model)
-    weights = {k.removeprefix("_orig_mod.").removeprefix("module."): v for k, v in state["model"].items()}
+    weights = {**state["model"], **state.get("ema", {})}
+    weights = {k.removeprefix("_orig_mod.").removeprefix("module."): v for k, v in weights.items()}
     try:
         model.load_state_dict(weights)
     except RuntimeError as err:
