@@ -156,21 +156,20 @@ def _require_transformers():
 
 
 def _load_gguf(path: Path, device: torch.device, dtype: torch.dtype, name: str | None = None) -> EvalModel:
-    model = tok = None
-    try:  # the conversion issue's loader (dequantises into a LlamaForCausalLM), when it exists
-        from mhar.model import gguf as _gguf  # type: ignore
-        loader = getattr(_gguf, "load_gguf", None)
-        if loader is not None:
-            model, tok = loader(path)
-    except ImportError:
-        pass
-    if model is None:
+    from mhar.model.gguf import load_gguf
+
+    try:  # mhar's reader: Llama, Qwen2 and Qwen3 files, dequantised exactly as `mhar convert` reads them
+        model, tok = load_gguf(path)
+    except ValueError as unsupported:  # another architecture or feature: transformers' GGUF loader may know it
         _require_transformers()
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from transformers.utils import logging as hf_logging
         hf_logging.set_verbosity_error()
-        tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-        model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=dtype)
+        try:
+            tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+            model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=dtype)
+        except Exception as err:
+            raise ValueError(f"{unsupported}; transformers' GGUF loader could not load it either: {err}") from None
     return wrap_hf(model.to(device=device, dtype=dtype), tok, name or path.name, device)
 
 
