@@ -363,6 +363,25 @@ def test_non_contiguous_sources(gen):
         assert a.shape == b.shape and rel(a, b) <= 1e-5
 
 
+def test_merge_checks_the_partial_against_its_sources(gen):
+    # the fused phase 2 reads the partial row at its new sources' tokens: a partial (or a
+    # phase-1 read's row) over other tokens, width or heads must be refused, not read past
+    # its end (it used to return a read of the row's first tokens, or of memory past it)
+    srcs, q, g = make_inputs(3, (5,), 12, torch.float32, "cpu", S=2, gen=gen)
+    p = routing.route_partial(srcs[:2], q, g, 3)
+    one = routing.Partial(p.m[:1], p.l[:1], p.o[:1])
+    rows = routing.route_partial_rows(srcs[:2], q, g, 3)
+    assert rows.direct
+    for part in (one, rows[1]):
+        for new, heads in (([torch.randn(6, 12, generator=gen)], 3), ([torch.randn(4, 12, generator=gen)], 3),
+                           (srcs[2:], 1)):
+            with pytest.raises(ValueError, match="does not match"):
+                routing.route_merge(part, new, q[1], g[1], heads)
+        # the same tokens under another leading shape are the same read
+        y = routing.route_merge(part, [srcs[2].view(1, 5, 12)], q[1], g[1], 3)
+        assert y.shape == (1, 5, 12)
+
+
 def test_no_tokens(gen):
     srcs = [torch.randn(0, 8, requires_grad=True) for _ in range(3)]
     q, g = torch.randn(8, requires_grad=True), torch.ones(8, requires_grad=True)

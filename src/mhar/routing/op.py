@@ -1849,6 +1849,14 @@ def route_merge(partial: Partial | PhaseOneRow, sources, query: Tensor, norm_wei
             partial = partial.rows.view(partial.index)
     elif partial.o.shape[0] != 1:
         raise ValueError(f"route_merge takes a one-row partial; got {partial.o.shape[0]} rows")
+    # the fused kernel reads the row at the sources' tokens: a partial of other tokens, width
+    # or heads must not reach it (it would read past the row, or a wrong layout of it)
+    d = query.shape[0]
+    n_tok = srcs[0].numel() // d
+    if partial.o.dim() != 3 or tuple(partial.o.shape[1:]) != (n_tok, d) or \
+            tuple(partial.l.shape[1:]) != (n_tok, heads) or tuple(partial.m.shape[1:]) != (n_tok, heads):
+        raise ValueError(f"route_merge: the partial read (o {tuple(partial.o.shape)}, l {tuple(partial.l.shape)}) "
+                         f"does not match {n_tok} tokens of width {d} with {heads} heads")
     if row is None and (_compiling() or not _use_triton(srcs[0])):
         new = route_partial(srcs, query.view(1, -1), norm_weight.view(1, -1), heads, eps, sink)
         return _ref.finalize(_ref.merge_partials(partial, new), srcs[0].shape, srcs[0].dtype)[0]
