@@ -63,6 +63,14 @@ def test_input_errors():
         routing.route([srcs[0], srcs[1][:2]], q, w, 1)
     with pytest.raises(ValueError, match=r"\(S, d\)"):
         routing.route_partial(srcs, q, w, 1)
+    # integer sources used to be read by the reference and the result cast back to
+    # integers (silently truncated); a float head count failed inside the kernel launcher
+    with pytest.raises(ValueError, match="floating point"):
+        routing.route([s.round().long() for s in srcs], q, w, 1)
+    with pytest.raises(ValueError, match="floating point"):
+        routing.route_partial([s.round().int() for s in srcs], q.view(1, -1), w.view(1, -1), 1)
+    with pytest.raises(ValueError, match="heads"):
+        routing.route(srcs, q, w, float(1))
 
 
 def test_ops_registered():

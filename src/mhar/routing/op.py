@@ -1791,6 +1791,8 @@ def _validate(srcs: list[Tensor], d: int, heads: int) -> None:
             raise ValueError(f"every source must have shape {tuple(lead)} with last dim d={d}; got {tuple(s.shape)}")
         if s.device != srcs[0].device or s.dtype != srcs[0].dtype:
             raise ValueError("every source must have the same device and dtype")
+    if not srcs[0].is_floating_point():
+        raise ValueError(f"sources must be floating point; got {srcs[0].dtype}")
 
 
 def _as_list(sources) -> list[Tensor]:

@@ -60,6 +60,8 @@ def _as_list(sources: Sources) -> list[Tensor]:
 
 
 def check_heads(d: int, heads: int) -> int:
+    if isinstance(heads, bool) or not isinstance(heads, int):
+        raise ValueError(f"heads must be an int, got {heads!r}")
     if heads < 1 or d % heads != 0:
         raise ValueError(f"heads={heads} must be a positive divisor of the width d={d}")
     return d // heads
