@@ -367,6 +367,11 @@ def test_method_names():
     assert method_stream("mhar-block", 24).block_size == 3  # about 8 blocks
     with pytest.raises(ValueError, match="did you mean"):
         method_stream("mhr", 24)
+    # a heads override is checked against d_model, not the method's default it replaces
+    assert method_stream("mhar", 24, 36, heads=1).heads == 1
+    assert method_stream("mhar", 24, 36, heads=6).heads == 6
+    with pytest.raises(ValueError, match="divide d_model"):
+        method_stream("mhar", 24, 36, heads=5)
 
 
 def test_auto_schedule():

@@ -213,9 +213,9 @@ def method_stream(name: str, num_sublayers: int, d_model: int | None = None, **o
         kw["heads"] = heads
     if kw.get("block_size") == -1:
         kw["block_size"] = _blocks_of_eight(num_sublayers)
+    kw.update(overrides)  # before the check: an override of heads is what must divide d_model
     if d_model is not None and kw.get("heads", 1) > 1 and d_model % kw["heads"]:
         raise ValueError(f"method {name!r} needs heads={kw['heads']} to divide d_model={d_model}")
-    kw.update(overrides)
     return StreamConfig(**kw)
 
 
