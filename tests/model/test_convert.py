@@ -280,9 +280,9 @@ def test_gguf_reader_undoes_llama_permutation(tmp_path):
     assert check_identity(hf, conv) == 0.0
 
 
-def test_gguf_unsupported_architecture(tmp_path):
+def write_gpt2_gguf(path):
+    """A GGUF file of an architecture mhar's reader does not map (no tokenizer in it)."""
     gguf = pytest.importorskip("gguf")
-    path = tmp_path / "gpt2.gguf"
     w = gguf.GGUFWriter(str(path), "gpt2")
     w.add_block_count(1)
     w.add_tensor("token_embd.weight", np.zeros((4, 8), np.float32))
@@ -290,8 +290,44 @@ def test_gguf_unsupported_architecture(tmp_path):
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+    return path
+
+
+def test_gguf_unsupported_architecture(tmp_path):
+    path = write_gpt2_gguf(tmp_path / "gpt2.gguf")
     with pytest.raises(ValueError, match="llama, qwen2, qwen3"):
         convert(path, None, log=lambda *a: None)
+
+
+def test_other_architectures_go_to_transformers_loader(tmp_path, monkeypatch):
+    """`mhar eval` of a GGUF file that mhar's reader does not map goes to transformers' loader."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from mhar.eval.adapter import load_for_eval
+
+    path = write_gpt2_gguf(tmp_path / "m.gguf")
+    # transformers cannot load this stub either: both refusals are named
+    with pytest.raises(ValueError, match=r"'gpt2' is not supported.*transformers' GGUF loader could not load it"):
+        load_for_eval(path)
+    # where transformers' loader can, the file is evaluated through it
+    calls = []
+    model = random_hf("llama", SHAPES[0])
+
+    class Tok:
+        eos_token_id, bos_token_id = 1, None
+
+    def model_loader(folder, gguf_file, dtype):
+        calls.append(("model", gguf_file))
+        return model
+
+    def tok_loader(folder, gguf_file):
+        calls.append(("tokenizer", gguf_file))
+        return Tok()
+
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", model_loader)
+    monkeypatch.setattr(AutoTokenizer, "from_pretrained", tok_loader)
+    assert load_for_eval(path) is not None
+    assert calls == [("tokenizer", "m.gguf"), ("model", "m.gguf")]
 
 
 # -- errors and the command ----------------------------------------------------------
