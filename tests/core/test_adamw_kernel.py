@@ -246,6 +246,27 @@ def test_falls_back_to_torch_off_the_kernel(tensor_scale):
     _compare(mine, a, ref, b, 1e-12)
 
 
+def test_fallback_scale_is_not_rounded_to_a_bf16_gradient():
+    """A tensor scale in torch's fallback multiplies every gradient in fp32: in a group of
+    bf16 and fp32 parameters the fp32 ones are not scaled by a bf16-rounded 0.3 (0.30078);
+    and a step with no gradients at all is a no-op."""
+    def run(opt_cls, fold):
+        params = [torch.nn.Parameter(torch.ones(4, dtype=torch.bfloat16)), torch.nn.Parameter(torch.ones(4))]
+        opt = opt_cls([{"params": params, "weight_decay": 0.0}], lr=1e-2, eps=1e-30)
+        opt.step(grad_scale=torch.tensor(0.0)) if fold else opt.step()  # no gradients yet
+        for p in params:
+            p.grad = torch.full_like(p, 1e-3)
+        if fold:
+            opt.step(grad_scale=torch.tensor(0.3))
+        else:
+            torch._foreach_mul_([p.grad for p in params], 0.3)
+            opt.step()
+        return params, opt
+
+    (mine, a), (ref, b) = run(AK.TritonAdamW, True), run(torch.optim.AdamW, False)
+    torch.testing.assert_close(a.state[mine[1]]["exp_avg"], b.state[ref[1]]["exp_avg"], rtol=1e-7, atol=0)
+
+
 def test_adamw_config_is_checked():
     from mhar.train import apply_train_overrides, train_preset
 

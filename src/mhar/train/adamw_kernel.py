@@ -232,10 +232,10 @@ class TritonAdamW(torch.optim.AdamW):
         a NaN scale, as the kernel: the fallback's one host sync)."""
         if bool(torch.isnan(torch.as_tensor(grad_scale)).any()):
             return
-        if isinstance(grad_scale, Tensor) or grad_scale != 1.0:
-            grads = [p.grad for g in groups for p in g["params"] if p.grad is not None]
-            if isinstance(grad_scale, Tensor):
-                grad_scale = grad_scale.reshape(()).to(grads[0].device, grads[0].dtype)
+        grads = [p.grad for g in groups for p in g["params"] if p.grad is not None]
+        if grads and (isinstance(grad_scale, Tensor) or grad_scale != 1.0):
+            if isinstance(grad_scale, Tensor):  # fp32: not rounded to the first gradient's dtype for all
+                grad_scale = grad_scale.reshape(()).to(grads[0].device, torch.float32)
             torch._foreach_mul_(grads, grad_scale)
         # AdamW's step without the hook wrapper torch adds to the class (this class's own
         # step already ran the optimiser hooks once)
