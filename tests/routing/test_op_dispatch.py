@@ -71,6 +71,10 @@ def test_input_errors():
         routing.route_partial([s.round().int() for s in srcs], q.view(1, -1), w.view(1, -1), 1)
     with pytest.raises(ValueError, match="heads"):
         routing.route(srcs, q, w, float(1))
+    # a 0-d source or a non-tensor among the sources: named, not an IndexError / AttributeError
+    for bad in (torch.tensor(1.0), [1.0] * srcs[0].shape[-1]):
+        with pytest.raises(ValueError, match=r"every source must be a tensor of shape \(\.\.\., d\)"):
+            routing.route([srcs[0], bad], q, w, 1)
 
 
 def test_ops_registered():

@@ -1785,6 +1785,9 @@ def _validate(srcs: list[Tensor], d: int, heads: int) -> None:
     if not srcs:
         raise ValueError("route needs at least one source")
     check_heads(d, heads)
+    if not all(isinstance(s, Tensor) and s.dim() >= 1 for s in srcs):
+        raise ValueError("every source must be a tensor of shape (..., d); got "
+                         + ", ".join(f"{type(s).__name__}{tuple(s.shape) if isinstance(s, Tensor) else ''}" for s in srcs))
     lead = srcs[0].shape
     for s in srcs:
         if s.shape != lead or s.shape[-1] != d:
