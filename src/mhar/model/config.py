@@ -219,13 +219,15 @@ def method_stream(name: str, num_sublayers: int, d_model: int | None = None, **o
     return StreamConfig(**kw)
 
 
-def with_method(cfg: ModelConfig, method: str, overrides: list[str]) -> ModelConfig:
-    """``cfg`` with ``method``'s residual stream and the ``KEY=VALUE`` overrides: the shape
-    ones first, so the method's stream is resolved against the final shape (mhar-block keeps
-    about 8 blocks at n_layers=16, mhar-h3 is valid at d_model=96), then the ``stream.*``
-    ones on top of it."""
-    on_stream = [o for o in overrides if o.strip().startswith("stream.")]
-    cfg = apply_overrides(dataclasses.replace(cfg, stream=StreamConfig()), [o for o in overrides if o not in on_stream])
+def with_method(cfg: ModelConfig, method: str, overrides: dict[str, Any] | list[str]) -> ModelConfig:
+    """``cfg`` with ``method``'s residual stream and the overrides (as ``apply_overrides``
+    takes them): the shape ones first, so the method's stream is resolved against the final
+    shape (mhar-block keeps about 8 blocks at n_layers=16, mhar-h3 is valid at d_model=96),
+    then the ``stream.*`` ones on top of it."""
+    pairs = _as_pairs(overrides)
+    on_stream = {k: v for k, v in pairs.items() if k.startswith("stream.")}
+    shape = {k: v for k, v in pairs.items() if k not in on_stream}
+    cfg = apply_overrides(dataclasses.replace(cfg, stream=StreamConfig()), shape)
     cfg = dataclasses.replace(cfg, stream=method_stream(method, cfg.num_sublayers, cfg.d_model))
     return apply_overrides(cfg, on_stream)
 
@@ -259,18 +261,24 @@ def _parse_value(text: str, current: Any) -> Any:
     return type(current)(text)
 
 
+def _as_pairs(overrides: dict[str, Any] | list[str]) -> dict[str, Any]:
+    """``["stream.heads=4"]`` as ``{"stream.heads": "4"}``; a dict as it is."""
+    if not isinstance(overrides, list):
+        return dict(overrides)
+    pairs = {}
+    for item in overrides:
+        if "=" not in item:
+            raise ValueError(f"override {item!r} must look like key=value (e.g. stream.heads=4)")
+        k, v = item.split("=", 1)
+        pairs[k.strip()] = v
+    return pairs
+
+
 def apply_overrides(obj: Any, overrides: dict[str, Any] | list[str]) -> Any:
     """Return a copy of a dataclass config with dotted overrides applied
     (``{"stream.heads": 4}`` or ``["stream.heads=4"]``). Unknown keys raise a
     ValueError listing close matches; the result is re-validated."""
-    if isinstance(overrides, list):
-        pairs = {}
-        for item in overrides:
-            if "=" not in item:
-                raise ValueError(f"override {item!r} must look like key=value (e.g. stream.heads=4)")
-            k, v = item.split("=", 1)
-            pairs[k.strip()] = v
-        overrides = pairs
+    overrides = _as_pairs(overrides)
     data = dataclasses.asdict(obj)
     for key, value in overrides.items():
         node, parts = data, key.split(".")

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mhar.model.config import (ModelConfig, StreamConfig, _dotted_keys, apply_overrides, config_from_dict,
-                               get_preset, method_stream)
+from mhar.model.config import (ModelConfig, _dotted_keys, apply_overrides, config_from_dict, get_preset,
+                               with_method)
 
 DATA_SOURCES = ("builtin", "synthetic")  # or a path to a dataset folder
 DEVICES = ("auto", "cpu", "cuda")
@@ -258,15 +258,10 @@ def apply_train_overrides(cfg: TrainConfig, overrides: list[str] | dict[str, Any
             raise ValueError(f"unknown config key {key!r}" + (f"; did you mean {', '.join(close)}?" if close
                              else f"; valid keys: {', '.join(short)}"))
         normalised[nk] = value
-    if method is not None:
-        # the method's stream is resolved against the overridden shape (mhar-block keeps about 8 blocks at
-        # n_layers=16, mhar-h3 is valid at d_model=96); stream.* overrides then apply on top of it
-        shape = {k: v for k, v in normalised.items() if not k.startswith("model.stream.")}
-        cfg = apply_overrides(dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, stream=StreamConfig())),
-                              shape)
-        stream = method_stream(method, cfg.model.num_sublayers, cfg.model.d_model)
-        cfg = dataclasses.replace(cfg, method=method, model=dataclasses.replace(cfg.model, stream=stream))
-        normalised = {k: v for k, v in normalised.items() if k not in shape}
+    if method is not None:  # the method's stream follows the model overrides (with_method)
+        on_model = {k[len("model."):]: v for k, v in normalised.items() if k.startswith("model.")}
+        cfg = dataclasses.replace(cfg, method=method, model=with_method(cfg.model, method, on_model))
+        normalised = {k: v for k, v in normalised.items() if not k.startswith("model.")}
     return apply_overrides(cfg, normalised)
 
 
