@@ -1785,13 +1785,12 @@ def _validate(srcs: list[Tensor], d: int, heads: int) -> None:
     if not srcs:
         raise ValueError("route needs at least one source")
     check_heads(d, heads)
-    if not all(isinstance(s, Tensor) and s.dim() >= 1 for s in srcs):
-        raise ValueError("every source must be a tensor of shape (..., d); got "
-                         + ", ".join(f"{type(s).__name__}{tuple(s.shape) if isinstance(s, Tensor) else ''}" for s in srcs))
-    lead = srcs[0].shape
     for s in srcs:
-        if s.shape != lead or s.shape[-1] != d:
-            raise ValueError(f"every source must have shape {tuple(lead)} with last dim d={d}; got {tuple(s.shape)}")
+        if not isinstance(s, Tensor) or s.dim() < 1:
+            raise ValueError("every source must be a tensor of shape (..., d); got "
+                             + (f"shape {tuple(s.shape)}" if isinstance(s, Tensor) else type(s).__name__))
+        if s.shape != srcs[0].shape or s.shape[-1] != d:
+            raise ValueError(f"every source must have shape {tuple(srcs[0].shape)} with last dim d={d}; got {tuple(s.shape)}")
         if s.device != srcs[0].device or s.dtype != srcs[0].dtype:
             raise ValueError("every source must have the same device and dtype")
     if not srcs[0].is_floating_point():
