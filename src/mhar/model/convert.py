@@ -65,6 +65,12 @@ def _supported_rope_scaling(scaling: dict) -> dict | None:
     return {"rope_type": kind, **{k: scaling[k] for k in keep}}
 
 
+def delta_block_size(layers: int, blocks: int) -> int:
+    """Sublayers per delta block for ``blocks`` blocks over ``layers`` layers (blocks share
+    one length, the last may be shorter, so not every count exists)."""
+    return 2 * math.ceil(layers / blocks)
+
+
 def config_from_hf(hf_config, heads: int = 8, blocks: int = 8, method: str = "delta") -> ModelConfig:
     """The mhar :class:`ModelConfig` of a Llama / Qwen2 / Qwen3 ``transformers`` config,
     with a delta stream of ``heads`` routing heads over ``blocks`` blocks of layers
@@ -102,8 +108,7 @@ def config_from_hf(hf_config, heads: int = 8, blocks: int = 8, method: str = "de
             raise ConversionError(f"--heads={heads} must divide the hidden size {d}")
         if blocks < 1 or blocks > L:
             raise ConversionError(f"--blocks={blocks} must be between 1 and the number of layers ({L})")
-        layers_per_block = math.ceil(L / blocks)
-        stream = StreamConfig(method="delta", heads=heads, block_size=2 * layers_per_block)
+        stream = StreamConfig(method="delta", heads=heads, block_size=delta_block_size(L, blocks))
     elif method == "standard":
         stream = StreamConfig(method="standard")
     else:
@@ -321,5 +326,5 @@ def convert(src, dst=None, heads: int = 8, blocks: int = 8, check: bool = True,
     return model, report
 
 
-__all__ = ["SUPPORTED_ARCHITECTURES", "ConversionError", "config_from_hf", "map_state_dict", "load_weights",
+__all__ = ["SUPPORTED_ARCHITECTURES", "ConversionError", "delta_block_size", "config_from_hf", "map_state_dict", "load_weights",
            "load_source", "from_hf_model", "check_identity", "logit_difference", "convert"]

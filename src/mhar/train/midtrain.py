@@ -98,7 +98,7 @@ def load_model_folder(path: str | Path, heads: int = 8, blocks: int = 8, workdir
     if path.is_dir() and config.exists() and json.loads(config.read_text()).get("model_type") == "mhar":
         folder = path
     else:
-        from mhar.model.convert import convert
+        from mhar.model.convert import convert, delta_block_size
 
         if workdir is None:
             raise ValueError(f"{path} is not a converted mhar model folder")
@@ -111,7 +111,7 @@ def load_model_folder(path: str | Path, heads: int = 8, blocks: int = 8, workdir
         else:  # converted by an earlier call (--resume): it must be what this call asks for
             saved = json.loads((folder / "config.json").read_text())
             stream, layers = saved.get("stream", {}), saved.get("n_layers", 1)
-            asked = {"heads": heads, "block_size": 2 * math.ceil(layers / max(1, min(blocks, layers)))}
+            asked = {"heads": heads, "block_size": delta_block_size(layers, max(1, min(blocks, layers)))}
             differ = [f"{k} {stream.get(k)} (asked: {v})" for k, v in asked.items() if stream.get(k) != v]
             if differ:
                 raise ValueError(f"{folder} was converted with other settings: {', '.join(differ)}; "
