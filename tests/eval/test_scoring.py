@@ -173,6 +173,18 @@ def test_cli_user_errors(capsys, tmp_path):
     assert "nothing to evaluate" in capsys.readouterr().err
 
 
+def test_data_file_expands_a_tilde(tmp_path, monkeypatch, capsys):
+    # docs/evaluation.md writes `--data-file gpqa=~/data/...`; only bash expands that tilde
+    from mhar.cli import main as cli_main
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("MHAR_GPQA_FILE", raising=False)
+    (tmp_path / "gpqa.csv").write_text("Question,Correct Answer,Incorrect Answer 1,Incorrect Answer 2,"
+                                       "Incorrect Answer 3\nWhat is 2+2?,4,3,5,22\n")
+    assert cli_main(["eval", str(tmp_path / "nope"), "--tasks", "gpqa", "--data-file", "gpqa=~/gpqa.csv"]) == 2
+    err = capsys.readouterr().err
+    assert "no model at" in err and "does not exist" not in err  # the file was found; the model was not
+
+
 def test_tail_from_metrics_files(tmp_path, capsys):
     from mhar.cli import main as cli_main
     for name, off in (("a", 0.0), ("b", -0.05)):

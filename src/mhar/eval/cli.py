@@ -11,6 +11,7 @@ evaluations with paired statistics.
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 
@@ -56,7 +57,8 @@ def _data_files(items: list[str]) -> dict[str, str]:
         if "=" not in it:
             raise ValueError(f"--data-file {it!r} must look like NAME=PATH (e.g. gpqa=gpqa_diamond.csv)")
         k, v = it.split("=", 1)
-        out[k.strip().lower()] = v
+        # `gpqa=~/x.csv`: only bash expands a tilde after '='; sh and zsh pass it through
+        out[k.strip().lower()] = os.path.expanduser(v)
     return out
 
 
