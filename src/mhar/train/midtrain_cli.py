@@ -49,7 +49,8 @@ def register(sub) -> None:
     m.add_argument("--eval-every", type=int, default=20)
     m.add_argument("--val-windows", type=int, default=32)
     m.add_argument("--seed", type=int, default=0)
-    m.add_argument("--data", default="builtin", help="'builtin' or a dataset folder tokenised with MODEL's tokenizer")
+    m.add_argument("--data", default="builtin", help="'builtin', a dataset folder tokenised with MODEL's tokenizer, "
+                   "or 'synthetic' (smoke tests)")
     m.add_argument("--max-mb", type=float, default=0.0, help="cap on the built-in text (MB; 0: the builder's default)")
     m.add_argument("--heads", type=int, default=8, help="when MODEL is a source model: routing heads")
     m.add_argument("--blocks", type=int, default=8, help="when MODEL is a source model: blocks")
