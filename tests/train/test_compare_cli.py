@@ -59,6 +59,18 @@ def test_compare_two_methods(tmp_path, run_cli):
     assert code == 0 and err.count("reusing the finished run") == 2
     assert [x for x in out2.splitlines() if x.startswith("|")] == lines
 
+    # --resume with other methods or overrides is refused, not trained into the folder's runs
+    # (it extended the finished baseline to the preset's steps and trained the default methods)
+    before = (out_dir / "baseline" / "metrics.jsonl").read_text()
+    code, _, err = run_cli("compare", "--out", out_dir, "--resume", "--quiet", *SMALL, "steps=6", "eval_every=2",
+                           "tail_k=2")
+    assert code == 2 and "compares baseline,mhar-h2, not baseline,hyper,attnres,mhar" in err
+    assert "mhar compare --methods baseline,mhar-h2" in err  # the command to resume with
+    code, _, err = run_cli("compare", "--methods", "baseline,mhar-h2", "--out", out_dir, "--resume", "--quiet",
+                           *SMALL, "steps=8", "eval_every=2", "tail_k=2")
+    assert code == 2 and "trained with another config (steps=6 -> 8)" in err
+    assert (out_dir / "baseline" / "metrics.jsonl").read_text() == before
+
 
 def test_sweep_over_heads(tmp_path, run_cli):
     code, out, err = run_cli("sweep", "--heads", "1,4", "--out", tmp_path / "sw", "--quiet", *SMALL, "steps=2",

@@ -44,6 +44,39 @@ def _finished(run_dir: Path, cfg: TrainConfig) -> dict[str, Any] | None:
     return json.loads(summary.read_text()) if old == new else None
 
 
+def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for k, v in d.items():
+        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+    return out
+
+
+def _check_same_comparison(out: Path, methods: list[str], configs: list[TrainConfig]) -> None:
+    """--resume continues the comparison already in ``out``: the same methods, preset and
+    overrides. Anything else would extend or retrain its runs under another config."""
+    import json
+
+    again = "resume with the command that made it plus --resume"
+    saved = out / "compare.json"
+    if saved.exists():
+        info = json.loads(saved.read_text())
+        old = [r.get("label") for r in info.get("results", [])]
+        if old and old != methods:
+            raise ValueError(f"{out} compares {','.join(old)}, not {','.join(methods)}: {again} "
+                             f"({info.get('command', '')} --resume)")
+    for method, cfg in zip(methods, configs):
+        path = out / method / CONFIG
+        if not path.exists():
+            continue
+        old, new = _flat(TrainConfig.load(path).to_dict()), _flat(cfg.to_dict())
+        old.pop("model.vocab_size", None)  # resolved from the data at run time
+        new.pop("model.vocab_size", None)
+        diff = [f"{k}={old.get(k)!r} -> {new.get(k)!r}" for k in sorted(old.keys() | new.keys())
+                if old.get(k) != new.get(k)]
+        if diff:
+            raise ValueError(f"{out / method} was trained with another config ({', '.join(diff)}): {again}")
+
+
 def run_methods(preset: str, methods: list[str], out: str | Path, overrides: list[str] | None = None, *,
                 resume: bool = False, quiet: bool = False, progress: bool = True,
                 trainer_cls: Callable[..., Trainer] = Trainer) -> list[dict[str, Any]]:
@@ -56,6 +89,8 @@ def run_methods(preset: str, methods: list[str], out: str | Path, overrides: lis
         raise ValueError(f"methods must be distinct; got {', '.join(methods)}")
     configs = [method_config(preset, m, overrides) for m in methods]  # every config is checked before any training
     out = Path(out)
+    if resume:
+        _check_same_comparison(out, methods, configs)
     out.mkdir(parents=True, exist_ok=True)
     results = []
     for i, (method, cfg) in enumerate(zip(methods, configs)):
