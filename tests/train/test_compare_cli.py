@@ -59,17 +59,39 @@ def test_compare_two_methods(tmp_path, run_cli):
     assert code == 0 and err.count("reusing the finished run") == 2
     assert [x for x in out2.splitlines() if x.startswith("|")] == lines
 
-    # --resume with other methods or overrides is refused, not trained into the folder's runs
+    # a plain --resume (the default methods, no overrides) is refused, not trained into the folder's runs
     # (it extended the finished baseline to the preset's steps and trained the default methods)
     before = (out_dir / "baseline" / "metrics.jsonl").read_text()
-    code, _, err = run_cli("compare", "--out", out_dir, "--resume", "--quiet", *SMALL, "steps=6", "eval_every=2",
-                           "tail_k=2")
+    code, _, err = run_cli("compare", "--out", out_dir, "--resume", "--quiet")
     assert code == 2 and "compares baseline,mhar-h2, not baseline,hyper,attnres,mhar" in err
     assert "mhar compare --methods baseline,mhar-h2" in err  # the command to resume with
+    # so is one that drops an override: steps would go back to the preset's
+    code, _, err = run_cli("compare", "--methods", "baseline,mhar-h2", "--out", out_dir, "--resume", "--quiet",
+                           *SMALL, "eval_every=2", "tail_k=2")
+    assert code == 2 and "does not set (steps: 6 -> " in err
+    assert (out_dir / "baseline" / "metrics.jsonl").read_text() == before
+    # a key the command sets may change, as in `mhar train --resume steps=8`: every run is extended
     code, _, err = run_cli("compare", "--methods", "baseline,mhar-h2", "--out", out_dir, "--resume", "--quiet",
                            *SMALL, "steps=8", "eval_every=2", "tail_k=2")
-    assert code == 2 and "trained with another config (steps=6 -> 8)" in err
-    assert (out_dir / "baseline" / "metrics.jsonl").read_text() == before
+    assert code == 0, err
+    for method in ("baseline", "mhar-h2"):
+        rows = (out_dir / method / "metrics.jsonl").read_text().splitlines()
+        assert json.loads(rows[-1])["step"] == 8
+
+
+def test_compare_resume_of_an_interrupted_comparison(tmp_path, run_cli):
+    """Before compare.json exists, the run folders name the methods: a method of theirs that
+    the command leaves out is refused; ones not trained yet are welcome."""
+    out_dir = tmp_path / "cmp"
+    code, _, err = run_cli("compare", "--methods", "baseline", "--out", out_dir, "--quiet", *SMALL, "steps=2")
+    assert code == 0, err
+    (out_dir / "compare.json").unlink()  # as if stopped before the table
+    code, _, err = run_cli("compare", "--methods", "mhar-h2", "--out", out_dir, "--resume", "--quiet", *SMALL,
+                           "steps=2")
+    assert code == 2 and "compares baseline, not mhar-h2" in err
+    code, _, err = run_cli("compare", "--methods", "baseline,mhar-h2", "--out", out_dir, "--resume", "--quiet",
+                           *SMALL, "steps=2")
+    assert code == 0 and err.count("reusing the finished run") == 1
 
 
 def test_sweep_over_heads(tmp_path, run_cli):

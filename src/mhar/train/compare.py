@@ -17,7 +17,7 @@ from typing import Any, Callable
 import torch
 
 from mhar.train import checkpoint as ckpt
-from mhar.train.config import TrainConfig, apply_train_overrides, train_preset
+from mhar.train.config import TrainConfig, normalise_key, apply_train_overrides, config_diff, train_preset
 from mhar.train.metrics import CHECKPOINTS, CONFIG, SUMMARY, plot_runs, write_json
 from mhar.train.trainer import Trainer, release_memory
 
@@ -44,37 +44,31 @@ def _finished(run_dir: Path, cfg: TrainConfig) -> dict[str, Any] | None:
     return json.loads(summary.read_text()) if old == new else None
 
 
-def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out = {}
-    for k, v in d.items():
-        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
-    return out
-
-
-def _check_same_comparison(out: Path, methods: list[str], configs: list[TrainConfig]) -> None:
-    """--resume continues the comparison already in ``out``: the same methods, preset and
-    overrides. Anything else would extend or retrain its runs under another config."""
+def _check_resumable(out: Path, methods: list[str], configs: list[TrainConfig], overrides: list[str]) -> None:
+    """--resume continues the comparison in ``out``. A plain ``--resume`` must not train its
+    runs under the defaults: other methods than its runs', or a saved run whose config differs
+    in a key this command does not set (a dropped override: ``steps`` back to the preset's),
+    are refused. Keys the command sets may change, as in ``mhar train --resume steps=800``."""
     import json
 
-    again = "resume with the command that made it plus --resume"
-    saved = out / "compare.json"
-    if saved.exists():
-        info = json.loads(saved.read_text())
-        old = [r.get("label") for r in info.get("results", [])]
-        if old and old != methods:
-            raise ValueError(f"{out} compares {','.join(old)}, not {','.join(methods)}: {again} "
-                             f"({info.get('command', '')} --resume)")
+    info = json.loads((out / "compare.json").read_text()) if (out / "compare.json").exists() else {}
+    again = "resume with the command that made it plus --resume" + (
+        f" ({info['command']} --resume)" if info.get("command") else "")
+    runs = sorted(p.name for p in out.iterdir() if (p / CONFIG).exists()) if out.is_dir() else []
+    done = [r.get("label") for r in info.get("results", [])]  # a finished comparison's methods, in order
+    if (done and done != methods) or not set(runs) <= set(methods):
+        raise ValueError(f"{out} compares {','.join(done or runs)}, not {','.join(methods)}: {again}")
+    explicit = {normalise_key(item.split("=", 1)[0].strip()) for item in overrides if "=" in item}
     for method, cfg in zip(methods, configs):
-        path = out / method / CONFIG
-        if not path.exists():
+        if method not in runs:
             continue
-        old, new = _flat(TrainConfig.load(path).to_dict()), _flat(cfg.to_dict())
-        old.pop("model.vocab_size", None)  # resolved from the data at run time
-        new.pop("model.vocab_size", None)
-        diff = [f"{k}={old.get(k)!r} -> {new.get(k)!r}" for k in sorted(old.keys() | new.keys())
-                if old.get(k) != new.get(k)]
-        if diff:
-            raise ValueError(f"{out / method} was trained with another config ({', '.join(diff)}): {again}")
+        saved, new = TrainConfig.load(out / method / CONFIG).to_dict(), cfg.to_dict()
+        saved["model"].pop("vocab_size", None)  # resolved from the data at run time
+        new["model"].pop("vocab_size", None)
+        dropped = [d for d in config_diff(saved, new) if d.split(":", 1)[0] not in explicit]
+        if dropped:
+            raise ValueError(f"{out / method} was trained with another config, which this command does not "
+                             f"set ({'; '.join(dropped)}): {again}")
 
 
 def run_methods(preset: str, methods: list[str], out: str | Path, overrides: list[str] | None = None, *,
@@ -90,7 +84,7 @@ def run_methods(preset: str, methods: list[str], out: str | Path, overrides: lis
     configs = [method_config(preset, m, overrides) for m in methods]  # every config is checked before any training
     out = Path(out)
     if resume:
-        _check_same_comparison(out, methods, configs)
+        _check_resumable(out, methods, configs, overrides or [])
     out.mkdir(parents=True, exist_ok=True)
     results = []
     for i, (method, cfg) in enumerate(zip(methods, configs)):

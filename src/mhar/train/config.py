@@ -215,7 +215,7 @@ def train_preset(name: str = "tiny", method: str = "baseline") -> TrainConfig:
     return TrainConfig(model=model, data=data, preset=name, method=method, **p)
 
 
-def _normalise_key(key: str) -> str:
+def normalise_key(key: str) -> str:
     """Model keys may be given without the ``model.`` prefix."""
     head = key.split(".", 1)[0]
     train_fields = {f.name for f in dataclasses.fields(TrainConfig)}
@@ -245,7 +245,7 @@ def apply_train_overrides(cfg: TrainConfig, overrides: list[str] | dict[str, Any
     method = str(overrides.pop("method")) if "method" in overrides else None  # sets the whole residual stream
     normalised = {}
     for key, value in overrides.items():
-        nk = _normalise_key(key)
+        nk = normalise_key(key)
         valid = _dotted_keys(dataclasses.asdict(cfg))
         fields = [k for k in valid if k.startswith(nk + ".")]
         if fields:  # a section (model, stream, data): name its fields
