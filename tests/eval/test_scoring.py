@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from mhar.eval import scoring
 from mhar.eval.adapter import EvalModel, wrap_hf
-from mhar.eval.tasks import MCItem, Task
+from mhar.eval.tasks import MCItem, Task, WordItem
 
 from .conftest import byte_decode, byte_encode
 
@@ -51,6 +51,24 @@ def test_long_inputs_are_cut_from_the_left(tiny_model):
     assert s.logprob == pytest.approx(float(sum(logp[12 + j, t] for j, t in enumerate(byte_encode(" xyz")))), abs=1e-4)
     with pytest.raises(ValueError, match="does not fit"):
         scoring.loglikelihoods(short, [("a", " " + "b" * 20)], progress=False)
+
+    # a task skips and counts the items with an answer longer than the window (a tiny model's
+    # 256 tokens on a few PIQA solutions) instead of stopping; the others keep their scores
+    long = " " + "b" * 20
+    got = scoring.loglikelihoods(short, [("a", long), (ctx, " xyz")], progress=False, skip_too_long=True)
+    assert got[0] is None and got[1].logprob == pytest.approx(s.logprob, abs=1e-5)
+    items = [MCItem("fits", ctx, [" xyz", " xy"], gold=0), MCItem("long", "a", [" b", long], gold=0)]
+    m, recs = scoring.evaluate_mc(short, Task("t", "mc", items, "test"), progress=False)
+    assert [r["id"] for r in recs] == ["fits"] and m["n"] == 1 and m["skipped_too_long"] == 1
+    assert recs[0]["logprobs"][0] == pytest.approx(s.logprob, abs=1e-4)
+    words = [WordItem("fits", ctx, " xyz"), WordItem("long", "a", long)]
+    m, recs = scoring.evaluate_word(short, Task("w", "word", words, "test"), progress=False)
+    assert [r["id"] for r in recs] == ["fits"] and m["n"] == 1 and m["skipped_too_long"] == 1
+    from mhar.eval.runner import format_metrics, summary_markdown
+    assert "(1 skipped: longer than the window)" in format_metrics("w", m)
+    assert "| w | 1 (1 too long) |" in summary_markdown("short", {"w": m})
+    m, _ = scoring.evaluate_word(short, Task("w", "word", words[:1], "test"), progress=False)
+    assert "skipped_too_long" not in m  # nothing to report when every item fits
 
 
 class ByteTok:

@@ -120,7 +120,8 @@ def format_metrics(name: str, m: dict) -> str:
             parts.append(f"{k} {100 * v:.1f}" + (f" ± {100 * se:.1f}" if se is not None else ""))
         else:
             parts.append(f"{k} {v:.4f}" + (f" ± {se:.4f}" if se is not None else ""))
-    return f"{name:<14} n={m.get('n')}  " + "  ".join(parts) + f"  ({m.get('seconds', 0):.0f}s)"
+    skipped = f" ({m['skipped_too_long']} skipped: longer than the window)" if m.get("skipped_too_long") else ""
+    return f"{name:<14} n={m.get('n')}{skipped}  " + "  ".join(parts) + f"  ({m.get('seconds', 0):.0f}s)"
 
 
 def summary_markdown(model_name: str, results: dict[str, dict]) -> str:
@@ -140,7 +141,8 @@ def summary_markdown(model_name: str, results: dict[str, dict]) -> str:
                 other.append(f"{k} {m[k]:.4f}")
         if "chance" in m:
             other.append(f"chance {100 * m['chance']:.0f}")
-        n = f"{m.get('n')}" + (f" of {m['of']}" if "of" in m else "")
+        n = f"{m.get('n')}" + (f" of {m['of']}" if "of" in m else "") + (
+            f" ({m['skipped_too_long']} too long)" if m.get("skipped_too_long") else "")
         lines.append(f"| {name} | {n} | {pct('acc')} | {pct('acc_norm')} | {', '.join(other)} |")
     return "\n".join(lines) + "\n"
 

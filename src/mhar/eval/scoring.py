@@ -48,7 +48,8 @@ def _encode_pair(model: EvalModel, context: str, continuation: str, cache: dict)
 
 
 def loglikelihoods(model: EvalModel, requests: Sequence[tuple[str, str]], batch_tokens: int = 4096,
-                   progress: bool = True, desc: str = "loglikelihood", pack: bool = True) -> list[Scored]:
+                   progress: bool = True, desc: str = "loglikelihood", pack: bool = True,
+                   skip_too_long: bool = False) -> list[Scored | None]:
     """Log-likelihood of each continuation given its context, batched by a token budget
     (longest first, right padding: causal attention makes the padding harmless). The LM
     head is applied only at the continuation positions.
@@ -56,20 +57,27 @@ def loglikelihoods(model: EvalModel, requests: Sequence[tuple[str, str]], batch_
     With ``pack`` (and a model that takes a custom attention pattern), requests sharing a
     context are packed into one sequence: the context once, then every continuation, each
     attending to the context and to itself only, with positions restarting after the
-    context. The numbers are those of scoring each request alone (up to float rounding)."""
+    context. The numbers are those of scoring each request alone (up to float rounding).
+
+    A continuation longer than the model's window cannot be scored; it is an error, or with
+    ``skip_too_long`` its result is None (never a score at a wrong position)."""
     cache: dict = {}
     enc: list[tuple[list[int], list[int]]] = []
-    for ctx, cont in requests:
+    kept = []  # the requests scored, in order: enc[j] is requests[kept[j]]
+    for i, (ctx, cont) in enumerate(requests):
         c, k = _encode_pair(model, ctx, cont, cache)
         if model.add_bos and model.bos_id is not None:
             c = [model.bos_id] + c
         if not k:
             raise ValueError(f"empty continuation for context ending {ctx[-40:]!r}")
         if len(k) > model.max_len:
-            raise ValueError(f"a continuation of {len(k)} tokens does not fit the model's window of "
-                             f"{model.max_len} tokens")
+            if not skip_too_long:
+                raise ValueError(f"a continuation of {len(k)} tokens does not fit the model's window of "
+                                 f"{model.max_len} tokens")
+            continue
         full = (c + k)[-(model.max_len + 1):]
         enc.append((full[:-len(k)], full[-len(k):]))
+        kept.append(i)
     # units: one context and the requests that share it
     packed_ok = pack and model.packed_hidden_fn is not None
     groups: dict[tuple, list[int]] = {}
@@ -142,7 +150,10 @@ def loglikelihoods(model: EvalModel, requests: Sequence[tuple[str, str]], batch_
             p0 += n
         bar.update(len(owners))
     bar.close()
-    return out  # type: ignore[return-value]
+    every: list[Scored | None] = [None] * len(requests)
+    for j, i in enumerate(kept):
+        every[i] = out[j]
+    return every
 
 
 def _binom_se(p: float, n: int) -> float:
@@ -158,9 +169,10 @@ def evaluate_mc(model: EvalModel, task: Task, batch_tokens: int = 4096, progress
         r = it.requests()
         spans.append((len(reqs), len(r)))
         reqs += r
-    scored = loglikelihoods(model, reqs, batch_tokens, progress, desc=task.name)
+    scored = loglikelihoods(model, reqs, batch_tokens, progress, desc=task.name, skip_too_long=True)
+    items = [(it, s, n) for it, (s, n) in zip(task.items, spans) if None not in scored[s:s + n]]
     records = []
-    for it, (s, n) in zip(task.items, spans):
+    for it, s, n in items:
         lp = np.array([scored[s + j].logprob for j in range(n)])
         chars = np.array([len(c) for c in it.continuations], dtype=float)
         pred, pred_norm = int(lp.argmax()), int((lp / chars).argmax())
@@ -170,22 +182,31 @@ def evaluate_mc(model: EvalModel, task: Task, batch_tokens: int = 4096, progress
     n = len(records)
     acc = sum(r["correct"] for r in records) / max(n, 1)
     acc_norm = sum(r["correct_norm"] for r in records) / max(n, 1)
-    chance = float(np.mean([1.0 / len(it.continuations) for it in task.items])) if n else float("nan")
+    chance = float(np.mean([1.0 / len(it.continuations) for it, _, _ in items])) if n else float("nan")
     return ({"acc": acc, "acc_stderr": _binom_se(acc, n), "acc_norm": acc_norm,
-             "acc_norm_stderr": _binom_se(acc_norm, n), "chance": chance, "n": n}, records)
+             "acc_norm_stderr": _binom_se(acc_norm, n), "chance": chance, "n": n,
+             **_skipped(len(task.items) - n)}, records)
+
+
+def _skipped(k: int) -> dict[str, int]:
+    """Items left out because an answer alone is longer than the model's window (a tiny
+    model's 256 tokens on a few PIQA solutions): counted, never scored at a wrong position."""
+    return {"skipped_too_long": k} if k else {}
 
 
 def evaluate_word(model: EvalModel, task: Task, batch_tokens: int = 4096, progress: bool = True):
     """LAMBADA: the last word counts as right when greedy decoding reproduces all of its
     tokens (lm-eval's lambada acc); also the perplexity of the last word."""
     scored = loglikelihoods(model, [(it.context, it.continuation) for it in task.items], batch_tokens,
-                            progress, desc=task.name)
+                            progress, desc=task.name, skip_too_long=True)
+    pairs = [(it, s) for it, s in zip(task.items, scored) if s is not None]
     records = [{"id": it.id, "correct": int(s.greedy), "logprob": round(s.logprob, 4), "n_tokens": s.n_tokens}
-               for it, s in zip(task.items, scored)]
+               for it, s in pairs]
     n = len(records)
     acc = sum(r["correct"] for r in records) / max(n, 1)
-    ppl = math.exp(-sum(s.logprob for s in scored) / max(n, 1)) if n else float("nan")
-    return {"acc": acc, "acc_stderr": _binom_se(acc, n), "ppl": ppl, "n": n}, records
+    ppl = math.exp(-sum(s.logprob for _, s in pairs) / max(n, 1)) if n else float("nan")
+    return {"acc": acc, "acc_stderr": _binom_se(acc, n), "ppl": ppl, "n": n,
+            **_skipped(len(task.items) - n)}, records
 
 
 def evaluate_gen(model: EvalModel, task: Task, progress: bool = True, max_new_tokens: int | None = None):
