@@ -165,6 +165,7 @@ def test_cuda_graphs_errors(tmp_path):
         cfg = apply_train_overrides(train_preset("tiny", "baseline"), SMALL + ["cuda_graphs=on", "device=cpu"])
         with pytest.raises(ValueError, match="needs a CUDA device"):
             Trainer(cfg, tmp_path / "run", progress=False)
+        assert not (tmp_path / "run").exists()  # refused before the run folder is written
         x = torch.zeros(2, 4, dtype=torch.long)
         with pytest.raises(ValueError, match="need a CUDA device"):
             GraphedStep(lambda a, b: a.float().sum(), [], x, x)

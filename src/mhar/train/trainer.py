@@ -123,6 +123,8 @@ class Trainer:
         self.desc = self.label  # the progress bar's title
         self.rank, self.world_size = rank, world_size
         self.device = _resolve_device(cfg.device)
+        if cfg.cuda_graphs == "on" and self.device.type != "cuda":  # before the data and the run folder
+            raise ValueError(f"cuda_graphs=on needs a CUDA device; this run is on {self.device}")
         if cfg.threads and self.device.type == "cpu":
             torch.set_num_threads(cfg.threads)
         self.amp_dtype = self._amp_dtype()
@@ -152,8 +154,6 @@ class Trainer:
         self.adamw = cfg.adamw if cfg.adamw != "auto" else ("triton" if one_cuda_process else "torch")
         self.optimizer = build_optimizer(self.model, cfg.lr, cfg.weight_decay, (cfg.beta1, cfg.beta2), cfg.eps,
                                          cfg.decay_all, impl=self.adamw)
-        if cfg.cuda_graphs == "on" and self.device.type != "cuda":
-            raise ValueError(f"cuda_graphs=on needs a CUDA device; this run is on {self.device}")
         self.use_graphs = cfg.cuda_graphs == "on" or (cfg.cuda_graphs == "auto" and one_cuda_process)
         self.graphed: GraphedStep | None = None  # captured on the first step when use_graphs
         if resume_state is not None:
