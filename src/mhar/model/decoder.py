@@ -100,7 +100,7 @@ class Decoder(nn.Module):
                                preserve_rng_state=False)
             else:
                 call = sublayer
-            state.step(i, call, cos, sin, cache)
+            state.step(i, call, cos, sin, cache, fused=True)
         return self.final_norm(state.final())
 
     def forward(self, input_ids: Tensor, cache: KVCache | None = None) -> Tensor:

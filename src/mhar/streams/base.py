@@ -6,8 +6,10 @@
         state.write(i, sublayer(x))            # its raw output
     hidden = state.final()                     # into the final RMSNorm and LM head
 
-(``state.step(i, sublayer, ...)`` does one read and write; a stream may override it
-to fuse its glue into the sublayer's call, as the standard residual does.)
+(``state.step(i, sublayer, ...)`` does one read and write, for any sublayer. With
+``fused=True`` a stream may instead fuse its glue into the sublayer's call, which must
+then take the decoder's keywords: ``residual=`` (the standard residual) and ``add_to=``
+(block routing; see ``mhar.model.layers``).)
 
 A :class:`ResidualStream` is an ``nn.Module`` that owns the method's parameters
 (routing queries, key norms, gates, mixing scalars); ``start`` returns a fresh
@@ -32,8 +34,10 @@ class StreamState:
     def final(self) -> Tensor:
         raise NotImplementedError
 
-    def step(self, i: int, sublayer, *args) -> None:
-        """Sublayer i's read, call ``sublayer(x, *args)`` and write."""
+    def step(self, i: int, sublayer, *args, fused: bool = False) -> None:
+        """Sublayer i's read, call ``sublayer(x, *args)`` and write. ``fused``: the sublayer
+        takes the keywords a stream fuses its glue through (see the module's docstring);
+        off, any sublayer works, as with ``read`` and ``write``."""
         self.write(i, sublayer(self.read(i), *args))
 
 

@@ -103,10 +103,10 @@ class _RoutedState(StreamState):
             return routing.finalize(rows[k], self.shape, self.dtype)[0]
         return s.finalize_row(rows.view(k), self.shape, self.dtype)
 
-    def step(self, i: int, sublayer, *args) -> None:
+    def step(self, i: int, sublayer, *args, fused: bool = False) -> None:
         x = self.read(i)
         S = self.s.block_size
-        if S and i % S and self.s.sum_in_product:  # a block's later sublayer: its product adds into the sum
+        if fused and S and i % S and self.s.sum_in_product:  # a block's later sublayer: its product adds into the sum
             self.write(i, sublayer(x, *args, add_to=self.partial_sum), added=True)
         else:
             self.write(i, sublayer(x, *args))

@@ -28,7 +28,9 @@ class _StandardState(StreamState):
         self._settle()
         self.pending = output
 
-    def step(self, i: int, sublayer, *args) -> None:
+    def step(self, i: int, sublayer, *args, fused: bool = False) -> None:
+        if not fused:  # a sublayer without ``residual=``
+            return super().step(i, sublayer, *args)
         if self.pending is None:
             self.pending = sublayer(self.h, *args)
         else:
