@@ -58,3 +58,39 @@ def test_step_takes_any_sublayer_and_equals_read_write(name):
                 state.write(i, f(state.read(i)))
         out[use_step] = state.final()
     torch.testing.assert_close(out[True], out[False], rtol=0, atol=0)
+
+
+class ScaledSublayer(PlainSublayer):
+    """LayerScale: an fp32 per-channel scale on the output, which bf16 autocast promotes to fp32."""
+
+    def __init__(self):
+        super().__init__()
+        self.gamma = nn.Parameter(torch.full((D,), 0.5))
+
+    def forward(self, x):
+        return super().forward(x) * self.gamma
+
+
+@pytest.mark.parametrize("name", list(STREAMS))
+def test_sublayer_outputs_of_another_dtype_under_autocast(name):
+    # a routed stream's sources take the embedding's autocast dtype; an output promoted to
+    # fp32 is cast to it (it made route() refuse mixed dtypes): the result equals the
+    # stream over the outputs cast by hand. Every stream runs, gradients reach every parameter.
+    torch.manual_seed(1)
+    stream = randomized(STREAMS[name]())
+    sublayers = [ScaledSublayer() for _ in range(L2)]
+    emb = torch.randn(2, 5, D, requires_grad=True)
+    out = {}
+    for cast in (False, True):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            state = stream.start(emb)
+            for i, f in enumerate(sublayers):
+                y = f(state.read(i))
+                assert y.dtype == torch.float32
+                state.write(i, y.bfloat16() if cast else y)
+            out[cast] = state.final()
+    if isinstance(stream, RoutedStream):  # the others add in the promoted dtype
+        torch.testing.assert_close(out[False], out[True], rtol=0, atol=0)
+    out[False].float().square().mean().backward()
+    assert all(p.grad is not None for p in stream.parameters())
+    assert all(f.gamma.grad is not None for f in sublayers)

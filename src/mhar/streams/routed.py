@@ -115,6 +115,10 @@ class _RoutedState(StreamState):
         """Sublayer i's raw output, or (``added``, block routing) its block's running sum
         with the output added already."""
         S = self.s.block_size
+        if not added and output.dtype != self.dtype:
+            # the sources share the embedding's (autocast) dtype: a sublayer whose output is
+            # promoted (bf16 autocast times an fp32 LayerScale) would leave them mixed
+            output = output.to(self.dtype)
         if not S:
             self.sources.add(output)
             return
