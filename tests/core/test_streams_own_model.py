@@ -94,3 +94,33 @@ def test_sublayer_outputs_of_another_dtype_under_autocast(name):
     out[False].float().square().mean().backward()
     assert all(p.grad is not None for p in stream.parameters())
     assert all(f.gamma.grad is not None for f in sublayers)
+
+
+@pytest.mark.parametrize("build, match", [
+    (lambda: RoutedStream(D, L2, 2, schedule="two_phase"), "schedule='two_phase'"),
+    (lambda: RoutedStream(D, L2, 2, block_size=-1), "block_size=-1"),
+    (lambda: RoutedStream(D, L2, 2, schedule="two-phase", chunk=0), "chunk=0"),
+    (lambda: RoutedStream(D, L2, 2, phase1_min_sources=-1), "phase1_min_sources=-1"),
+    (lambda: DeltaStream(D, L2, 2, 2, schedule="twophase"), "schedule='twophase'"),
+    (lambda: HyperStream(D, L2, 0), "n=0"),
+    (lambda: HyperStream(D, L2, 4, recompute=-1), "recompute=-1"),
+])
+def test_streams_built_directly_check_their_arguments(build, match):
+    # built without a StreamConfig: a schedule typo ran one-pass silently; the others
+    # failed later (an assertion, a division by zero) or not at all
+    with pytest.raises(ValueError, match=match):
+        build()
+
+
+@pytest.mark.parametrize("name", list(STREAMS))
+def test_a_read_past_the_declared_sublayers_is_an_error(name):
+    # sublayer num_sublayers would read with the final read's query (routed, delta)
+    stream = STREAMS[name]()
+    state = stream.start(torch.randn(2, D))
+    for i in range(L2):
+        state.write(i, state.read(i) * 0.5)
+    if name == "standard":  # no per-sublayer parameters: any count works
+        state.read(L2)
+        return
+    with pytest.raises(IndexError, match=f"sublayer {L2} is out of range.*num_sublayers={L2}"):
+        state.read(L2)

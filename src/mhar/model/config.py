@@ -8,8 +8,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from mhar.streams.base import SCHEDULES
+
 STREAM_METHODS = ("standard", "routed", "delta", "hyper")
-SCHEDULES = ("auto", "one-pass", "two-phase")
 ROPE_LLAMA3_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
 
 

@@ -24,6 +24,23 @@ from torch import Tensor, nn
 from mhar import routing
 
 
+SCHEDULES = ("auto", "one-pass", "two-phase")
+
+
+def check_schedule(owner: str, schedule: str) -> None:
+    """A stream built directly (not from a StreamConfig) checks its arguments too: an
+    unknown schedule read as one-pass, silently."""
+    if schedule not in SCHEDULES:
+        raise ValueError(f"{owner}: schedule={schedule!r} is not one of {', '.join(SCHEDULES)}")
+
+
+def check_index(i: int, num_sublayers: int) -> None:
+    """A read past the sublayers a stream was built for would take the final read's
+    parameters (or index past them): a model with more sublayers than it declared."""
+    if not 0 <= i < num_sublayers:
+        raise IndexError(f"sublayer {i} is out of range: the stream was built for num_sublayers={num_sublayers}")
+
+
 class StreamState:
     def read(self, i: int) -> Tensor:
         raise NotImplementedError

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from mhar import routing
-from mhar.streams.base import ResidualStream, SourceList, StreamState, uses_two_phase
+from mhar.streams.base import ResidualStream, SourceList, StreamState, check_index, check_schedule, uses_two_phase
 
 
 class _DeltaState(StreamState):
@@ -46,6 +46,7 @@ class _DeltaState(StreamState):
         return self.block_reads[j]
 
     def read(self, i: int) -> Tensor:
+        check_index(i, self.s.num_sublayers)
         routed = self._read(i)
         return self.h + self.s.gates[i].to(self.h.dtype) * routed.to(self.h.dtype)
 
@@ -71,6 +72,7 @@ class DeltaStream(ResidualStream):
         routing.reference.check_heads(d_model, heads)
         if block_size < 1:
             raise ValueError(f"stream.block_size={block_size} must be >= 1 for the delta stream")
+        check_schedule("DeltaStream", schedule)
         self.heads, self.block_size, self.schedule = heads, block_size, schedule
         sites = num_sublayers + 1
         self.queries = nn.Parameter(torch.zeros(sites, d_model))

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from mhar.backends import BackendChoice
-from mhar.streams.base import ResidualStream, StreamState, autocast_dtype
+from mhar.streams.base import ResidualStream, StreamState, autocast_dtype, check_index
 
 
 # The glue's backend: "auto" is the Triton kernels (hyper_kernels.py) on CUDA: on the H200
@@ -243,6 +243,7 @@ class _HyperState(StreamState):
         self.segment_start = 0
 
     def read(self, i: int) -> Tensor:
+        check_index(i, self.s.num_sublayers)
         # streams recomputed in backward: with the kernels, while autograd records
         if self.s.segment_starts and torch.is_grad_enabled() and _use_kernels(self.X[0]):
             if i in self.s.segment_starts:
@@ -266,6 +267,10 @@ class HyperStream(ResidualStream):
 
     def __init__(self, d_model: int, num_sublayers: int, n: int = 4, recompute: int = 0):
         super().__init__(d_model, num_sublayers)
+        if n < 1:
+            raise ValueError(f"HyperStream: n={n} must be >= 1")
+        if recompute < 0:
+            raise ValueError(f"HyperStream: recompute={recompute} must be >= 0 (0: off)")
         self.n = n
         # recompute > 0: keep the n streams only where a recompute segment starts and
         # recompute the others in backward (the Triton glue only; _Segment, recompute_starts)

@@ -27,8 +27,8 @@ import torch
 from torch import Tensor, nn
 
 from mhar import routing
-from mhar.streams.base import (ResidualStream, SourceList, StreamState, autocast_dtype, phase1_min_sources,
-                               uses_two_phase)
+from mhar.streams.base import (ResidualStream, SourceList, StreamState, autocast_dtype, check_index, check_schedule,
+                               phase1_min_sources, uses_two_phase)
 
 
 def _finalize_row(p: routing.Partial, shape, dtype) -> Tensor:
@@ -66,6 +66,7 @@ class _RoutedState(StreamState):
     # -- the interface -------------------------------------------------------
     def read(self, i: int) -> Tensor:
         s, H = self.s, self.s.heads
+        check_index(i, s.num_sublayers)
         in_block = s.block_size and i % s.block_size  # a later sublayer of a block
         # (a block's running sum is read through the sink entry of the summary it becomes)
         n_src = len(self.sources)
@@ -153,6 +154,14 @@ class RoutedStream(ResidualStream):
                  sum_in_product: bool = True):
         super().__init__(d_model, num_sublayers)
         routing.reference.check_heads(d_model, heads)
+        check_schedule("RoutedStream", schedule)
+        if block_size < 0:
+            raise ValueError(f"RoutedStream: block_size={block_size} must be 0 (full routing) or >= 1")
+        if chunk < 1:
+            raise ValueError(f"RoutedStream: chunk={chunk} must be >= 1")
+        m = phase1_min_sources
+        if m is not None and (not isinstance(m, int) or isinstance(m, bool) or m < 0):
+            raise ValueError(f"RoutedStream: phase1_min_sources={m!r} must be an integer >= 0 or None")
         self.heads, self.block_size, self.schedule, self.chunk = heads, block_size, schedule, chunk
         self.phase1_min_sources, self.sum_in_product = phase1_min_sources, sum_in_product
         sites = num_sublayers + 1  # each sublayer and the final read
