@@ -75,6 +75,13 @@ def test_input_errors():
     for bad in (torch.tensor(1.0), [1.0] * srcs[0].shape[-1]):
         with pytest.raises(ValueError, match=r"every source must be a tensor of shape \(\.\.\., d\)"):
             routing.route([srcs[0], bad], q, w, 1)
+    # a query of another width than the sources: named as such (the message showed the
+    # expected shape and the source's, equal); mixed dtypes name both
+    d = q.shape[0]
+    with pytest.raises(ValueError, match=f"source 0 has width {d}, the query and norm weight d={d - 2}"):
+        routing.route(srcs, q[:-2], w[:-2], 1)
+    with pytest.raises(ValueError, match="source 0 is torch.float32 on cpu, source 1 torch.bfloat16 on cpu"):
+        routing.route([srcs[0], srcs[1].bfloat16()], q, w, 1)
 
 
 def test_ops_registered():

@@ -1784,15 +1784,18 @@ def _compiling() -> bool:
 def _validate(srcs: list[Tensor], d: int, heads: int) -> None:
     if not srcs:
         raise ValueError("route needs at least one source")
-    check_heads(d, heads)
-    for s in srcs:
+    for i, s in enumerate(srcs):
         if not isinstance(s, Tensor) or s.dim() < 1:
             raise ValueError("every source must be a tensor of shape (..., d); got "
                              + (f"shape {tuple(s.shape)}" if isinstance(s, Tensor) else type(s).__name__))
-        if s.shape != srcs[0].shape or s.shape[-1] != d:
-            raise ValueError(f"every source must have shape {tuple(srcs[0].shape)} with last dim d={d}; got {tuple(s.shape)}")
+        if s.shape[-1] != d:  # (named apart: the shape message showed two equal shapes)
+            raise ValueError(f"source {i} has width {s.shape[-1]}, the query and norm weight d={d}")
+        if s.shape != srcs[0].shape:
+            raise ValueError(f"every source must have shape {tuple(srcs[0].shape)}; source {i} has {tuple(s.shape)}")
         if s.device != srcs[0].device or s.dtype != srcs[0].dtype:
-            raise ValueError("every source must have the same device and dtype")
+            raise ValueError(f"every source must have the same device and dtype: source 0 is {srcs[0].dtype} on "
+                             f"{srcs[0].device}, source {i} {s.dtype} on {s.device}")
+    check_heads(d, heads)
     if not srcs[0].is_floating_point():
         raise ValueError(f"sources must be floating point; got {srcs[0].dtype}")
 
