@@ -228,3 +228,38 @@ def test_gradient_sink_spans_are_checked():
     reg = [sink.register(s) for s in srcs]
     with pytest.raises(ValueError, match="does not fit"):
         routing.route(reg, q, w, 1, sink=sink.span(1, 2))
+
+
+def _penalty_backward(read, x):
+    """A gradient penalty on ``x`` (R1-style): its gradient with create_graph, then backward."""
+    loss = read().square().sum() + x.pow(3).sum()  # x's own path keeps the penalty differentiable
+    gx, = torch.autograd.grad(loss, x, create_graph=True)
+    gx.square().sum().backward()
+
+
+@pytest.mark.parametrize("entry", ["route", "route_partial", "route_merge", "reference", "stream"])
+def test_second_order_gradients_are_an_error(entry):
+    # the backward passes are not differentiable: a second order took routing's first-order
+    # gradients as constants, silently (q got no gradient, the sources' were wrong)
+    from mhar.streams import RoutedStream
+
+    srcs, q, w = _inputs()
+    x = srcs[0]
+    reads = {
+        "route": lambda: routing.route(srcs, q, w, 4),
+        "route_partial": lambda: routing.route_partial(srcs, q.view(1, -1), w.view(1, -1), 4).o,
+        "route_merge": lambda: routing.route_merge(routing.route_partial(srcs[:2], q.view(1, -1), w.view(1, -1), 4),
+                                                   srcs[2:], q, w, 4),
+        "reference": lambda: R.route(srcs, q, w, 4),
+    }
+    if entry == "stream":  # the sources registered with a GradientSink, block running sums
+        stream = RoutedStream(16, 4, heads=4, block_size=2)
+
+        def read():
+            state = stream.start(x)
+            for i in range(4):
+                state.write(i, torch.tanh(state.read(i)) * srcs[1])
+            return state.final()
+        reads[entry] = read
+    with pytest.raises(RuntimeError, match="differentiate twice"):
+        _penalty_backward(reads[entry], x)

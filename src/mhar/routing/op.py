@@ -33,6 +33,7 @@ from typing import NamedTuple, Optional, Sequence
 
 import torch
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 from mhar.backends import KERNEL_DTYPES, BackendChoice
 from mhar.routing import occupancy
@@ -1287,6 +1288,9 @@ route_partial_op.register_autograd(_partial_backward, setup_context=_partial_set
 # dispatch (aliasing checks, pytree over N tensors) costs ~0.5-1 ms per call with tens
 # of sources, more than the kernels at small shapes. Eager code takes this path;
 # torch.compile traces the custom ops (the public functions switch on is_compiling).
+# Their backward passes are not differentiable themselves (kernels, in-place sums): each
+# is @once_differentiable, so a second-order gradient (create_graph=True, a gradient
+# penalty) is an error instead of silently missing routing's terms.
 
 class GradientSink:
     """Running sums of the gradients of a stream's sources, added into by the routing
@@ -1415,6 +1419,16 @@ class SinkSpan:
         return [*[None] * self.count, *grads[self.count:]]
 
 
+def _no_second_order() -> None:
+    """A sink's backward under create_graph=True: its sums hold the reads' gradients as
+    plain tensors (often with no gradient of their own reaching the node, so
+    @once_differentiable would see nothing to mark), and a second order would take
+    them as constants."""
+    if torch.is_grad_enabled():
+        raise RuntimeError("mhar routing: cannot differentiate twice (create_graph=True) through a routed "
+                           "stream's GradientSink: the routing backward is not differentiable")
+
+
 def _apply_deferred(total: Tensor, source: Tensor, terms: Tensor) -> None:
     """total -= (sum over heads of ``terms``) x, in place, per token: a source's deferred key-norm
     x terms (``GradientSink.deferred``; (H, n_tok) fp32) into its gradient's sum."""
@@ -1442,6 +1456,7 @@ class _SinkSource(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
+        _no_second_order()
         sink, i = ctx.sink, ctx.index
         total = sink.buffers[i]
         deferred, sink.deferred[i] = sink.deferred[i], None
@@ -1473,6 +1488,7 @@ class _RunningSum(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
+        _no_second_order()
         sink, i = ctx.sink, ctx.index
         total = sink.buffers[i]
         if grad is not None and (total is None or grad.data_ptr() != total.data_ptr()):
@@ -1495,6 +1511,7 @@ class _RouteFn(torch.autograd.Function):
         return y
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad_y):
         query, norm_weight, y, lse, *sources = ctx.saved_tensors
         d, n_tok = query.shape[-1], lse.shape[0]
@@ -1523,6 +1540,7 @@ class _PartialFn(torch.autograd.Function):
         return m, l, o
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad_m, grad_l, grad_o):
         queries, norm_weights, m, rstd, *sources = ctx.saved_tensors
         S, d = queries.shape
@@ -1677,6 +1695,7 @@ class _MergeFn(torch.autograd.Function):
         return y
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad_y):
         query, norm_weight, y, lse, m0, *sources = ctx.saved_tensors
         heads, d, n_tok = ctx.heads, query.shape[-1], lse.shape[0]
@@ -1732,6 +1751,7 @@ class _FinalizeFn(torch.autograd.Function):
         return x
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, g):
         l, x, *m = ctx.saved_tensors
         S, M, H = l.shape

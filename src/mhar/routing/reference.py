@@ -29,6 +29,7 @@ from typing import NamedTuple, Sequence
 
 import torch
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 KEY_NORM_EPS = 1e-6
 
@@ -100,6 +101,7 @@ class _PartialRead(torch.autograd.Function):
         return m, l, o.view(S, M, d)
 
     @staticmethod
+    @once_differentiable  # its backward is not itself differentiable: a second order is an error
     def backward(ctx, grad_m, grad_l, grad_o):
         queries, norm_weights, m, *sources = ctx.saved_tensors
         heads, eps = ctx.heads, ctx.eps
