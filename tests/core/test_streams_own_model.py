@@ -124,3 +124,41 @@ def test_a_read_past_the_declared_sublayers_is_an_error(name):
         return
     with pytest.raises(IndexError, match=f"sublayer {L2} is out of range.*num_sublayers={L2}"):
         state.read(L2)
+
+
+@pytest.mark.parametrize("name", list(STREAMS))
+def test_checkpointing_the_sublayer_call_matches_and_the_stream_loop_is_refused(name):
+    # checkpoint(f, state.read(i)) gives the plain gradients. A block (two sublayers' reads
+    # and writes) inside the checkpoint is recomputed in backward on a state that has moved
+    # on: the standard and hyper streams' gradients came out wrong silently, the routed
+    # ones failed with checkpoint's metadata mismatch; a second write of a sublayer is
+    # now an error that says what to checkpoint
+    from torch.utils.checkpoint import checkpoint
+
+    torch.manual_seed(2)
+    stream = randomized(STREAMS[name]())
+    sublayers = nn.ModuleList(PlainSublayer() for _ in range(L2))
+    emb = torch.randn(2, 5, D)
+
+    def run(mode):
+        sublayers.zero_grad()
+        state = stream.start(emb)
+
+        def block(j):
+            for i in (2 * j, 2 * j + 1):
+                x = state.read(i)
+                f = sublayers[i]
+                state.write(i, checkpoint(f, x, use_reentrant=False) if mode == "sublayer" else f(x))
+        for j in range(L2 // 2):
+            if mode == "block":
+                checkpoint(block, j, use_reentrant=False)
+            else:
+                block(j)
+        state.final().square().mean().backward()
+        return [p.grad.clone() for p in sublayers.parameters()]
+
+    plain = run("plain")
+    for a, b in zip(run("sublayer"), plain):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    with pytest.raises(RuntimeError, match=r"sublayer \d written after sublayer \d.*checkpoint the sublayer's call"):
+        run("block")

@@ -41,6 +41,19 @@ def check_index(i: int, num_sublayers: int) -> None:
         raise IndexError(f"sublayer {i} is out of range: the stream was built for num_sublayers={num_sublayers}")
 
 
+def check_written(state: "StreamState", i: int) -> None:
+    """Sublayers write in increasing order, each once (some may be skipped). A write of
+    an earlier one is the loop run again on a state that has moved on: typically read
+    and write inside a function that torch.utils.checkpoint recomputes in backward,
+    which gave the standard and hyper streams wrong gradients silently."""
+    last = getattr(state, "last_written", -1)
+    if i <= last:
+        raise RuntimeError(f"sublayer {i} written after sublayer {last}: a stream state is written once per "
+                           "sublayer, in order. Under torch.utils.checkpoint, checkpoint the sublayer's call "
+                           "only: state.write(i, checkpoint(f, state.read(i), use_reentrant=False))")
+    state.last_written = i
+
+
 class StreamState:
     def read(self, i: int) -> Tensor:
         raise NotImplementedError

@@ -19,7 +19,8 @@ import torch
 from torch import Tensor, nn
 
 from mhar import routing
-from mhar.streams.base import ResidualStream, SourceList, StreamState, check_index, check_schedule, uses_two_phase
+from mhar.streams.base import (ResidualStream, SourceList, StreamState, check_index, check_schedule, check_written,
+                               uses_two_phase)
 
 
 class _DeltaState(StreamState):
@@ -51,6 +52,7 @@ class _DeltaState(StreamState):
         return self.h + self.s.gates[i].to(self.h.dtype) * routed.to(self.h.dtype)
 
     def write(self, i: int, output: Tensor) -> None:
+        check_written(self, i)
         self.h = self.h + output
         S = self.s.block_size
         if i % S == S - 1 or i == self.s.num_sublayers - 1:

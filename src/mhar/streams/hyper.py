@@ -18,7 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from mhar.backends import BackendChoice
-from mhar.streams.base import ResidualStream, StreamState, autocast_dtype, check_index
+from mhar.streams.base import ResidualStream, StreamState, autocast_dtype, check_index, check_written
 
 
 # The glue's backend: "auto" is the Triton kernels (hyper_kernels.py) on CUDA: on the H200
@@ -255,6 +255,7 @@ class _HyperState(StreamState):
         return x
 
     def write(self, i: int, output: Tensor) -> None:
+        check_written(self, i)
         self.X = _update(self.mixed, self.s.static_beta[i], output, self.segment)
         self.mixed = None
 

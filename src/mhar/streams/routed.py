@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 from mhar import routing
 from mhar.streams.base import (ResidualStream, SourceList, StreamState, autocast_dtype, check_index, check_schedule,
-                               phase1_min_sources, uses_two_phase)
+                               check_written, phase1_min_sources, uses_two_phase)
 
 
 def _finalize_row(p: routing.Partial, shape, dtype) -> Tensor:
@@ -115,6 +115,7 @@ class _RoutedState(StreamState):
     def write(self, i: int, output: Tensor, added: bool = False) -> None:
         """Sublayer i's raw output, or (``added``, block routing) its block's running sum
         with the output added already."""
+        check_written(self, i)
         S = self.s.block_size
         if not added and output.dtype != self.dtype:
             # the sources share the embedding's (autocast) dtype: a sublayer whose output is

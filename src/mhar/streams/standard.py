@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from mhar.streams.base import ResidualStream, StreamState
+from mhar.streams.base import ResidualStream, StreamState, check_written
 
 
 class _StandardState(StreamState):
@@ -25,6 +25,7 @@ class _StandardState(StreamState):
         return self._settle()
 
     def write(self, i: int, output: Tensor) -> None:
+        check_written(self, i)
         self._settle()
         self.pending = output
 
