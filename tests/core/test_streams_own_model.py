@@ -162,3 +162,32 @@ def test_checkpointing_the_sublayer_call_matches_and_the_stream_loop_is_refused(
         torch.testing.assert_close(a, b, rtol=0, atol=0)
     with pytest.raises(RuntimeError, match=r"sublayer \d written after sublayer \d.*checkpoint the sublayer's call"):
         run("block")
+
+
+def test_readme_own_model_example_runs():
+    # README's "Use it in your own model": its model, with the sublayers filled in, trains
+    # a step with each stream it names
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    code = readme.split("## Use it in your own model", 1)[1].split("```python", 1)[1].split("```", 1)[0]
+    code = code.replace("nn.ModuleList(...)", "nn.ModuleList(PlainSublayer(d) for _ in range(2 * n_layers))")
+
+    class PlainSublayer(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.norm, self.proj = nn.LayerNorm(d), nn.Linear(d, d)
+
+        def forward(self, x):
+            return self.proj(self.norm(x))
+
+    ns = {"PlainSublayer": PlainSublayer}
+    exec(code, ns)
+    others = next(line for line in code.splitlines() if line.strip().startswith("# StandardStream("))
+    streams = [ns["GPT"](50).stream, *eval(others.strip()[1:], ns, {"d": 64, "n": 6})]  # the commented ones
+    assert [type(s).__name__ for s in streams] == ["RoutedStream", "StandardStream", "HyperStream", "DeltaStream"]
+    for stream in streams:
+        model = ns["GPT"](50)
+        model.stream = stream
+        model(torch.randint(0, 50, (2, 7))).logsumexp(-1).mean().backward()
+        assert all(p.grad is not None for p in stream.parameters())
