@@ -46,14 +46,16 @@ def test_bench_step_cuda_graphs_needs_a_gpu(tmp_path):
               "--out", str(tmp_path)])
 
 
-def test_bench_step_fails_a_row_that_would_run_uncompiled(tmp_path, monkeypatch):
+def test_bench_step_fails_a_row_that_would_run_uncompiled(tmp_path):
     """Past torch.compile's budget of variants a function runs uncompiled; the bench
     must not time that as a compiled step. With a budget of one, the baseline's
     attention sublayer (called without and with the fused residual) exceeds it."""
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
-    rc = main(["bench", "step", "--preset", "tiny", "--methods", "baseline", "--steps", "1", "--warmup", "1",
-               "--compile", "regions", "--out", str(tmp_path), "--tag", "t", "n_layers=2", "d_model=64",
-               "n_heads=2", "n_kv_heads=1", "d_ff=128", "vocab_size=256"])
+    # config.patch, not monkeypatch: recompile_limit is an alias in torch's config module,
+    # and monkeypatch's undo left it unreadable, failing every later compile in the process
+    with torch._dynamo.config.patch(recompile_limit=1):
+        rc = main(["bench", "step", "--preset", "tiny", "--methods", "baseline", "--steps", "1", "--warmup", "1",
+                   "--compile", "regions", "--out", str(tmp_path), "--tag", "t", "n_layers=2", "d_model=64",
+                   "n_heads=2", "n_kv_heads=1", "d_ff=128", "vocab_size=256"])
     torch._dynamo.reset()
     results = json.loads((tmp_path / "step_t.json").read_text())["results"]
     assert rc == 0 and "recompile_limit" in results[0]["error"], results
