@@ -11,7 +11,7 @@ the host's launch time is not what is measured. Routed methods use the routing o
 CUDA) with the stream's default schedule; ``METHOD@two-phase`` (or ``@one-pass``) picks
 the schedule per method, so both can be compared in one run. ``METHOD+KEY=VALUE`` (one
 ``+`` per setting, after the schedule if any) sets model overrides for that method alone,
-after the run's own: ``mhar-block,mhar-block+stream.sum_in_product=false`` times a
+after the run's own: ``mhar-block,mhar-block+stream.sum_in_product=true`` times a
 setting both ways in one process (with ``--interleave``, each against the same
 baseline's steps).
 

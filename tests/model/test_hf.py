@@ -28,15 +28,18 @@ def tiny(method: str, **kw) -> MharForCausalLM:
     """A tiny model whose routing parameters are randomised (at init every read is
     trivial: zero queries / gates), so the tests exercise real routing.
     ``method`` may end in ``/two-phase`` for the two-phase schedule, its name in ``:S`` for
-    blocks of S sublayers (block routing's default here is blocks of one)."""
+    blocks of S sublayers (block routing's default here is blocks of one), and in ``+sum`` for
+    stream.sum_in_product (the running sums formed in the output projections)."""
     base = dict(vocab_size=97, d_model=32, n_layers=3, n_heads=4, n_kv_heads=2, d_ff=48, max_seq_len=64)
     base.update(kw)
+    method, _, fused_sum = method.partition("+")
     name, _, schedule = method.partition("/")
     name, _, block = name.partition(":")
     extra = {"schedule": schedule, "chunk": 2} if schedule else {}
     cfg = ModelConfig(**base, stream=method_stream(name, 2 * base["n_layers"], base["d_model"], **extra))
     if block:
         cfg.stream.block_size = int(block)
+    cfg.stream.sum_in_product = fused_sum == "sum"
     torch.manual_seed(0)
     model = MharForCausalLM(MharConfig.from_model_config(cfg)).eval()
     with torch.no_grad():
@@ -119,7 +122,8 @@ def test_gradient_checkpointing_enable(method):
     assert not model.model.activation_checkpointing
 
 
-@pytest.mark.parametrize("method", ["mhar", "mhar-block:3", "mhar-block:3/two-phase", "delta:3", "hyper"])
+@pytest.mark.parametrize("method", ["mhar", "mhar-block:3", "mhar-block:3+sum", "mhar-block:3/two-phase+sum",
+                                    "delta:3", "hyper"])
 def test_peft_lora_equals_its_merged_model(method):
     """peft's LoRA on the projections: the adapted model's logits equal those of the
     model with the adapters merged into its weights, and every adapter gets a gradient

@@ -240,7 +240,8 @@ def test_bench_step_per_method_overrides(tmp_path):
                   ["stream.block_size=2"], 8, "cpu")
     s = model.config.stream
     assert (s.schedule, s.block_size, s.sum_in_product) == ("two-phase", 3, False)
-    assert build("tiny", "mhar-block", 32, ["stream.block_size=2"], 8, "cpu").config.stream.sum_in_product
+    assert not build("tiny", "mhar-block", 32, ["stream.block_size=2"], 8, "cpu").config.stream.sum_in_product
+    assert build("tiny", "mhar-block+stream.sum_in_product=true", 32, [], 8, "cpu").config.stream.sum_in_product
     with pytest.raises(ValueError, match="KEY=VALUE"):
         build("tiny", "mhar-block+stream.block_size", 32, [], 8, "cpu")
     # the method's stream follows the overridden shape: about 8 blocks at 16 layers, H = 3 at width 96

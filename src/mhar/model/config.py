@@ -38,8 +38,10 @@ class StreamConfig:
     sum_in_product: block routing: a block's later sublayers form its running sum in
         their last product (the output projection adds into the sum as cuBLAS's C operand,
         ``model.layers.project_into``: one read of the sum instead of a pass of its own
-        over three tensors, and one bf16 rounding instead of two). False: the separate
-        add.
+        over three tensors, and one bf16 rounding instead of two). Off by default: on an
+        H100 and an H200 it measured the separate add's step time, within the spread, at
+        100M and 350M (sessions 56-57, bench/results/step_h200.md), and the separate
+        add calls any sublayer as it is.
     hyper_n: number of parallel streams for hyper-connections.
     hyper_recompute: hyper-connections with the Triton glue (CUDA): recompute the n
         streams in backward instead of keeping them for every sublayer (0: keep them
@@ -59,7 +61,7 @@ class StreamConfig:
     schedule: str = "auto"
     chunk: int = 8
     phase1_min_sources: int | None = None
-    sum_in_product: bool = True
+    sum_in_product: bool = False
     hyper_n: int = 4
     hyper_recompute: int = 6
 

@@ -19,8 +19,8 @@ _SDPA_HAS_GQA = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")
 def project_into(x: Tensor, proj: nn.Linear, total: Tensor | None) -> Tensor:
     """``proj(x)``, or ``total + proj(x)`` as one product: ``total`` is the product's C
     operand (``addmm``, beta 1), so the add costs a read of it in cuBLAS's epilogue instead
-    of a pass of its own over three tensors. Block routing's running sums use it
-    (``RoutedStream``); in bf16 the sum is rounded once, from the product's fp32
+    of a pass of its own over three tensors. Block routing's running sums use it with
+    ``stream.sum_in_product`` (``RoutedStream``); in bf16 the sum is rounded once, from the product's fp32
     accumulator, not twice.
 
     Anything but a plain bias-free ``nn.Linear`` without hooks is called as a module and

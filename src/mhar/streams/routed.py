@@ -8,8 +8,8 @@ before it and its raw output becomes a new source; nothing is added back.
 * block routing (``block_size=S``): sources are block summaries: the embedding and
   the sum of the raw outputs of each completed block of S sublayers; sublayers after
   the first of a block also read the running partial sum of their block. S = 1 is
-  full routing. Those later sublayers add their output into the sum in their last
-  product (``sum_in_product``, see ``step``).
+  full routing. With ``sum_in_product`` (off by default) those later sublayers add
+  their output into the sum in their last product (see ``step``).
 
 Every site (each sublayer, plus a final one before the output norm) owns a query
 (zero-initialised: every read starts as the uniform mean) and a key-norm weight
@@ -152,7 +152,7 @@ class RoutedStream(ResidualStream):
 
     def __init__(self, d_model: int, num_sublayers: int, heads: int = 1, block_size: int = 0,
                  schedule: str = "auto", chunk: int = 8, phase1_min_sources: int | None = None,
-                 sum_in_product: bool = True):
+                 sum_in_product: bool = False):
         super().__init__(d_model, num_sublayers)
         routing.reference.check_heads(d_model, heads)
         check_schedule("RoutedStream", schedule)
