@@ -102,6 +102,7 @@ def test_sublayer_outputs_of_another_dtype_under_autocast(name):
     (lambda: RoutedStream(D, L2, 2, schedule="two-phase", chunk=0), "chunk=0"),
     (lambda: RoutedStream(D, L2, 2, phase1_min_sources=-1), "phase1_min_sources=-1"),
     (lambda: DeltaStream(D, L2, 2, 2, schedule="twophase"), "schedule='twophase'"),
+    (lambda: DeltaStream(D, L2, 2, 0), "DeltaStream: block_size=0"),  # its own name, not the config's key
     (lambda: HyperStream(D, L2, 0), "n=0"),
     (lambda: HyperStream(D, L2, 4, recompute=-1), "recompute=-1"),
 ])

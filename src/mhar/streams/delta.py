@@ -73,7 +73,7 @@ class DeltaStream(ResidualStream):
         super().__init__(d_model, num_sublayers)
         routing.reference.check_heads(d_model, heads)
         if block_size < 1:
-            raise ValueError(f"stream.block_size={block_size} must be >= 1 for the delta stream")
+            raise ValueError(f"DeltaStream: block_size={block_size} must be >= 1")
         check_schedule("DeltaStream", schedule)
         self.heads, self.block_size, self.schedule = heads, block_size, schedule
         sites = num_sublayers + 1
