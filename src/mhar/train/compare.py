@@ -34,14 +34,19 @@ def _finished(run_dir: Path, cfg: TrainConfig) -> dict[str, Any] | None:
     """The summary of a finished run with the same config, if there is one."""
     import json
 
-    summary, saved = run_dir / SUMMARY, run_dir / CONFIG
-    if not (summary.exists() and saved.exists()):
+    summary = run_dir / SUMMARY
+    if not (summary.exists() and (run_dir / CONFIG).exists()):
         return None
-    old = TrainConfig.load(saved).to_dict()
-    new = cfg.to_dict()
-    old["model"].pop("vocab_size", None)  # resolved from the data at run time
-    new["model"].pop("vocab_size", None)
+    old, new = _saved_and_new(run_dir, cfg)
     return json.loads(summary.read_text()) if old == new else None
+
+
+def _saved_and_new(run_dir: Path, cfg: TrainConfig) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A run folder's saved config and ``cfg``, as dicts to compare."""
+    saved, new = TrainConfig.load(run_dir / CONFIG).to_dict(), cfg.to_dict()
+    for d in (saved, new):
+        d["model"].pop("vocab_size", None)  # resolved from the data at run time
+    return saved, new
 
 
 def _check_resumable(out: Path, methods: list[str], configs: list[TrainConfig], overrides: list[str]) -> None:
@@ -62,10 +67,7 @@ def _check_resumable(out: Path, methods: list[str], configs: list[TrainConfig], 
     for method, cfg in zip(methods, configs):
         if method not in runs:
             continue
-        saved, new = TrainConfig.load(out / method / CONFIG).to_dict(), cfg.to_dict()
-        saved["model"].pop("vocab_size", None)  # resolved from the data at run time
-        new["model"].pop("vocab_size", None)
-        dropped = [d for d in config_diff(saved, new) if d.split(":", 1)[0] not in explicit]
+        dropped = [d for d in config_diff(*_saved_and_new(out / method, cfg)) if d.split(":", 1)[0] not in explicit]
         if dropped:
             raise ValueError(f"{out / method} was trained with another config, which this command does not "
                              f"set ({'; '.join(dropped)}): {again}")
