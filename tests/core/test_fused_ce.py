@@ -297,6 +297,26 @@ def test_interp_bf16_autocast(monkeypatch):
         assert rel(a, b) <= 1e-2, (name, rel(a, b))
 
 
+def test_second_order_through_the_chunked_loss_is_an_error():
+    # its gradients are formed in the forward, so a gradient penalty through it took them
+    # as constants, silently; the plain loss (chunk 0) differentiates twice as autograd does
+    h, w, t = make(12, 8, 45, seed=5)
+    h.requires_grad_(True)
+    penalty = {}
+    for chunk in (0, 5):
+        loss = L.linear_cross_entropy(h, w, t, chunk_size=chunk)
+        if chunk:
+            with pytest.raises(RuntimeError, match="differentiate twice"):
+                torch.autograd.grad(loss, h, create_graph=True)
+        else:
+            gh, = torch.autograd.grad(loss, h, create_graph=True)
+            penalty[chunk], = torch.autograd.grad(gh.square().sum(), h)
+    assert penalty[0].abs().sum() > 0
+    loss = L.linear_cross_entropy(h, w, t, chunk_size=5)  # a first order is as before
+    assert torch.allclose(torch.autograd.grad(loss, h)[0], torch.autograd.grad(
+        L.linear_cross_entropy(h, w, t, chunk_size=0), h)[0], atol=1e-6)
+
+
 def _accumulator_writes_first(dev: str, dtype: torch.dtype) -> None:
     # the fused path's fp32 head gradient starts as torch.empty: the first chunk's product
     # must overwrite it, NaNs included, and the later ones add

@@ -278,6 +278,22 @@ def test_interp_deterministic(triton_backend):
     assert all(torch.equal(u, v) for u, v in zip(a, b))
 
 
+@interp
+@pytest.mark.parametrize("recompute", [0, 2])
+def test_interp_second_order_is_an_error(recompute, triton_backend):
+    # the kernels' backward passes are not differentiable: a gradient penalty through them
+    # took their first-order gradients as constants, silently missing the mixing's terms
+    stream = HyperStream(8, 4, n=2, recompute=recompute)
+    x = torch.randn(2, 3, 8, requires_grad=True)
+    state = stream.start(x)
+    for i in range(4):
+        state.write(i, torch.tanh(state.read(i)))
+    loss = state.final().square().sum() + x.pow(3).sum()  # x's own path keeps the penalty differentiable
+    gx, = torch.autograd.grad(loss, x, create_graph=True)
+    with pytest.raises(RuntimeError, match="differentiate twice"):
+        gx.square().sum().backward()
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.cuda
 @pytest.mark.parametrize("autocast", [False, True])

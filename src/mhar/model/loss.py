@@ -222,6 +222,13 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out):
+        # The gradients were formed in the forward as plain tensors: a second order
+        # (create_graph=True) would take them as constants, silently. @once_differentiable
+        # cannot catch it, as the loss's incoming gradient is a constant too.
+        if torch.is_grad_enabled():
+            raise RuntimeError("mhar loss: cannot differentiate twice (create_graph=True) through the chunked "
+                               "linear + cross-entropy, whose gradients are formed in its forward; use the "
+                               "plain loss (chunk_size=0, the trainer's loss_chunk=0)")
         grad_hidden, grad_weight = ctx.saved_tensors
         gh = grad_hidden * grad_out.to(grad_hidden.dtype) if ctx.needs_input_grad[0] else None
         # (as a foreach op: the plain product with a 0-d CUDA tensor runs the broadcasting,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
 
 from mhar.backends import BackendChoice
 from mhar.streams.base import ResidualStream, StreamState, autocast_dtype, check_index, check_written
@@ -161,6 +162,7 @@ class _MixFn(torch.autograd.Function):
         return x, mixed
 
     @staticmethod
+    @once_differentiable  # kernels: a second order would miss their terms
     def backward(ctx, gx: Tensor | None, gm: Tensor | None):
         from mhar.streams.hyper_kernels import _mix_bwd_kernel
 
@@ -192,6 +194,7 @@ class _UpdateFn(torch.autograd.Function):
         return out
 
     @staticmethod
+    @once_differentiable  # kernels: a second order would miss their terms
     def backward(ctx, g: Tensor):
         from mhar.streams.hyper_kernels import _update_bwd_kernel
 
