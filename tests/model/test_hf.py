@@ -182,6 +182,24 @@ def test_cache_is_really_used():
     assert lengths == [6, 1, 1, 1]
 
 
+@pytest.mark.parametrize("method", ["mhar", "delta:3", "hyper"])
+def test_handed_in_cache_is_read(method):
+    """A cache handed back in is read however use_cache is set and in training mode (where
+    use_cache defaults to off): the continuation's logits equal a full forward's. (It was
+    dropped there, so the continuation restarted at position 0 without its past.)"""
+    model = tiny(method)
+    ids = torch.randint(0, 97, (2, 9))
+    with torch.no_grad():
+        want = model(input_ids=ids, use_cache=False).logits[:, 5:]
+        for train, use_cache in ((False, False), (True, None), (True, True)):
+            model.train(train)
+            cache = model(input_ids=ids[:, :5], use_cache=True).past_key_values
+            kw = {} if use_cache is None else {"use_cache": use_cache}
+            out = model(input_ids=ids[:, 5:], past_key_values=cache, **kw)
+            torch.testing.assert_close(out.logits, want, rtol=1e-5, atol=1e-5)
+            assert cache.get_seq_length() == 9
+
+
 def test_hidden_states_and_attentions_are_refused():
     model, ids = tiny("mhar"), torch.randint(0, 97, (1, 5))
     for key in ("output_hidden_states", "output_attentions"):

@@ -201,11 +201,12 @@ class MharForCausalLM(MharPreTrainedModel, GenerationMixin):
                              "use one sequence, or sequences of equal length, per batch")
         # transformers >= 5.2x calls the cache ``cache``; earlier versions ``past_key_values``
         past_key_values = cache if cache is not None else past_key_values
-        if use_cache is None:  # no cache by default while training (nothing would read it)
+        if use_cache is None:  # no new cache by default while training (nothing would read it)
             use_cache = getattr(self.config, "use_cache", True) and not self.training
-        if not use_cache:
-            past_key_values = None
-        elif past_key_values is None:
+        # A cache handed in is always read and extended (as transformers' models do): dropping
+        # it would restart the positions at 0 without the past. use_cache only says whether to
+        # start one when none is given.
+        if use_cache and past_key_values is None:
             if DynamicCache is None:  # pragma: no cover
                 raise RuntimeError("this transformers version has no DynamicCache; pass use_cache=False")
             past_key_values = DynamicCache()
@@ -228,7 +229,7 @@ class MharForCausalLM(MharPreTrainedModel, GenerationMixin):
             if num_items is not None:
                 loss = loss / (num_items.to(loss.device) if torch.is_tensor(num_items) else num_items)
         out = CausalLMOutputWithPast(loss=loss, logits=logits,
-                                     **{_CACHE_FIELD: past_key_values if use_cache else None})
+                                     **{_CACHE_FIELD: past_key_values})
         if return_dict is False:
             return out.to_tuple()
         return out
