@@ -200,6 +200,21 @@ def test_handed_in_cache_is_read(method):
             assert cache.get_seq_length() == 9
 
 
+def test_position_ids_other_than_the_decoders_are_refused():
+    """The decoder numbers positions itself: position_ids equal to its numbering are accepted
+    (also after a cache), others (packed sequences, shifted) raise instead of being ignored."""
+    model = tiny("mhar")
+    ids = torch.randint(0, 97, (2, 6))
+    with torch.no_grad():
+        want = model(input_ids=ids).logits
+        assert torch.equal(model(input_ids=ids, position_ids=torch.arange(6)[None]).logits, want)
+        cache = model(input_ids=ids[:, :4], use_cache=True).past_key_values
+        model(input_ids=ids[:, 4:], past_key_values=cache, position_ids=torch.tensor([[4, 5], [4, 5]]))
+        for bad in (torch.arange(6)[None] + 3, torch.tensor([[0, 1, 2, 0, 1, 2]] * 2)):
+            with pytest.raises(ValueError, match="position_ids"):
+                model(input_ids=ids, position_ids=bad)
+
+
 def test_hidden_states_and_attentions_are_refused():
     model, ids = tiny("mhar"), torch.randint(0, 97, (1, 5))
     for key in ("output_hidden_states", "output_attentions"):

@@ -211,6 +211,7 @@ class MharForCausalLM(MharPreTrainedModel, GenerationMixin):
                 raise RuntimeError("this transformers version has no DynamicCache; pass use_cache=False")
             past_key_values = DynamicCache()
         cache = _CacheAdapter(past_key_values) if past_key_values is not None else None
+        _check_position_ids(kwargs.get("position_ids"), cache.length if cache is not None else 0, input_ids)
         hidden = self.model.hidden_states(input_ids, cache)
         if isinstance(logits_to_keep, int):
             kept = hidden[:, -logits_to_keep:] if logits_to_keep > 0 else hidden
@@ -233,6 +234,19 @@ class MharForCausalLM(MharPreTrainedModel, GenerationMixin):
         if return_dict is False:
             return out.to_tuple()
         return out
+
+
+def _check_position_ids(position_ids: Tensor | None, past: int, input_ids: Tensor) -> None:
+    """The decoder numbers the positions itself (past, past + 1, ...): position_ids that say
+    otherwise (packed sequences restarting at 0, left padding) are refused rather than
+    silently ignored."""
+    if position_ids is None:
+        return
+    want = torch.arange(past, past + input_ids.shape[1], device=position_ids.device)
+    if position_ids.shape[-1] != want.shape[0] or not bool((position_ids == want).all()):
+        raise ValueError(f"MharForCausalLM numbers positions itself ({past}, {past + 1}, ... after {past} cached "
+                         "tokens, the same for every row): other position_ids (packed sequences, left padding) "
+                         "are not supported")
 
 
 _AUTO_MAP = {"AutoConfig": "modeling_mhar.MharConfig", "AutoModelForCausalLM": "modeling_mhar.MharForCausalLM"}
