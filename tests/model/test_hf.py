@@ -223,12 +223,37 @@ def test_hidden_states_and_attentions_are_refused():
     assert model(input_ids=ids, output_hidden_states=False, output_attentions=False).logits.shape == (1, 5, 97)
 
 
-def test_padding_is_refused():
+def test_left_padding_is_refused():
     model = tiny("delta")
     ids = torch.randint(0, 97, (2, 4))
     mask = torch.tensor([[1, 1, 1, 1], [0, 1, 1, 1]])
-    with pytest.raises(ValueError, match="padding"):
+    with pytest.raises(ValueError, match="right padding"):
         model(input_ids=ids, attention_mask=mask)
+    # generation continuing after right padding: the new token follows the padding
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]])
+    with pytest.raises(ValueError, match="right padding"):
+        model.generate(ids, attention_mask=mask, max_new_tokens=2, do_sample=False, pad_token_id=0)
+
+
+@pytest.mark.parametrize("method", ["baseline", "hyper", "mhar", "mhar-block:3", "mhar/two-phase", "delta:3"])
+def test_right_padding_is_exact(method):
+    """A right-padded batch (transformers' padding collators, labels -100 on the padding) is
+    accepted: causal attention never reads the padding and routing is per token, so every
+    real token's logits equal those of its row alone and the loss is that of the real tokens.
+    (It was refused, so Trainer with DataCollatorForLanguageModeling stopped.)"""
+    model = tiny(method)
+    ids = torch.randint(1, 97, (2, 7))
+    lengths = [4, 7]
+    mask = (torch.arange(7) < torch.tensor(lengths)[:, None]).long()
+    labels = ids.masked_fill(mask == 0, -100)
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=mask, labels=labels, position_ids=torch.arange(7)[None])
+        rows = [model(input_ids=ids[i:i + 1, :n], use_cache=False).logits[0] for i, n in enumerate(lengths)]
+    for i, n in enumerate(lengths):
+        torch.testing.assert_close(out.logits[i, :n], rows[i], rtol=1e-5, atol=1e-5)
+    want = torch.nn.functional.cross_entropy(torch.cat([r[:-1] for r in rows]),
+                                             torch.cat([ids[i, 1:n] for i, n in enumerate(lengths)]))
+    torch.testing.assert_close(out.loss, want, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("method", ["mhar-block", "delta"])

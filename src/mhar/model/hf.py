@@ -12,9 +12,10 @@ A saved folder also carries the model code (``modeling_mhar.py`` and the mhar mo
 it needs, flattened beside it), so ``from_pretrained(folder, trust_remote_code=True)``
 works where mhar is not installed; see :mod:`mhar.model.remote`.
 
-Padded batches are not supported (every row must be full length: depth routing is per
-token, but the attention here has no padding mask); ``generate`` on one prompt, or on
-prompts of equal length, is exact.
+Only right padding is supported (causal attention never reads it, and depth routing is per
+token): training batches padded on the right are exact. Left padding is refused (the
+attention here has no padding mask); ``generate`` on one prompt, or on prompts of equal
+length, is exact.
 """
 
 from __future__ import annotations
@@ -196,9 +197,6 @@ class MharForCausalLM(MharPreTrainedModel, GenerationMixin):
             raise ValueError(f"MharForCausalLM does not return {' or '.join(asked)}: with depth routing no single "
                              "stream is passed between layers. mhar.analysis.capture records what every routing "
                              "site reads")
-        if attention_mask is not None and not bool(attention_mask.bool().all()):
-            raise ValueError("MharForCausalLM does not support padding (attention_mask has zeros): "
-                             "use one sequence, or sequences of equal length, per batch")
         # transformers >= 5.2x calls the cache ``cache``; earlier versions ``past_key_values``
         past_key_values = cache if cache is not None else past_key_values
         if use_cache is None:  # no new cache by default while training (nothing would read it)
@@ -211,7 +209,9 @@ class MharForCausalLM(MharPreTrainedModel, GenerationMixin):
                 raise RuntimeError("this transformers version has no DynamicCache; pass use_cache=False")
             past_key_values = DynamicCache()
         cache = _CacheAdapter(past_key_values) if past_key_values is not None else None
-        _check_position_ids(kwargs.get("position_ids"), cache.length if cache is not None else 0, input_ids)
+        past = cache.length if cache is not None else 0
+        _check_right_padding(attention_mask, past, input_ids)
+        _check_position_ids(kwargs.get("position_ids"), past, input_ids, attention_mask)
         hidden = self.model.hidden_states(input_ids, cache)
         if isinstance(logits_to_keep, int):
             kept = hidden[:, -logits_to_keep:] if logits_to_keep > 0 else hidden
@@ -236,14 +236,37 @@ class MharForCausalLM(MharPreTrainedModel, GenerationMixin):
         return out
 
 
-def _check_position_ids(position_ids: Tensor | None, past: int, input_ids: Tensor) -> None:
+def _check_right_padding(mask: Tensor | None, past: int, input_ids: Tensor) -> None:
+    """Only right padding: in every row of the mask (over the cached and the new tokens)
+    the zeros come after all the ones. Causal attention never lets a real token read a
+    later one and depth routing is per token, so the real tokens' logits are exact (the
+    padded positions' logits are not meaningful; their labels are -100). A zero before a
+    one (left padding, or tokens fed after padding) would need a padding mask in attention."""
+    if mask is None:
+        return
+    mask = mask.bool()
+    if bool(mask.all()):
+        return
+    if mask.dim() != 2 or mask.shape[1] != past + input_ids.shape[1] or bool((mask[:, 1:] & ~mask[:, :-1]).any()):
+        raise ValueError("MharForCausalLM supports only right padding (in each row of attention_mask, over the "
+                         "cached and the new tokens, the zeros after all the ones): this mask has a zero before a "
+                         "one (left padding, or tokens after padding), or is not 2-D of the cached plus new "
+                         "length. Generate one prompt at a time, or prompts of equal length, per batch")
+
+
+def _check_position_ids(position_ids: Tensor | None, past: int, input_ids: Tensor,
+                        mask: Tensor | None = None) -> None:
     """The decoder numbers the positions itself (past, past + 1, ...): position_ids that say
     otherwise (packed sequences restarting at 0, left padding) are refused rather than
-    silently ignored."""
+    silently ignored (right padding's positions, masked out, may say anything)."""
     if position_ids is None:
         return
     want = torch.arange(past, past + input_ids.shape[1], device=position_ids.device)
-    if position_ids.shape[-1] != want.shape[0] or not bool((position_ids == want).all()):
+    bad = position_ids != want if position_ids.shape[-1] == want.shape[0] else torch.tensor(True)
+    T = input_ids.shape[1]
+    if mask is not None and bad.dim() > 0 and mask.dim() == 2 and mask.shape[1] >= T:
+        bad = bad & mask[:, -T:].bool().to(bad.device)
+    if bool(bad.any()):
         raise ValueError(f"MharForCausalLM numbers positions itself ({past}, {past + 1}, ... after {past} cached "
                          "tokens, the same for every row): other position_ids (packed sequences, left padding) "
                          "are not supported")
