@@ -200,6 +200,17 @@ def test_handed_in_cache_is_read(method):
             assert cache.get_seq_length() == 9
 
 
+@pytest.mark.parametrize("impl", ["static", "sliding_window"])
+def test_static_and_sliding_caches_are_refused(impl):
+    """The attention reads every key a cache hands back: a static cache's preallocated zeros
+    or a sliding window's dropped keys would be wrong, so generate says which cache it needs
+    (it stopped with the padding error, the static cache's 4-D mask having zeros)."""
+    model = tiny("mhar")
+    with pytest.raises(ValueError, match="only a DynamicCache"):
+        model.generate(torch.randint(0, 97, (1, 5)), max_new_tokens=3, do_sample=False, pad_token_id=0,
+                       cache_implementation=impl)
+
+
 def test_position_ids_other_than_the_decoders_are_refused():
     """The decoder numbers positions itself: position_ids equal to its numbering are accepted
     (also after a cache), others (packed sequences, shifted) raise instead of being ignored."""

@@ -208,6 +208,7 @@ class MharForCausalLM(MharPreTrainedModel, GenerationMixin):
             if DynamicCache is None:  # pragma: no cover
                 raise RuntimeError("this transformers version has no DynamicCache; pass use_cache=False")
             past_key_values = DynamicCache()
+        _check_cache(past_key_values)
         cache = _CacheAdapter(past_key_values) if past_key_values is not None else None
         past = cache.length if cache is not None else 0
         _check_right_padding(attention_mask, past, input_ids)
@@ -234,6 +235,18 @@ class MharForCausalLM(MharPreTrainedModel, GenerationMixin):
         if return_dict is False:
             return out.to_tuple()
         return out
+
+
+def _check_cache(cache) -> None:
+    """Only a growing cache (``DynamicCache``): the attention reads every key the cache hands
+    back. A static cache hands back its whole preallocated length (zeros beyond the tokens
+    seen, read without a mask) and a sliding one drops keys, so both would give wrong logits."""
+    if cache is None:
+        return
+    if getattr(cache, "is_compileable", False) or any(getattr(cache, "is_sliding", None) or ()):
+        raise ValueError(f"MharForCausalLM supports only a DynamicCache (the default of generate), not "
+                         f"{type(cache).__name__} with static or sliding-window layers "
+                         "(cache_implementation='static', 'offloaded_static', 'sliding_window')")
 
 
 def _check_right_padding(mask: Tensor | None, past: int, input_ids: Tensor) -> None:
