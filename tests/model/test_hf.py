@@ -282,6 +282,24 @@ def test_save_load_round_trip(tmp_path, method):
         assert torch.equal(model(input_ids=ids).logits, loaded(input_ids=ids).logits)
 
 
+@pytest.mark.parametrize("tie", [True, False])
+def test_resize_token_embeddings(tmp_path, tie):
+    """resize_token_embeddings: the logits cover the new vocabulary, the Decoder's own config
+    follows the Hugging Face one (it kept the old size), and the resized model round-trips."""
+    model = tiny("mhar", tie_embeddings=tie)
+    model.resize_token_embeddings(120)
+    assert model.config.vocab_size == 120
+    assert model.model.config == model.config.to_model_config()
+    ids = torch.randint(0, 120, (1, 5))
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits
+    assert logits.shape[-1] == 120
+    model.save_pretrained(tmp_path)
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    with torch.no_grad():
+        assert torch.equal(loaded(input_ids=ids).logits, logits)
+
+
 _REMOTE_SCRIPT = textwrap.dedent("""
     import importlib.abc, sys
     class Block(importlib.abc.MetaPathFinder):

@@ -160,6 +160,10 @@ class MharForCausalLM(MharPreTrainedModel, GenerationMixin):
 
     def set_input_embeddings(self, value: nn.Module) -> None:
         self.model.embed = value
+        # resize_token_embeddings updates self.config; the Decoder's own config (its FLOP
+        # count's tied head, mhar's tools) must say the same vocabulary
+        if isinstance(getattr(value, "weight", None), Tensor):
+            self.model.config.vocab_size = value.weight.shape[0]
 
     def get_output_embeddings(self) -> nn.Module | None:
         return self.model.lm_head
