@@ -263,3 +263,23 @@ def test_compare_refuses_torchrun(monkeypatch, run_cli):
     monkeypatch.setenv("WORLD_SIZE", "2")
     code, out, err = run_cli("compare", "--methods", "baseline", *SMALL)
     assert code == 2 and "runs in one process" in err
+
+
+def test_single_process_run_refuses_a_folder_with_sharded_checkpoints(tmp_path):
+    """A new one-process run in the folder of a multi-process run (DCP checkpoint folders,
+    no .pt files) is refused, as for a folder holding .pt checkpoints: it would overwrite
+    that run's config and metrics and mix its checkpoints with the new run's."""
+    from mhar.train.distributed import DistributedTrainer, init_distributed, shutdown
+
+    run = tmp_path / "run"
+    init_distributed("cpu")  # a group of one writes a real sharded checkpoint
+    try:
+        DistributedTrainer(_cfg("baseline", "steps=1", "parallel=ddp"), run, progress=False).fit()
+    finally:
+        shutdown()
+    assert [s for s, _ in dcpio.list_checkpoints(run / "checkpoints")] == [1]
+    metrics = (run / "metrics.jsonl").read_text()
+    with pytest.raises(ValueError, match="already holds checkpoints; pass --resume"):
+        Trainer(_cfg("baseline", "steps=1"), run, progress=False)
+    assert (run / "metrics.jsonl").read_text() == metrics
+    assert json.loads((run / "config.json").read_text())["parallel"] == "ddp"

@@ -235,9 +235,6 @@ class DistributedTrainer(Trainer):
         return norm.full_tensor() if hasattr(norm, "full_tensor") else norm
 
     # ------------------------------------------------------------------ run folder and checkpoints
-    def _all_checkpoints(self) -> list[tuple[int, Path]]:
-        return sorted(dcpio.list_checkpoints(self.checkpoint_dir) + ckpt.list_checkpoints(self.checkpoint_dir))
-
     def last_checkpoint(self) -> Path | None:
         found = self._all_checkpoints()
         return found[-1][1] if found else None

@@ -35,6 +35,7 @@ from torch import Tensor, nn
 
 from mhar.model import Decoder, ModelConfig, StreamConfig
 from mhar.train import checkpoint as ckpt
+from mhar.train import dcp as dcpio
 from mhar.train.config import TrainConfig, config_diff
 from mhar.train.data import TrainData, build_data
 from mhar.train.errors import DivergenceError, TrainingError
@@ -248,10 +249,15 @@ class Trainer:
         if saved_cfg.exists():
             self.check_model_config(TrainConfig.load(saved_cfg).model)
 
+    def _all_checkpoints(self) -> list[tuple[int, Path]]:
+        """(step, path) of every checkpoint in the run folder, oldest first: one process's
+        ``step_N.pt`` files and a multi-process run's sharded (DCP) ``step_N/`` folders."""
+        return sorted(dcpio.list_checkpoints(self.checkpoint_dir) + ckpt.list_checkpoints(self.checkpoint_dir))
+
     def _prepare_folder(self, resume: bool) -> dict[str, Any] | None:
         """Create or check the run folder; returns the checkpoint state to resume from."""
-        if not resume:
-            self._start_fresh(bool(ckpt.list_checkpoints(self.checkpoint_dir)))
+        if not resume:  # a multi-process run's sharded checkpoints count too
+            self._start_fresh(bool(self._all_checkpoints()))
             return None
         self._check_resume_folder()
         ckpt.clean_stale_tmp(self.checkpoint_dir)
