@@ -69,6 +69,29 @@ def test_resume_may_change_how_the_stream_is_computed(tmp_path, small_cfg):
         Trainer(small_cfg("mhar-block", *opts, "stream.block_size=3"), tmp_path / "r", resume=True, progress=False)
 
 
+def test_refused_resume_keeps_the_saved_config(tmp_path, small_cfg):
+    """A resume that its checkpoint refuses (here the loader's: another seed) leaves the
+    run folder's config.json as it was, so a plain --resume afterwards still continues
+    the run with its own settings."""
+    data = pytest.importorskip("mhar.data")
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for i in range(40):
+        (corpus / f"doc{i}.txt").write_text(" ".join(f"w{(i * 7 + j) % 50}" for j in range(200)))
+    path = data.build_dataset([str(corpus)], tmp_path / "ds", vocab_size=300)
+    opts = [f"data.source={path}", "steps=2", "checkpoint_every=1", "data.val_windows=1"]
+    run = tmp_path / "r"
+    Trainer(small_cfg("baseline", *opts), run, progress=False).fit()
+    saved = (run / "config.json").read_text()
+    with pytest.raises(ValueError, match="loader state: seed=0 does not match"):
+        Trainer(small_cfg("baseline", *opts, "seed=7", "steps=3"), run, resume=True, progress=False)
+    assert (run / "config.json").read_text() == saved
+    resumed = Trainer(small_cfg("baseline", *opts, "steps=3"), run, resume=True, progress=False)
+    assert resumed.step == 2
+    resumed.fit()
+    assert _seq(run, "step") == [1, 2, 3]
+
+
 def test_existing_run_is_not_overwritten(tmp_path, small_cfg):
     Trainer(small_cfg("baseline", "steps=1"), tmp_path / "r", progress=False).fit()
     with pytest.raises(ValueError, match="already holds checkpoints; pass --resume"):

@@ -40,7 +40,6 @@ from mhar.train import checkpoint as ckpt
 from mhar.train import dcp as dcpio
 from mhar.train.config import TrainConfig
 from mhar.train.errors import CheckpointError, DivergenceError
-from mhar.train.metrics import CONFIG
 from mhar.train.trainer import Trainer, rng_state, set_rng_state
 
 PARALLEL = ("none", "ddp", "fsdp")
@@ -263,8 +262,6 @@ class DistributedTrainer(Trainer):
 
         self.check_model_config(ModelConfig.from_dict(state["config"]["model"]))
         self.resumed_from = path
-        if self.is_main():
-            self.cfg.save(self.run_dir / CONFIG)
         return state
 
     def _meta(self) -> dict[str, Any]:

@@ -159,6 +159,8 @@ class Trainer:
         self.graphed: GraphedStep | None = None  # captured on the first step when use_graphs
         if resume_state is not None:
             self.load_state_dict(resume_state)
+            if self.is_main():  # only once the checkpoint has loaded: a refused resume keeps the folder's config
+                self.cfg.save(self.run_dir / CONFIG)
         self.log = MetricsLog(self.run_dir, resume_step=self.step if resume_state is not None else None,
                               tensorboard=self.is_main()) if self.is_main() else None
 
@@ -267,8 +269,6 @@ class Trainer:
         path, state = found
         self.check_model_config(ModelConfig.from_dict(state["config"]["model"]))
         self.resumed_from = path
-        if self.is_main():
-            self.cfg.save(self.run_dir / CONFIG)
         return state
 
     def check_model_config(self, old: ModelConfig) -> None:
