@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -134,16 +135,19 @@ class TrainConfig:
         for name in ("warmup", "keep_last", "threads", "loss_chunk"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}={getattr(self, name)} must be >= 0")
-        if not self.lr > 0:
-            raise ValueError(f"lr={self.lr} must be > 0")
+        # written as "not (ok)" so that NaN fails too
+        if not 0 < self.lr < math.inf:
+            raise ValueError(f"lr={self.lr} must be > 0 and finite")
         if not 0 <= self.min_lr_ratio <= 1:
             raise ValueError(f"min_lr_ratio={self.min_lr_ratio} must be in [0, 1]")
-        if self.weight_decay < 0:
-            raise ValueError(f"weight_decay={self.weight_decay} must be >= 0")
+        if not 0 <= self.weight_decay < math.inf:
+            raise ValueError(f"weight_decay={self.weight_decay} must be >= 0 and finite")
         for name in ("beta1", "beta2"):
             if not 0 <= getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} must be in [0, 1)")
-        if self.grad_clip < 0:
+        if not 0 <= self.eps < math.inf:
+            raise ValueError(f"eps={self.eps} must be >= 0 and finite")
+        if not self.grad_clip >= 0:  # inf: no clipping, as 0
             raise ValueError(f"grad_clip={self.grad_clip} must be >= 0 (0: no clipping)")
         if self.device not in DEVICES:
             raise ValueError(f"device={self.device!r} is not one of {', '.join(DEVICES)}")
