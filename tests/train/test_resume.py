@@ -47,6 +47,22 @@ def test_resume_is_bit_exact(tmp_path, small_cfg, method, extra):
     assert full.summary()["tail_mean_val_loss"] == resumed.summary()["tail_mean_val_loss"]
 
 
+def test_resume_keeps_the_checkpoint_steps_tensorboard_scalars(tmp_path, small_cfg):
+    """TensorBoard drops the events a resumed run will log again, from the step after the
+    checkpoint on; the checkpoint's own step (often an evaluation) is not logged again."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    opts = ["steps=4", "checkpoint_every=2", "eval_every=2"]
+    StopAfter.stop_at = 3
+    with pytest.raises(Interrupted):
+        StopAfter(small_cfg("baseline", *opts), tmp_path, progress=False).fit()
+    Trainer(small_cfg("baseline", *opts), tmp_path, resume=True, progress=False).fit()
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("train/loss")] == [1, 2, 3, 4]
+    assert [e.step for e in events.Scalars("val/loss")] == [2, 4]
+
+
 def test_resume_refuses_a_changed_model(tmp_path, small_cfg):
     Trainer(small_cfg("mhar-h2", "steps=2", "checkpoint_every=1"), tmp_path / "r", progress=False).fit()
     with pytest.raises(ValueError, match=r"different model config.*model.stream.heads: 2 -> 4"):

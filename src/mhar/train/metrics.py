@@ -71,7 +71,10 @@ class MetricsLog:
             except ImportError:  # pragma: no cover - tensorboard is a dependency
                 pass
             else:
-                self.tb = SummaryWriter(str(self.run_dir / "tb"), purge_step=resume_step)
+                # TensorBoard hides the earlier events at purge_step and after: the steps that
+                # will be logged again, from the one after the checkpoint's
+                purge = None if resume_step is None else resume_step + 1
+                self.tb = SummaryWriter(str(self.run_dir / "tb"), purge_step=purge)
 
     def log(self, row: dict[str, Any]) -> None:
         self.file.write(json.dumps(row) + "\n")
