@@ -94,6 +94,32 @@ def test_compare_resume_of_an_interrupted_comparison(tmp_path, run_cli):
     assert code == 0 and err.count("reusing the finished run") == 1
 
 
+def test_compare_resume_continues_an_interrupted_extension(tmp_path, run_cli, small_cfg):
+    """A finished run extended with --resume steps=N and interrupted is not finished: its
+    summary.json of the shorter run goes when the run continues, so the next --resume trains
+    it on instead of reusing that summary as the result."""
+    from mhar.train import Trainer
+
+    class StopAtThree(Trainer):
+        def train_step(self):
+            if self.step == 3:
+                raise KeyboardInterrupt
+            return super().train_step()
+
+    out_dir = tmp_path / "cmp"
+    opts = [*SMALL, "eval_every=1", "checkpoint_every=1"]
+    code, _, err = run_cli("compare", "--methods", "baseline", "--out", out_dir, "--quiet", *opts, "steps=2")
+    assert code == 0, err
+    with pytest.raises(KeyboardInterrupt):  # `mhar compare ... --resume steps=4`, stopped after step 3
+        StopAtThree(small_cfg("baseline", "eval_every=1", "checkpoint_every=1", "steps=4"), out_dir / "baseline",
+                    resume=True, progress=False).fit()
+    assert not (out_dir / "baseline" / "summary.json").exists()
+    code, _, err = run_cli("compare", "--methods", "baseline", "--out", out_dir, "--resume", "--quiet", *opts,
+                           "steps=4")
+    assert code == 0 and "reusing the finished run" not in err
+    assert json.loads((out_dir / "compare.json").read_text())["results"][0]["steps"] == 4
+
+
 def test_sweep_over_heads(tmp_path, run_cli):
     code, out, err = run_cli("sweep", "--heads", "1,4", "--out", tmp_path / "sw", "--quiet", *SMALL, "steps=2",
                              "eval_every=1")

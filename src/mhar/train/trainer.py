@@ -161,6 +161,9 @@ class Trainer:
             self.load_state_dict(resume_state)
             if self.is_main():  # only once the checkpoint has loaded: a refused resume keeps the folder's config
                 self.cfg.save(self.run_dir / CONFIG)
+                # the summary is a finished run's; this one trains on (fit writes it again at the end), and
+                # `mhar compare --resume` must not take an interrupted extension's old summary as its result
+                (self.run_dir / SUMMARY).unlink(missing_ok=True)
         self.log = MetricsLog(self.run_dir, resume_step=self.step if resume_state is not None else None,
                               tensorboard=self.is_main()) if self.is_main() else None
 
