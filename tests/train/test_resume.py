@@ -85,17 +85,21 @@ def test_resume_may_change_how_the_stream_is_computed(tmp_path, small_cfg):
         Trainer(small_cfg("mhar-block", *opts, "stream.block_size=3"), tmp_path / "r", resume=True, progress=False)
 
 
-def test_refused_resume_keeps_the_saved_config(tmp_path, small_cfg):
-    """A resume that its checkpoint refuses (here the loader's: another seed) leaves the
-    run folder's config.json as it was, so a plain --resume afterwards still continues
-    the run with its own settings."""
+def _small_dataset(tmp_path):
+    """A dataset folder of 300 BPE tokens built from 40 small text files."""
     data = pytest.importorskip("mhar.data")
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     for i in range(40):
         (corpus / f"doc{i}.txt").write_text(" ".join(f"w{(i * 7 + j) % 50}" for j in range(200)))
-    path = data.build_dataset([str(corpus)], tmp_path / "ds", vocab_size=300)
-    opts = [f"data.source={path}", "steps=2", "checkpoint_every=1", "data.val_windows=1"]
+    return data.build_dataset([str(corpus)], tmp_path / "ds", vocab_size=300)
+
+
+def test_refused_resume_keeps_the_saved_config(tmp_path, small_cfg):
+    """A resume that its checkpoint refuses (here the loader's: another seed) leaves the
+    run folder's config.json as it was, so a plain --resume afterwards still continues
+    the run with its own settings."""
+    opts = [f"data.source={_small_dataset(tmp_path)}", "steps=2", "checkpoint_every=1", "data.val_windows=1"]
     run = tmp_path / "r"
     Trainer(small_cfg("baseline", *opts), run, progress=False).fit()
     saved = (run / "config.json").read_text()
@@ -106,6 +110,19 @@ def test_refused_resume_keeps_the_saved_config(tmp_path, small_cfg):
     assert resumed.step == 2
     resumed.fit()
     assert _seq(run, "step") == [1, 2, 3]
+
+
+def test_resume_with_another_data_source_is_a_clear_error(tmp_path, small_cfg):
+    """A checkpoint of a dataset-folder run resumed on the synthetic stream (same model) is
+    refused with a ValueError naming data.source, not a KeyError from the loader's state."""
+    run = tmp_path / "r"
+    opts = ["steps=1", "data.val_windows=1"]
+    t = Trainer(small_cfg("baseline", f"data.source={_small_dataset(tmp_path)}", *opts), run, progress=False)
+    t.fit()
+    vocab = f"data.vocab_size={t.cfg.model.vocab_size}"  # the dataset's
+    with pytest.raises(ValueError, match="data.source"):
+        Trainer(small_cfg("baseline", "data.source=synthetic", vocab, *opts, "steps=2"), run, resume=True,
+                progress=False)
 
 
 def test_existing_run_is_not_overwritten(tmp_path, small_cfg):

@@ -85,6 +85,9 @@ class SyntheticLoader:
         return {"bit_generator": self.rng.bit_generator.state}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        if not isinstance(state, dict) or "bit_generator" not in state:  # a TokenLoader's (dataset) state
+            raise ValueError("loader state: not the synthetic stream's; the checkpoint was trained on another "
+                             "data.source (resume with that run's data.source)")
         self.rng.bit_generator.state = state["bit_generator"]
 
 
