@@ -174,6 +174,22 @@ def test_cli_resume_errors(tmp_path, run_cli):
     assert code == 2 and "already holds checkpoints" in err
 
 
+def test_train_resume_with_method_refuses_dropped_overrides(tmp_path, run_cli):
+    """`mhar train --method M --out RUN --resume` builds the config from the preset: an override of
+    the run that the command leaves out would silently go back to the preset's value (steps, lr,
+    warmup, ...), so it is refused, as `mhar compare --resume` does; keys it sets may change."""
+    run = tmp_path / "r"
+    first = ["train", "--method", "mhar-h2", "--out", run, "--quiet", *SMALL, "checkpoint_every=1"]
+    assert run_cli(*first, "steps=2", "min_lr_ratio=0.5")[0] == 0
+    before = (run / "config.json").read_text()
+    code, _, err = run_cli(*first, "steps=3", "--resume")
+    assert code == 2 and "does not set (min_lr_ratio: 0.5 -> 0.1)" in err, err
+    assert (run / "config.json").read_text() == before
+    code, _, err = run_cli(*first, "steps=3", "min_lr_ratio=0.5", "--resume")
+    assert code == 0, err
+    assert [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3]
+
+
 def test_train_from_a_saved_config(tmp_path, run_cli):
     assert run_cli("train", "--method", "mhar-h2", "--out", tmp_path / "a", "--quiet", *SMALL, "steps=1")[0] == 0
     code, out, err = run_cli("train", "--config", tmp_path / "a" / "config.json", "--out", tmp_path / "b",

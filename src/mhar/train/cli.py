@@ -89,6 +89,22 @@ def _base_config(args) -> TrainConfig:
     return apply_train_overrides(cfg, ([f"method={args.method}"] if args.method else []) + list(args.overrides))
 
 
+def _refuse_dropped_overrides(run: Path, cfg: TrainConfig, args) -> None:
+    """--resume with --preset, --method or --config builds the config afresh: a setting of the
+    run that this command does not set would go back to the preset's (steps, lr, ...). Refuse
+    it, as `mhar compare --resume` does; keys the command sets may change."""
+    from mhar.train.compare import _saved_and_new
+    from mhar.train.config import config_diff, normalise_key
+
+    explicit = {normalise_key(item.split("=", 1)[0].strip()) for item in args.overrides if "=" in item}
+    explicit |= {"parallel"} | ({"method"} if args.method else set()) | ({"preset"} if args.preset else set())
+    dropped = [d for d in config_diff(*_saved_and_new(run, cfg)) if d.split(":", 1)[0] not in explicit]
+    if dropped:
+        raise ValueError(f"{run} was trained with settings this command does not set ({'; '.join(dropped)}); "
+                         f"resume with `mhar train --out {run} --resume` (its saved config, plus any overrides) "
+                         "or give them again")
+
+
 def cmd_train(args) -> int:
     from mhar.train.trainer import Trainer
 
@@ -98,6 +114,8 @@ def cmd_train(args) -> int:
         saved = Path(args.out) / CONFIG
         if args.preset or args.method or args.config:
             cfg = _base_config(args)
+            if saved.exists():
+                _refuse_dropped_overrides(Path(args.out), cfg, args)
         elif saved.exists():
             cfg = apply_train_overrides(TrainConfig.load(saved), args.overrides)
         else:
