@@ -93,12 +93,10 @@ def _refuse_dropped_overrides(run: Path, cfg: TrainConfig, args) -> None:
     """--resume with --preset, --method or --config builds the config afresh: a setting of the
     run that this command does not set would go back to the preset's (steps, lr, ...). Refuse
     it, as `mhar compare --resume` does; keys the command sets may change."""
-    from mhar.train.compare import _saved_and_new
-    from mhar.train.config import config_diff, normalise_key
+    from mhar.train.compare import dropped_settings
 
-    explicit = {normalise_key(item.split("=", 1)[0].strip()) for item in args.overrides if "=" in item}
-    explicit |= {"parallel"} | ({"method"} if args.method else set()) | ({"preset"} if args.preset else set())
-    dropped = [d for d in config_diff(*_saved_and_new(run, cfg)) if d.split(":", 1)[0] not in explicit]
+    also = {"parallel"} | ({"method"} if args.method else set()) | ({"preset"} if args.preset else set())
+    dropped = dropped_settings(run, cfg, list(args.overrides), also)
     if dropped:
         raise ValueError(f"{run} was trained with settings this command does not set ({'; '.join(dropped)}); "
                          f"resume with `mhar train --out {run} --resume` (its saved config, plus any overrides) "

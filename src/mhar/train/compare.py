@@ -49,6 +49,14 @@ def _saved_and_new(run_dir: Path, cfg: TrainConfig) -> tuple[dict[str, Any], dic
     return saved, new
 
 
+def dropped_settings(run_dir: Path, cfg: TrainConfig, overrides: list[str], also: set[str] = frozenset()) -> list[str]:
+    """The differences between a run folder's saved config and ``cfg`` (built afresh for a
+    --resume) in keys that neither ``overrides`` (KEY=VALUE) nor ``also`` set: settings a
+    resume would silently drop back to the defaults (``steps`` back to the preset's)."""
+    explicit = {normalise_key(item.split("=", 1)[0].strip()) for item in overrides if "=" in item} | set(also)
+    return [d for d in config_diff(*_saved_and_new(run_dir, cfg)) if d.split(":", 1)[0] not in explicit]
+
+
 def _check_resumable(out: Path, methods: list[str], configs: list[TrainConfig], overrides: list[str]) -> None:
     """--resume continues the comparison in ``out``. A plain ``--resume`` must not train its
     runs under the defaults: other methods than its runs', or a saved run whose config differs
@@ -63,11 +71,10 @@ def _check_resumable(out: Path, methods: list[str], configs: list[TrainConfig], 
     done = [r.get("label") for r in info.get("results", [])]  # a finished comparison's methods, in order
     if (done and done != methods) or not set(runs) <= set(methods):
         raise ValueError(f"{out} compares {','.join(done or runs)}, not {','.join(methods)}: {again}")
-    explicit = {normalise_key(item.split("=", 1)[0].strip()) for item in overrides if "=" in item}
     for method, cfg in zip(methods, configs):
         if method not in runs:
             continue
-        dropped = [d for d in config_diff(*_saved_and_new(out / method, cfg)) if d.split(":", 1)[0] not in explicit]
+        dropped = dropped_settings(out / method, cfg, overrides)
         if dropped:
             raise ValueError(f"{out / method} was trained with another config, which this command does not "
                              f"set ({'; '.join(dropped)}): {again}")
