@@ -113,15 +113,22 @@ def test_refused_resume_keeps_the_saved_config(tmp_path, small_cfg):
 
 
 def test_resume_with_another_data_source_is_a_clear_error(tmp_path, small_cfg):
-    """A checkpoint of a dataset-folder run resumed on the synthetic stream (same model) is
-    refused with a ValueError naming data.source, not a KeyError from the loader's state."""
-    run = tmp_path / "r"
+    """A checkpoint of a dataset-folder run resumed on the synthetic stream (same model), or
+    the other way, is refused with a ValueError naming data.source, not a KeyError or a
+    loader's 'missing version' from the other loader's state."""
+    run, dataset = tmp_path / "r", _small_dataset(tmp_path)
     opts = ["steps=1", "data.val_windows=1"]
-    t = Trainer(small_cfg("baseline", f"data.source={_small_dataset(tmp_path)}", *opts), run, progress=False)
+    t = Trainer(small_cfg("baseline", f"data.source={dataset}", *opts), run, progress=False)
     t.fit()
     vocab = f"data.vocab_size={t.cfg.model.vocab_size}"  # the dataset's
     with pytest.raises(ValueError, match="data.source"):
         Trainer(small_cfg("baseline", "data.source=synthetic", vocab, *opts, "steps=2"), run, resume=True,
+                progress=False)
+    # and the other way: a synthetic run resumed on a dataset (it said "missing version (None)")
+    run = tmp_path / "s"
+    Trainer(small_cfg("baseline", "data.source=synthetic", vocab, *opts), run, progress=False).fit()
+    with pytest.raises(ValueError, match="trained on data.source=synthetic"):
+        Trainer(small_cfg("baseline", f"data.source={dataset}", *opts, "steps=2"), run, resume=True,
                 progress=False)
 
 

@@ -129,6 +129,9 @@ class TokenLoader:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume the stream. The dataset, split, seed and seq_len must match; batch
         size and world size may change (the global window count carries over)."""
+        if isinstance(state, dict) and "bit_generator" in state:  # the synthetic stream's state
+            raise ValueError("loader state: the checkpoint was trained on data.source=synthetic, not on a dataset "
+                             "(resume with that run's data.source)")
         if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
             raise ValueError(f"loader state: unsupported or missing version ({state.get('version') if isinstance(state, dict) else state!r})")
         for key, mine in (("dataset", self.ds.fingerprint), ("split", self.split), ("seed", self.seed), ("seq_len", self.seq_len)):
