@@ -181,6 +181,16 @@ def test_end_to_end_tasks_compare_and_cli(tiny_model, tmp_path, monkeypatch, cap
     assert err.count("\n") == 1 and err.startswith("mhar eval: error: GPQA is gated")
 
 
+def test_compare_refuses_repeated_item_ids(tmp_path):
+    # records pair by id: a folder holding one id twice would lose an item without a word
+    from mhar.eval.compare import compare_dirs
+    for name, rows in (("a", [("1", 1), ("1", 0), ("2", 1)]), ("b", [("1", 1), ("1", 1), ("2", 0)])):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "t.jsonl").write_text("".join(json.dumps({"id": i, "correct": c}) + "\n" for i, c in rows))
+    with pytest.raises(ValueError, match="occurs more than once"):
+        compare_dirs(tmp_path / "a", tmp_path / "b", n_boot=10)
+
+
 def test_cli_user_errors(capsys, tmp_path):
     from mhar.cli import main as cli_main
     assert cli_main(["eval", str(tmp_path / "nope"), "--tasks", "piqa"]) == 2

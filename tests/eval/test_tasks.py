@@ -19,6 +19,15 @@ def test_hellaswag_items():
     assert it.continuations[it.gold] == " starts pulling up roofing on a roof."
 
 
+@pytest.mark.parametrize("name,shots", [("hellaswag", 0), ("hellaswag", 5), ("arc_easy", 0), ("arc_challenge", 5),
+                                        ("piqa", 0), ("lambada", 0), ("gsm8k", 8)])
+def test_item_ids_are_unique(name, shots):
+    # `mhar eval compare` pairs items by id: a repeated id would silently drop items
+    # (HellaSwag's own 'ind' repeats: 433 ids shared by 866 validation items)
+    ids = [it.id for it in load_task(name, shots).items]
+    assert len(set(ids)) == len(ids)
+
+
 @pytest.mark.parametrize("name,n,k", [("arc_easy", 2376, None), ("arc_challenge", 1172, None), ("piqa", 1838, 2)])
 def test_mc_counts_and_format(name, n, k):
     t = load_task(name)

@@ -178,5 +178,11 @@ def load_records(path: str | Path, task: str) -> dict[str, dict]:
     p = Path(path) / f"{task}.jsonl"
     if not p.exists():
         raise FileNotFoundError(f"{p} not found (evaluate with --out {path} first)")
+    out: dict[str, dict] = {}
     with p.open(encoding="utf-8") as fh:
-        return {r["id"]: r for r in map(json.loads, filter(str.strip, fh))}
+        for r in map(json.loads, filter(str.strip, fh)):
+            if r["id"] in out:  # pairing by id would silently drop items
+                raise ValueError(f"{p}: item id {r['id']!r} occurs more than once; items pair by id, "
+                                 f"so ids must be unique (re-evaluate with this version)")
+            out[r["id"]] = r
+    return out

@@ -94,6 +94,10 @@ def _oe_mc(task_dir: str, shots: int) -> tuple[list[MCItem], Path]:
             continue
         d = docs.setdefault(r["doc_id"], {"doc": r["doc"], "native": r.get("native_id"), "req": {}})
         d["req"][r["idx"]] = r["request"]
+    # items pair across evaluations by id: the source's own id where it is unique, else the
+    # document's index (HellaSwag's 'ind' repeats: 433 ids are shared by 866 validation items)
+    natives = [d["native"] for d in docs.values()]
+    use_native = None not in natives and len(set(natives)) == len(natives)
     items = []
     for doc_id in sorted(docs):
         d = docs[doc_id]
@@ -107,7 +111,7 @@ def _oe_mc(task_dir: str, shots: int) -> tuple[list[MCItem], Path]:
             reqs = [d["req"][i] for i in range(len(choices))]
             ctx = [q["context"] for q in reqs]
             conts = [q["continuation"] for q in reqs]
-        items.append(MCItem(id=str(d["native"] if d["native"] is not None else doc_id), context=ctx,
+        items.append(MCItem(id=str(d["native"] if use_native else doc_id), context=ctx,
                             continuations=conts, gold=gold))
     return items, path
 
