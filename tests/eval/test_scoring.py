@@ -3,6 +3,7 @@ the metrics, and the whole path (tasks -> per-item files -> paired comparison ->
 
 import importlib.util
 import json
+import math
 from types import SimpleNamespace
 
 import pytest
@@ -129,6 +130,13 @@ def test_text_perplexity_and_windows(tiny_model, tmp_path):
     assert m["tokens"] == 400 and len(recs) == 7  # 401 tokens with the prefix -> 7 windows of <= 64 targets
     assert m["ppl"] == pytest.approx(torch.tensor(m["loss"]).exp().item())
     assert 4.5 < m["loss"] < 6.5  # a random model over 257 tokens: about ln 257 = 5.55
+    # --limit keeps the first windows: words and bytes are those of the text scored, not of the
+    # whole document (over bytes, a token is a byte: bits per byte = loss / ln 2)
+    text = "some text " * 40
+    ml, _ = scoring.evaluate_text_ppl(tiny_model, [("a", text)], seq_len=64, progress=False, limit=2)
+    assert ml["tokens"] == 128
+    assert ml["bits_per_byte"] == pytest.approx(ml["loss"] / math.log(2), rel=1e-6)
+    assert ml["word_ppl"] == pytest.approx(math.exp(ml["loss"] * 128 / len(text[:128].split())), rel=1e-6)
     w = torch.randint(0, 256, (5, 33))
     m2, r2 = scoring.evaluate_windows(tiny_model, w, progress=False)
     ref = F.cross_entropy(tiny_model.logits(w[:, :-1]).flatten(0, 1), w[:, 1:].flatten())

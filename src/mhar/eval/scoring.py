@@ -293,20 +293,28 @@ def evaluate_text_ppl(model: EvalModel, docs: list[tuple[str, str]], seq_len: in
     lm-eval calls rolling log-likelihood). Also word perplexity (per whitespace word)
     and bits per byte, which compare across tokenizers."""
     seq_len = min(seq_len or model.max_len, model.max_len)
-    windows, owner = [], []
+    windows, owner, ends, doc_toks = [], [], [], []
     for d, (_, text) in enumerate(docs):
         toks = [model.prefix_token] + model.encode(text)
+        doc_toks.append(toks)
         for s in range(0, len(toks) - 1, seq_len):
             windows.append(toks[s:s + seq_len + 1])
             owner.append(d)
+            ends.append(min(s + seq_len + 1, len(toks)))
     if limit:
-        windows, owner = windows[:limit], owner[:limit]
+        windows, owner, ends = windows[:limit], owner[:limit], ends[:limit]
     res = _window_losses(model, windows, batch_tokens, progress, "ppl")
     nll = sum(r[0] for r in res)
     ntok = sum(r[1] for r in res)
-    used = sorted(set(owner))
-    nwords = sum(len(docs[d][1].split()) for d in used)
-    nbytes = sum(len(docs[d][1].encode("utf-8")) for d in used)
+    # words and bytes of the text scored: a document cut by ``limit`` counts only the text of
+    # its scored tokens (else word ppl and bits per byte divide a part's NLL by the whole)
+    covered: dict[int, int] = {}
+    for d, e in zip(owner, ends):
+        covered[d] = max(covered.get(d, 0), e)
+    scored_text = [docs[d][1] if e == len(doc_toks[d]) else model.decode(doc_toks[d][1:e])
+                   for d, e in sorted(covered.items())]
+    nwords = sum(len(t.split()) for t in scored_text)
+    nbytes = sum(len(t.encode("utf-8")) for t in scored_text)
     records = [{"id": f"{docs[o][0]}#{k}", "loss": r[0] / r[1], "tokens": r[1]}
                for k, (o, r) in enumerate(zip(owner, res))]
     loss = nll / max(ntok, 1)
