@@ -123,6 +123,26 @@ def test_mc_acc_and_acc_norm(monkeypatch, tiny_model):
     assert m["acc"] == 0 and m["acc_norm"] == 1 and m["chance"] == 0.5
 
 
+def test_acc_norm_is_lm_eval_and_acc_per_char_is_olmes(tiny_model):
+    # lm-eval's acc_norm divides by len(choice) (the " " target delimiter left out); OLMES's
+    # acc_per_char divides by len(" " + choice). Both checked against direct forward passes.
+    sets = [("The cat", ["a", "lo"], 0), ("The cat", ["b", "az"], 1), ("Question: why?\nAnswer:", ["no", "yes it is"], 0),
+            ("x", ["a", "bb", "ccc", "dddd"], 2), ("Hello there", ["e f", "gh ij"], 1), ("1 2 3", ["4", "four"], 0)]
+    items = [MCItem(f"q{i}", ctx, [" " + c for c in ch], gold=g) for i, (ctx, ch, g) in enumerate(sets)]
+    m, recs = scoring.evaluate_mc(tiny_model, Task("t", "mc", items, "test"), progress=False)
+    differ = 0
+    for (_, choices, _), it, r in zip(sets, items, recs):
+        lp = [direct_logprob(tiny_model, it.context, k) for k in it.continuations]
+        norm = max(range(len(lp)), key=lambda j: lp[j] / len(choices[j]))
+        per_char = max(range(len(lp)), key=lambda j: lp[j] / (len(choices[j]) + 1))
+        assert r["pred_norm"] == norm and r["pred_per_char"] == per_char
+        assert r["correct_norm"] == int(norm == it.gold) and r["correct_per_char"] == int(per_char == it.gold)
+        differ += norm != per_char
+    assert differ  # the items tell the two apart
+    assert m["acc_norm"] == sum(r["correct_norm"] for r in recs) / 6
+    assert m["acc_per_char"] == sum(r["correct_per_char"] for r in recs) / 6
+
+
 def test_text_perplexity_and_windows(tiny_model, tmp_path):
     f = tmp_path / "a.txt"
     f.write_text("some text " * 40)

@@ -44,7 +44,7 @@ def register(subparsers) -> None:
     p.add_argument("--no-progress", action="store_true")
     # compare / tail
     p.add_argument("--metric", default=None, help="compare: per-item field to pair (default: correct; "
-                   "loss for loss tasks); also correct_norm")
+                   "loss for loss tasks); also correct_norm, correct_per_char")
     p.add_argument("--bootstrap", type=int, default=10000, help="compare: bootstrap resamples")
     p.add_argument("--k", type=int, default=11, help="tail: number of last evaluations to average")
     p.add_argument("--key", default=None, help="tail: metric name in metrics.jsonl (default: val loss)")

@@ -110,13 +110,13 @@ def val_windows_for(model: EvalModel, val: str, seq_len: int | None, limit: int 
 
 
 def format_metrics(name: str, m: dict) -> str:
-    keys = [k for k in ("acc", "acc_norm", "exact_match", "exact_match_flex", "loss", "ppl", "word_ppl",
+    keys = [k for k in ("acc", "acc_norm", "acc_per_char", "exact_match", "exact_match_flex", "loss", "ppl", "word_ppl",
                         "bits_per_byte", "chance") if k in m]
     parts = []
     for k in keys:
         v = m[k]
         se = m.get(f"{k}_stderr")
-        if k in ("acc", "acc_norm", "exact_match", "exact_match_flex", "chance"):
+        if k in ("acc", "acc_norm", "acc_per_char", "exact_match", "exact_match_flex", "chance"):
             parts.append(f"{k} {100 * v:.1f}" + (f" ± {100 * se:.1f}" if se is not None else ""))
         else:
             parts.append(f"{k} {v:.4f}" + (f" ± {se:.4f}" if se is not None else ""))
@@ -134,6 +134,8 @@ def summary_markdown(model_name: str, results: dict[str, dict]) -> str:
             se = m.get(f"{k}_stderr")
             return f"{100 * m[k]:.1f}" + (f" ± {100 * se:.1f}" if se is not None else "")
         other = []
+        if "acc_per_char" in m:
+            other.append(f"acc_per_char {pct('acc_per_char')}")
         if "exact_match" in m:
             other.append(f"exact_match {pct('exact_match')}")
         for k in ("loss", "ppl", "word_ppl", "bits_per_byte"):

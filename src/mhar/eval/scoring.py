@@ -162,8 +162,9 @@ def _binom_se(p: float, n: int) -> float:
 
 def evaluate_mc(model: EvalModel, task: Task, batch_tokens: int = 4096, progress: bool = True):
     """acc: argmax of the summed log-likelihood. acc_norm: argmax of the log-likelihood
-    divided by the continuation's length in characters (lm-eval's acc_norm; OLMES
-    'acc_per_char'). The leading space counts as a character, as in lm-eval."""
+    divided by the answer's length in characters without the space that separates it from
+    the context (lm-eval's acc_norm divides by len(choice), the target delimiter " " left
+    out). acc_per_char: the same with that space counted (OLMES's 'acc_per_char')."""
     reqs, spans = [], []
     for it in task.items:
         r = it.requests()
@@ -175,16 +176,20 @@ def evaluate_mc(model: EvalModel, task: Task, batch_tokens: int = 4096, progress
     for it, s, n in items:
         lp = np.array([scored[s + j].logprob for j in range(n)])
         chars = np.array([len(c) for c in it.continuations], dtype=float)
-        pred, pred_norm = int(lp.argmax()), int((lp / chars).argmax())
-        records.append({"id": it.id, "gold": it.gold, "pred": pred, "pred_norm": pred_norm,
+        answer_chars = np.array([max(1, len(c) - c.startswith(" ")) for c in it.continuations], dtype=float)
+        pred, pred_norm, pred_pc = int(lp.argmax()), int((lp / answer_chars).argmax()), int((lp / chars).argmax())
+        records.append({"id": it.id, "gold": it.gold, "pred": pred, "pred_norm": pred_norm, "pred_per_char": pred_pc,
                         "correct": int(pred == it.gold), "correct_norm": int(pred_norm == it.gold),
+                        "correct_per_char": int(pred_pc == it.gold),
                         "logprobs": [round(float(x), 4) for x in lp]})
     n = len(records)
     acc = sum(r["correct"] for r in records) / max(n, 1)
     acc_norm = sum(r["correct_norm"] for r in records) / max(n, 1)
+    acc_pc = sum(r["correct_per_char"] for r in records) / max(n, 1)
     chance = float(np.mean([1.0 / len(it.continuations) for it, _, _ in items])) if n else float("nan")
     return ({"acc": acc, "acc_stderr": _binom_se(acc, n), "acc_norm": acc_norm,
-             "acc_norm_stderr": _binom_se(acc_norm, n), "chance": chance, "n": n,
+             "acc_norm_stderr": _binom_se(acc_norm, n), "acc_per_char": acc_pc,
+             "acc_per_char_stderr": _binom_se(acc_pc, n), "chance": chance, "n": n,
              **_skipped(len(task.items) - n)}, records)
 
 
