@@ -46,6 +46,11 @@ def test_five_shot_contexts():
     t = load_task("arc_easy", shots=5)
     ctx = t.items[0].requests()[0][0]
     assert ctx.count("Question:") == 6 and ctx.endswith(load_task("arc_easy").items[0].context)
+    # OLMES's 5-shot HellaSwag and PIQA files hold a 1,000-item sample: said so, not the full count
+    for name, full in (("hellaswag", "10,042"), ("piqa", "1,838")):
+        t = load_task(name, shots=5)
+        assert len(t.items) == 1000 and f"sample of 1,000 of {full} items" in t.description
+    assert "(test, 2,376 items)" in load_task("arc_easy", shots=5).description
 
 
 def test_lambada():

