@@ -117,6 +117,11 @@ def test_custom_mc_file_and_unknown_task(tmp_path):
     p.write_text('{"query": "Q: 1+1=", "choices": ["2", "3"], "gold": 0}\n{"question": "x", "choices": ["a", "b"], "answer": "B"}\n')
     t = load_task("mine", data_files={"mine": str(p)})
     assert [i.gold for i in t.items] == [0, 1] and t.items[0].continuations == [" 2", " 3"]
+    # a gold outside the choices would make the item always wrong without a word (lm-eval raises)
+    for bad in ('"gold": 2', '"gold": "C"', '"gold": "-1"'):
+        p.write_text('{"query": "Q", "choices": ["a", "b"], ' + bad + '}\n')
+        with pytest.raises(ValueError, match="row 0: gold"):
+            load_task("mine", data_files={"mine": str(p)})
     with pytest.raises(ValueError, match="did you mean hellaswag"):
         load_task("helaswag")
     with pytest.raises(ValueError, match="lm-evaluation-harness"):

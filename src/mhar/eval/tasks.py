@@ -315,8 +315,14 @@ def mc_file_task(name: str, path: str | os.PathLike) -> Task:
             choices = json.loads(choices)
         if q is None or not choices or gold is None:
             raise ValueError(f"{p}: row {i} needs 'query', 'choices' and 'gold'")
-        if isinstance(gold, str) and not gold.isdigit():
-            gold = LETTERS.index(gold.strip().upper())
+        if isinstance(gold, str) and not gold.strip().isdigit():
+            letter = gold.strip().upper()
+            if len(letter) != 1 or letter not in LETTERS:
+                raise ValueError(f"{p}: row {i}: gold {gold!r} is neither an index nor a letter A-J")
+            gold = LETTERS.index(letter)
+        if not 0 <= int(gold) < len(choices):  # else the item is silently always wrong
+            raise ValueError(f"{p}: row {i}: gold {gold!r} is not a choice index (0..{len(choices) - 1}, "
+                             f"or a letter)")
         items.append(MCItem(id=str(r.get("id", i)), context=q, continuations=[" " + str(c) for c in choices],
                             gold=int(gold)))
     return Task(name, "mc", items, source=str(p), description=f"{name} from {p.name}, cloze, 0-shot")
