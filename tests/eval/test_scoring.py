@@ -195,6 +195,12 @@ def test_end_to_end_tasks_compare_and_cli(tiny_model, tmp_path, monkeypatch, cap
     assert cli_main(["eval", "compare", str(tmp_path / "a"), str(tmp_path / "b"), "--bootstrap", "200"]) == 0
     out = capsys.readouterr().out
     assert "| piqa | correct | 4 |" in out and "McNemar" in out
+    # a folder evaluated before the records' format 2 (no records_version) does not pair with a new one
+    old = json.loads((tmp_path / "b" / "results.json").read_text())
+    assert old.pop("records_version") == 2
+    (tmp_path / "b" / "results.json").write_text(json.dumps(old))
+    with pytest.raises(ValueError, match=f"different formats .*re-evaluate {tmp_path / 'b'}"):
+        compare_dirs(tmp_path / "a", tmp_path / "b", n_boot=200)
 
     # the model loader is the only thing the CLI needs beyond run_tasks
     monkeypatch.setattr(adapter, "load_for_eval", lambda *a, **k: tiny_model)

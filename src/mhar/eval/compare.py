@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from mhar.eval.runner import load_records
+from mhar.eval.runner import RECORDS_VERSION, load_records, records_version
 from mhar.eval.stats import mcnemar_exact, paired_bootstrap, paired_tail_mean, tail_mean
 
 
@@ -31,6 +31,12 @@ def compare_dirs(dir_a: str | Path, dir_b: str | Path, tasks: list[str] | None =
         common = tasks
     if not common:
         raise ValueError(f"{da} and {db} share no evaluated task")
+    versions = {d: records_version(d) for d in (da, db)}
+    if None not in versions.values() and len(set(versions.values())) > 1:
+        old = [str(d) for d, v in versions.items() if v < RECORDS_VERSION]
+        raise ValueError(f"{da} and {db} hold records of different formats ({versions[da]} and {versions[db]}: "
+                         "HellaSwag's item ids and correct_norm changed in format 2), so their items would not "
+                         f"pair: re-evaluate {' and '.join(old) or 'the older folder'} with this version")
     rows = []
     for task in common:
         ra, rb = load_records(da, task), load_records(db, task)

@@ -157,6 +157,19 @@ def _git_commit() -> str | None:
         return None
 
 
+# The per-item records' format, in results.json. 2: HellaSwag ids are the item's index where the
+# dataset's own ids repeat, and correct_norm is lm-eval's acc_norm (before: OLMES's per-char).
+# Records of two formats pair different items or metrics, so `compare` refuses to mix them.
+RECORDS_VERSION = 2
+
+
+def records_version(path: str | Path) -> int | None:
+    """The records' format of an evaluation folder (1 when results.json predates the field;
+    None without a results.json)."""
+    p = Path(path) / "results.json"
+    return json.loads(p.read_text()).get("records_version", 1) if p.exists() else None
+
+
 def _write_summary(out: Path, model: EvalModel, results: dict, command: str | None) -> None:
     try:
         import transformers
@@ -167,7 +180,8 @@ def _write_summary(out: Path, model: EvalModel, results: dict, command: str | No
         "model": model.name, "model_info": model.info, "command": command or " ".join(sys.argv),
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "versions": {"python": platform.python_version(), "torch": torch.__version__, "transformers": tv},
-        "device": str(model.device), "commit": _git_commit(), "results": results,
+        "device": str(model.device), "commit": _git_commit(), "records_version": RECORDS_VERSION,
+        "results": results,
     }
     tmp = out / "results.json.tmp"
     tmp.write_text(json.dumps(summary, indent=2))
