@@ -54,6 +54,17 @@ def test_capture_reproduces_the_model_reads(seeded, method, heads, block):
         assert "partial" in sites[1].labels and "partial" not in sites[3].labels  # block of 3: sublayer 3 starts one
 
 
+def test_capture_uses_the_models_rope_scaling(seeded):
+    """A model with RoPE scaling (a converted Llama 3.x) is captured with its own cos/sin:
+    the final read through the final norm is the model's hidden state (it was not)."""
+    cfg = tiny_config("routed", 1, 0, n_layers=2, rope_scaling={"rope_type": "linear", "factor": 4.0})
+    model = _randomise(Decoder(cfg)).eval()
+    ids = torch.randint(0, 64, (1, 40))
+    final = capture_sites(model, ids)[-1]
+    read = route(final.sources, final.query, final.norm_weight, 1)
+    torch.testing.assert_close(model.final_norm(read), model.hidden_states(ids))
+
+
 def test_probe_rejects_models_without_routing():
     with pytest.raises(ValueError, match="no routing sites"):
         probe_model(Decoder(tiny_config("standard")), [torch.zeros(1, 4, dtype=torch.long)])

@@ -98,7 +98,7 @@ def capture_sites(model: nn.Module, input_ids: Tensor) -> list[Site]:
         raise ValueError(f"sequence length {T} exceeds max_seq_len={cfg.max_seq_len}")
     x = model.embed(input_ids)
     positions = torch.arange(T, device=input_ids.device)
-    cos, sin = rope_cos_sin(positions, cfg.attn_head_dim, cfg.rope_theta, x.dtype)
+    cos, sin = rope_cos_sin(positions, cfg.attn_head_dim, cfg.rope_theta, x.dtype, cfg.rope_scaling)
     state = stream.start(x)
     n = stream.num_sublayers
     sites: list[Site] = []
