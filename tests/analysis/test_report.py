@@ -121,3 +121,22 @@ def test_report_pairs_only_runs_with_the_same_setup(runs, tmp_path):
     row = next(line for line in md.splitlines() if line.startswith("| mhar-h4 |"))
     assert re.match(r"[+-]\d\.\d{4}", row.split("|")[8].strip())
     assert "Not drawn" in md  # H = 2 and H = 4 here come from different setups
+
+
+def test_h_sweep_keeps_block_routing_apart_from_full_routing(runs, tmp_path):
+    """A block-routed run of the same setup is not averaged into the full-routing curve
+    (the group key holds the block size, as the label says)."""
+    import shutil
+
+    from mhar.analysis.report import h_sweep
+    from mhar.analysis.runs import summarize_run
+
+    block = tmp_path / "mhar-h4-block"
+    shutil.copytree(runs / "mhar-h4", block, ignore=shutil.ignore_patterns("*.pt", "analysis"))
+    cfg = json.loads((block / "config.json").read_text())
+    cfg["model"]["stream"]["block_size"] = 2
+    (block / "config.json").write_text(json.dumps(cfg))
+    series = h_sweep([summarize_run(p) for p in (runs / "attnres", runs / "mhar-h2", runs / "mhar-h4", block)])
+    assert list(series) == ["tiny d=32 L=2, full routing, 12 steps"]  # the block run's group has one H
+    assert [name for _, _, name in series["tiny d=32 L=2, full routing, 12 steps"]] == ["attnres", "mhar-h2",
+                                                                                         "mhar-h4"]

@@ -195,16 +195,18 @@ def h_sweep(runs: Sequence[RunSummary]) -> dict[str, list[tuple[int, float, str]
     block size, training budget): series of (H, tail-mean, run name), kept when a
     group has at least two distinct H values."""
     groups: dict[str, list[tuple[int, float, str]]] = {}
-    keys: dict[str, str] = {}  # setup -> label
+    keys: dict[tuple[str, int], str] = {}  # (setup, block size) -> label
     for s in runs:
         if s.stream.get("method") != "routed" or s.tail_mean is None:
             continue
         m = s.model
         key = (f"{s.preset or '?'} d={m.get('d_model', '?')} L={m.get('n_layers', '?')}"
                + (f", block S={s.block_size}" if s.block_size else ", full routing") + f", {s.steps} steps")
-        if s.setup not in keys:  # one group per setup; a repeated label gets a number
-            keys[s.setup] = key if key not in keys.values() else f"{key} ({len(keys) + 1})"
-        groups.setdefault(keys[s.setup], []).append((s.heads, s.tail_mean, s.name))
+        # the setup leaves out the stream: the block size is part of the group, as the label says
+        group = (s.setup, s.block_size)
+        if group not in keys:  # one group per setup and block size; a repeated label gets a number
+            keys[group] = key if key not in keys.values() else f"{key} ({len(keys) + 1})"
+        groups.setdefault(keys[group], []).append((s.heads, s.tail_mean, s.name))
     return {k: sorted(v) for k, v in groups.items() if len({h for h, _, _ in v}) >= 2}
 
 
