@@ -187,6 +187,18 @@ def test_cli_midtrain_overrides_after_options(converted, tmp_path):
         assert json.loads((out / run / "config.json").read_text())["grad_clip"] == 0.5
 
 
+def test_midtrain_refuses_overrides_of_the_pretrained_model(converted, tmp_path):
+    """A model override (stream.heads=2) cannot change the pretrained model, which is
+    trained as converted: it is refused before training instead of being written into
+    the run's config.json, where the probe and `mhar eval` would build an H = 2 model."""
+    hf, folder = converted
+    for override in ("stream.heads=2", "model.rope_theta=500.0"):
+        with pytest.raises(ValueError, match=override.split("=")[0].removeprefix("model.")):
+            midtrain(folder, tmp_path / "mt", MidtrainOptions(**FAST), overrides=[override], progress=False,
+                     log=lambda *a: None)
+        assert not (tmp_path / "mt" / "delta" / "config.json").exists()
+
+
 def test_midtrain_resume_keeps_the_ema(converted, tmp_path, monkeypatch):
     """An interrupted mid-training run resumed from its checkpoint ends where the
     uninterrupted run ends, bit for bit, EMA included."""

@@ -239,7 +239,17 @@ def _train_config(model_cfg, method: str, source: str, vocab: int, opts: Midtrai
         min_lr_ratio=opts.min_lr_ratio, weight_decay=opts.weight_decay, eval_every=opts.eval_every,
         tail_k=opts.tail_k, checkpoint_every=opts.checkpoint_every or opts.steps, device=opts.device,
         dtype=opts.dtype, threads=opts.threads, loss_chunk=opts.loss_chunk, vocab_from_data=False)
-    return apply_train_overrides(cfg, list(overrides or []))
+    before = model_cfg.to_dict()
+    cfg = apply_train_overrides(cfg, list(overrides or []))
+    # the pretrained model is trained as it is: an override of its config would only be
+    # written into the run's config.json, from which the probe and `mhar eval` build the model
+    after = cfg.model.to_dict()
+    changed = [f"stream.{k}" for k in before["stream"] if before["stream"][k] != after["stream"][k]]
+    changed += [k for k in before if k != "stream" and before[k] != after[k]]
+    if changed:
+        raise ValueError(f"overrides cannot change the pretrained model ({', '.join(changed)}): it is trained as "
+                         "converted (for other routing, convert again with other --heads / --blocks)")
+    return cfg
 
 
 def _save_hf(decoder: Decoder, folder: Path, tokenizer_folder: Path | None) -> None:
