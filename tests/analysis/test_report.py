@@ -140,3 +140,37 @@ def test_h_sweep_keeps_block_routing_apart_from_full_routing(runs, tmp_path):
     assert list(series) == ["tiny d=32 L=2, full routing, 12 steps"]  # the block run's group has one H
     assert [name for _, _, name in series["tiny d=32 L=2, full routing, 12 steps"]] == ["attnres", "mhar-h2",
                                                                                          "mhar-h4"]
+
+
+def _saved_hf_model(folder):
+    pytest.importorskip("transformers")
+    from mhar.model import get_preset
+    from mhar.model.hf import MharConfig, MharForCausalLM
+
+    cfg = get_preset("tiny", "mhar-h2")
+    cfg.vocab_size, cfg.d_model, cfg.n_layers, cfg.d_ff = 64, 32, 1, 64
+    MharForCausalLM(MharConfig.from_model_config(cfg)).save_pretrained(folder)
+    return folder
+
+
+def test_report_skips_saved_model_folders(runs, tmp_path):
+    """A Hugging Face model folder beside the runs (mhar midtrain's OUT/converted, a run's
+    hf/) has a config.json too, but it is not a run: no '?' row with a made-up size."""
+    import shutil
+
+    mix = tmp_path / "mix"
+    for m in ("baseline", "attnres"):
+        shutil.copytree(runs / m, mix / m, ignore=shutil.ignore_patterns("*.pt", "analysis"))
+    _saved_hf_model(mix / "converted")
+    out = tmp_path / "r5"
+    assert main(["report", str(mix), "--out", str(out), "--no-probe", "--no-maps"]) == 0
+    md = (out / "report.md").read_text()
+    assert "| baseline |" in md and "| attnres |" in md
+    assert "| converted |" not in md and "2 run folder(s)" in md
+
+
+def test_probe_of_a_saved_model_folder_says_what_it_is(tmp_path, capsys):
+    folder = _saved_hf_model(tmp_path / "hf")
+    assert main(["probe", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert "Hugging Face model folder" in err and "not a run folder" in err

@@ -105,18 +105,20 @@ def cmd_maps(args) -> int:
 
 def expand_runs(paths: list[str]) -> list[Path]:
     """Run folders; a folder that is not a run but holds runs is replaced by them (sorted)."""
-    from mhar.analysis.runs import CONFIG_NAMES
+    from mhar.analysis.runs import config_path, is_run_folder
 
     out: list[Path] = []
     for raw in paths:
         p = Path(raw).expanduser()
         if not p.is_dir():
             raise FileNotFoundError(f"{p}: no such run folder")
-        if any((p / n).is_file() for n in CONFIG_NAMES):
+        if is_run_folder(p):
             out.append(p)
             continue
-        kids = sorted(c for c in p.iterdir() if c.is_dir() and any((c / n).is_file() for n in CONFIG_NAMES))
+        # saved model folders (config.json without a training config) beside the runs are not runs
+        kids = sorted(c for c in p.iterdir() if is_run_folder(c))
         if not kids:
+            config_path(p)  # a saved model folder: says so
             raise FileNotFoundError(f"{p}: not a run folder and holds no run folders")
         out.extend(kids)
     return out

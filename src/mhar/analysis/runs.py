@@ -27,11 +27,34 @@ def run_dir(path: str | Path) -> Path:
     return p
 
 
-def config_path(run: str | Path) -> Path:
-    p = run_dir(run)
+def _run_config(p: Path) -> Path | None:
+    """The run config of folder ``p``: a JSON object with a ``model`` section (a saved
+    Hugging Face model's config.json, which has none, does not count)."""
     for name in CONFIG_NAMES:
         if (p / name).is_file():
-            return p / name
+            try:
+                data = json.loads((p / name).read_text())
+            except (OSError, ValueError):
+                return p / name  # load_config_dict says what is wrong with it
+            if isinstance(data, dict) and isinstance(data.get("model"), dict):
+                return p / name
+    return None
+
+
+def is_run_folder(path: str | Path) -> bool:
+    p = Path(path).expanduser()
+    return p.is_dir() and _run_config(p) is not None
+
+
+def config_path(run: str | Path) -> Path:
+    p = run_dir(run)
+    found = _run_config(p)
+    if found is not None:
+        return found
+    if (p / "config.json").is_file():
+        raise FileNotFoundError(f"{p}: a Hugging Face model folder (config.json without a training config), not a "
+                                "run folder: analyse the run folder that trained it (mhar train / compare / sweep / "
+                                "midtrain)")
     raise FileNotFoundError(f"{p}: not a run folder (no {' / '.join(CONFIG_NAMES)})")
 
 
@@ -155,7 +178,7 @@ def load_run_model(run: str | Path, step: int | None = None):
     from mhar.train.load import load_run_model as _load
     from mhar.train.metrics import CHECKPOINTS
 
-    p = run_dir(run)
+    p = config_path(run).parent  # a run folder (a saved model folder is refused, with what it is)
     model = _load(p, step)
     cfg = load_run_config(p)
     if step is None:
