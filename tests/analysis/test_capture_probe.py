@@ -65,6 +65,24 @@ def test_capture_uses_the_models_rope_scaling(seeded):
     torch.testing.assert_close(model.final_norm(read), model.hidden_states(ids))
 
 
+def test_capture_and_probe_take_the_transformers_model(seeded):
+    """docs/huggingface.md points MharForCausalLM users to mhar.analysis.capture: the
+    wrapper is analysed as its decoder (it was refused as having 'no routing sites')."""
+    pytest.importorskip("transformers")
+    from mhar.analysis.maps import routing_map
+    from mhar.model.hf import MharConfig, MharForCausalLM
+
+    hf = MharForCausalLM(MharConfig.from_model_config(tiny_config("delta", 4, 2, n_layers=2))).eval()
+    _randomise(hf.model)
+    ids = torch.randint(0, 64, (2, 7))
+    got, want = capture_sites(hf, ids), capture_sites(hf.model, ids)
+    assert [s.labels for s in got] == [s.labels for s in want]
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a.weights(), b.weights())
+    assert probe_model(hf, [ids]).overall == probe_model(hf.model, [ids]).overall
+    assert routing_map(hf, [ids]).heads == 4
+
+
 def test_probe_rejects_models_without_routing():
     with pytest.raises(ValueError, match="no routing sites"):
         probe_model(Decoder(tiny_config("standard")), [torch.zeros(1, 4, dtype=torch.long)])

@@ -49,9 +49,18 @@ def sublayer_name(i: int, num_sublayers: int) -> str:
     return f"{'attn' if i % 2 == 0 else 'mlp'}{i // 2}"
 
 
+def decoder_of(model: nn.Module) -> nn.Module:
+    """The decoder to analyse: ``model`` itself, or the one a ``transformers`` wrapper
+    (:class:`mhar.model.hf.MharForCausalLM`) holds as ``model.model``."""
+    inner = getattr(model, "model", None)
+    if getattr(model, "residual", None) is None and isinstance(inner, nn.Module) and hasattr(inner, "residual"):
+        return inner
+    return model
+
+
 def routing_stream(model: nn.Module) -> RoutedStream | DeltaStream:
     """The model's routed (or delta) stream; ValueError for streams that do not route."""
-    stream = getattr(model, "residual", None)
+    stream = getattr(decoder_of(model), "residual", None)
     if not isinstance(stream, (RoutedStream, DeltaStream)):
         method = getattr(stream, "method", type(stream).__name__)
         raise ValueError(f"the model's residual stream is {method!r}: it has no routing sites "
@@ -90,7 +99,9 @@ def _labels(stream, state, i: int) -> tuple[list[Tensor], list[str]]:
 def capture_sites(model: nn.Module, input_ids: Tensor) -> list[Site]:
     """Run ``model`` on ``input_ids`` (B, T) and return one :class:`Site` per routing
     site (num_sublayers + 1 of them), in order. The forward pass is the model's own:
-    the same stream state, reads and writes as ``Decoder.hidden_states``."""
+    the same stream state, reads and writes as ``Decoder.hidden_states``. ``model``: a
+    :class:`~mhar.model.Decoder` or an ``MharForCausalLM`` (its decoder is read)."""
+    model = decoder_of(model)
     stream = routing_stream(model)
     cfg = model.config
     B, T = input_ids.shape
