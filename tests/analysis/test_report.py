@@ -174,3 +174,25 @@ def test_probe_of_a_saved_model_folder_says_what_it_is(tmp_path, capsys):
     assert main(["probe", str(folder)]) == 2
     err = capsys.readouterr().err
     assert "Hugging Face model folder" in err and "not a run folder" in err
+
+
+def test_h_sweep_draws_a_delta_sweep(runs, tmp_path):
+    """`mhar sweep --method delta` trains delta runs over H: the report draws their
+    curve, apart from the routed runs' (it left delta runs out: 'Not drawn')."""
+    import shutil
+
+    from mhar.analysis.report import h_sweep
+    from mhar.analysis.runs import summarize_run
+
+    folders = []
+    for h, src in ((2, "mhar-h2"), (4, "mhar-h4")):
+        folder = tmp_path / f"delta-h{h}"
+        shutil.copytree(runs / src, folder, ignore=shutil.ignore_patterns("*.pt", "analysis"))
+        cfg = json.loads((folder / "config.json").read_text())
+        cfg["model"]["stream"].update(method="delta", block_size=2)
+        (folder / "config.json").write_text(json.dumps(cfg))
+        folders.append(folder)
+    series = h_sweep([summarize_run(p) for p in [runs / "attnres", runs / "mhar-h2", *folders]])
+    assert set(series) == {"tiny d=32 L=2, full routing, 12 steps", "tiny d=32 L=2, delta S=2, 12 steps"}
+    assert [(h, name) for h, _, name in series["tiny d=32 L=2, delta S=2, 12 steps"]] == [(2, "delta-h2"),
+                                                                                         (4, "delta-h4")]

@@ -191,19 +191,21 @@ def plot_loss_curves(runs: Sequence[RunSummary], path: Path) -> Path | None:
 
 
 def h_sweep(runs: Sequence[RunSummary]) -> dict[str, list[tuple[int, float, str]]]:
-    """Routed runs grouped by everything that shapes them but H (preset, width, depth,
-    block size, training budget): series of (H, tail-mean, run name), kept when a
-    group has at least two distinct H values."""
+    """Routed (and delta) runs grouped by everything that shapes them but H (preset,
+    width, depth, stream method, block size, training budget): series of (H, tail-mean,
+    run name), kept when a group has at least two distinct H values."""
     groups: dict[str, list[tuple[int, float, str]]] = {}
-    keys: dict[tuple[str, int], str] = {}  # (setup, block size) -> label
+    keys: dict[tuple[str, str, int], str] = {}  # (setup, stream method, block size) -> label
     for s in runs:
-        if s.stream.get("method") != "routed" or s.tail_mean is None:
+        method = s.stream.get("method")
+        if method not in ("routed", "delta") or s.tail_mean is None:
             continue
         m = s.model
-        key = (f"{s.preset or '?'} d={m.get('d_model', '?')} L={m.get('n_layers', '?')}"
-               + (f", block S={s.block_size}" if s.block_size else ", full routing") + f", {s.steps} steps")
-        # the setup leaves out the stream: the block size is part of the group, as the label says
-        group = (s.setup, s.block_size)
+        shape = (f", delta S={s.block_size}" if method == "delta"
+                 else f", block S={s.block_size}" if s.block_size else ", full routing")
+        key = f"{s.preset or '?'} d={m.get('d_model', '?')} L={m.get('n_layers', '?')}{shape}, {s.steps} steps"
+        # the setup leaves out the stream: its method and block size are part of the group, as the label says
+        group = (s.setup, method, s.block_size)
         if group not in keys:  # one group per setup and block size; a repeated label gets a number
             keys[group] = key if key not in keys.values() else f"{key} ({len(keys) + 1})"
         groups.setdefault(keys[group], []).append((s.heads, s.tail_mean, s.name))
@@ -322,7 +324,8 @@ def build_report(runs: Sequence[str | Path], out: str | Path, analyse: Analyser 
         rows = [[key, str(h), _f(v), n] for key, pts in series.items() for h, v, n in pts]
         rep.add(Image(sweep, "H sweep"), Table(["group", "H", "tail-mean val loss", "run"], rows, left=1))
     else:
-        rep.add(Para("Not drawn: no group of routed runs (same preset, width, depth, block size and steps) with at least two values of H."))
+        rep.add(Para("Not drawn: no group of routed or delta runs (same preset, width, depth, stream, block size "
+                     "and steps) with at least two values of H."))
 
     routed = [s for s in summaries if s.routes]
     probes: list[tuple[str, ProbeResult]] = []
