@@ -196,3 +196,25 @@ def test_h_sweep_draws_a_delta_sweep(runs, tmp_path):
     assert set(series) == {"tiny d=32 L=2, full routing, 12 steps", "tiny d=32 L=2, delta S=2, 12 steps"}
     assert [(h, name) for h, _, name in series["tiny d=32 L=2, delta S=2, 12 steps"]] == [(2, "delta-h2"),
                                                                                          (4, "delta-h4")]
+
+
+def test_h_sweep_draws_a_shared_baseline_once(runs, tmp_path):
+    """Full and block routing of one setup are two curves with one baseline: one dashed
+    line, not one per curve (two identical lines and legend entries)."""
+    import shutil
+
+    from mhar.analysis.report import baseline_lines, h_sweep
+    from mhar.analysis.runs import summarize_run
+
+    summaries = [summarize_run(runs / m) for m in ("baseline", "attnres", "mhar-h2")]
+    for h, src in ((2, "mhar-h2"), (4, "mhar-h4")):
+        folder = tmp_path / f"block-h{h}"
+        shutil.copytree(runs / src, folder, ignore=shutil.ignore_patterns("*.pt", "analysis"))
+        cfg = json.loads((folder / "config.json").read_text())
+        cfg["model"]["stream"]["block_size"] = 2
+        (folder / "config.json").write_text(json.dumps(cfg))
+        summaries.append(summarize_run(folder))
+    series = h_sweep(summaries)
+    assert len(series) == 2
+    lines = baseline_lines(series, summaries)
+    assert lines == [(summaries[0].tail_mean, "baseline (baseline)")]

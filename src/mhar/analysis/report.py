@@ -212,8 +212,25 @@ def h_sweep(runs: Sequence[RunSummary]) -> dict[str, list[tuple[int, float, str]
     return {k: sorted(v) for k, v in groups.items() if len({h for h, _, _ in v}) >= 2}
 
 
+def baseline_lines(series: dict[str, list[tuple[int, float, str]]],
+                   runs: Sequence[RunSummary]) -> list[tuple[float, str]]:
+    """The H-sweep plot's dashed lines, (tail-mean, label): the paired baseline of each
+    group's setup, once per baseline run (the curves of one setup, e.g. full and block
+    routing, share it)."""
+    by_name = {s.name: s for s in runs}
+    groups: dict[str, tuple[RunSummary, list[str]]] = {}  # baseline name -> (baseline, its groups)
+    for key, pts in series.items():
+        b = _baseline(runs, like=by_name[pts[0][2]])
+        if b is not None:
+            groups.setdefault(b.name, (b, []))[1].append(key)
+    # a baseline that serves only some of the curves names its setup
+    return [(b.tail_mean, f"baseline ({b.name})" if len(keys) == len(series) else
+             f"baseline ({b.name}: {b.preset or '?'} d={b.model.get('d_model', '?')} L={b.model.get('n_layers', '?')}, "
+             f"{b.steps} steps)") for b, keys in groups.values()]
+
+
 def plot_h_sweep(series: dict[str, list[tuple[int, float, str]]], path: Path,
-                 baselines: dict[str, RunSummary] | None = None) -> Path | None:
+                 baselines: list[tuple[float, str]] | None = None) -> Path | None:
     if not series:
         return None
     import matplotlib
@@ -226,8 +243,8 @@ def plot_h_sweep(series: dict[str, list[tuple[int, float, str]]], path: Path,
         mean = [sum(v for h2, v, _ in pts if h2 == h) / sum(1 for h2, _, _ in pts if h2 == h) for h in hs]
         ax.scatter([h for h, _, _ in pts], [v for _, v, _ in pts], s=12, alpha=0.5)
         ax.plot(hs, mean, marker="o", label=key)
-    for key, b in (baselines or {}).items():
-        ax.axhline(b.tail_mean, color="gray", ls="--", label=f"baseline ({b.name})" + (f", {key}" if len(series) > 1 else ""))
+    for value, label in baselines or []:
+        ax.axhline(value, color="gray", ls="--", label=label)
     ax.set_xscale("log", base=2)
     hs_all = sorted({h for pts in series.values() for h, _, _ in pts})
     ax.set_xticks(hs_all)
@@ -313,13 +330,7 @@ def build_report(runs: Sequence[str | Path], out: str | Path, analyse: Analyser 
 
     rep.add(Heading("H sweep"))
     series = h_sweep(summaries)
-    by_name = {s.name: s for s in summaries}
-    baselines = {}
-    for key, pts in series.items():
-        b = _baseline(summaries, like=by_name[pts[0][2]])
-        if b is not None:
-            baselines[key] = b
-    sweep = plot_h_sweep(series, img / "h_sweep.png", baselines)
+    sweep = plot_h_sweep(series, img / "h_sweep.png", baseline_lines(series, summaries))
     if sweep:
         rows = [[key, str(h), _f(v), n] for key, pts in series.items() for h, v, n in pts]
         rep.add(Image(sweep, "H sweep"), Table(["group", "H", "tail-mean val loss", "run"], rows, left=1))
