@@ -47,3 +47,24 @@ def test_zero_queries_give_uniform_maps():
 def test_maps_reject_the_standard_stream():
     with pytest.raises(ValueError, match="no routing sites"):
         routing_map(Decoder(tiny_config("standard")), [torch.zeros(1, 3, dtype=torch.long)])
+
+
+@pytest.mark.parametrize("sites,heads", [(7, 1), (61, 8)])
+def test_map_title_clears_the_panels(sites, heads):
+    """The figure title sits above every panel: on a deep model's map (61 sites, the
+    30-layer SmolLM2 conversion) it was drawn over the first row's panels."""
+    from mhar.analysis.maps import map_figure
+
+    w = torch.rand(heads, sites, 9, dtype=torch.float64)
+    w[:, :, 1:] = w[:, :, 1:].masked_fill(torch.rand(sites, 8) < 0.5, float("nan"))
+    w = w / torch.nan_to_num(w).sum(-1, keepdim=True)
+    m = RoutingMap([f"s{i}" for i in range(sites)], [f"c{j}" for j in range(9)], w, 128, "deep")
+    fig = map_figure(m)
+    renderer = fig.canvas.get_renderer()
+    title = fig._suptitle.get_window_extent(renderer)
+    for ax in fig.axes:
+        if ax.axison:
+            box = ax.get_tightbbox(renderer)
+            assert title.y0 >= box.y1 - 1 or not title.overlaps(box), (ax.get_title(), title, box)
+    import matplotlib.pyplot as plt
+    plt.close(fig)

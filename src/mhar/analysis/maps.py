@@ -81,6 +81,18 @@ def routing_map(model: nn.Module, batches: Iterable[Tensor], title: str = "") ->
 
 def plot_map(m: RoutingMap, path: str | Path, dpi: int = 110) -> Path:
     """One heatmap per head (site rows x source columns) in one PNG."""
+    import matplotlib.pyplot as plt
+
+    fig = map_figure(m)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return path
+
+
+def map_figure(m: RoutingMap):
+    """The matplotlib figure of :func:`plot_map` (the caller closes it)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -92,7 +104,10 @@ def plot_map(m: RoutingMap, path: str | Path, dpi: int = 110) -> Path:
     cell = 0.28
     w = max(3.0, cell * len(m.columns) + 1.5)
     h = max(2.5, cell * len(m.sites) + 1.2)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(w * ncols + 0.8, h * nrows + 0.6), squeeze=False)
+    # constrained layout keeps the title and the colour bar clear of the panels (tight_layout
+    # left the title over the first row of a tall figure)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(w * ncols + 0.8, h * nrows + 0.6), squeeze=False,
+                             layout="constrained")
     cmap = matplotlib.colormaps["viridis"].with_extremes(bad="#dddddd")
     # colour scale: up to the largest weight of a site with a choice (the single-source
     # first site is always 1 and would flatten everything else)
@@ -127,11 +142,6 @@ def plot_map(m: RoutingMap, path: str | Path, dpi: int = 110) -> Path:
             ax.set_xlabel("source", fontsize=8)
     fig.suptitle((m.title + ": " if m.title else "") + f"token-averaged routing weights ({m.tokens} tokens)",
                  fontsize=10)
-    fig.tight_layout()
     if im is not None:
         fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8, label="weight" + (f" (scale capped at {vmax:.2f})" if vmax < 1 else ""))
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi)
-    plt.close(fig)
-    return path
+    return fig
