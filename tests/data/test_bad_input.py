@@ -154,3 +154,23 @@ def test_bad_options(tmp_path, corpus_dir):
     with pytest.raises(FileNotFoundError, match="nosuch.json"):
         build_dataset([corpus_dir], tmp_path / "o", tokenizer=str(tmp_path / "nosuch.json"))
     assert not (tmp_path / "o").exists()
+
+
+def test_jsonl_records_split_on_newlines_only(tmp_path):
+    # json.dumps(ensure_ascii=False) leaves U+2028/U+2029, NEL and form feeds unescaped inside
+    # strings; JSON Lines separates records by "\n" only, so these must stay inside their record.
+    docs = make_docs(6, seed=12) + ["one\u2028two\u2029three", "next\x85line", "page\x0cbreak", "crlf\r\nend"]
+    (tmp_path / "j").mkdir()
+    with open(tmp_path / "j" / "x.jsonl", "w", encoding="utf-8", newline="") as f:
+        f.writelines(json.dumps({"text": d}, ensure_ascii=False) + "\r\n" for d in docs)
+    ds = TokenDataset(build_dataset([tmp_path / "j"], tmp_path / "out", vocab_size=300, val_fraction=0.0))
+    from .test_build import split_docs
+    assert sorted(split_docs(ds, "train")) == sorted(docs)
+
+
+def test_jsonl_with_byte_order_mark(tmp_path):
+    docs = make_docs(5, seed=13)
+    (tmp_path / "j").mkdir()
+    (tmp_path / "j" / "x.jsonl").write_bytes(b"\xef\xbb\xbf" + "".join(json.dumps({"text": d}) + "\n" for d in docs).encode())
+    ds = TokenDataset(build_dataset([tmp_path / "j"], tmp_path / "out", vocab_size=300, val_fraction=0.0))
+    assert ds.num_documents("train") == 5

@@ -278,7 +278,11 @@ def _jsonl_docs(p: Path, stats: SourceStats, text_field: str, name: str) -> Iter
     except UnicodeDecodeError:
         stats.skip(str(p), "non-utf8")
         return
-    for lineno, line in enumerate(content.splitlines(), 1):
+    if content.startswith("\ufeff"):  # a byte-order mark, as for text files
+        content = content[1:]
+    # JSON Lines separates records by "\n" only: str.splitlines would also cut at U+2028,
+    # U+2029, NEL or a form feed, which json.dumps(ensure_ascii=False) leaves inside strings.
+    for lineno, line in enumerate(content.split("\n"), 1):
         if not line.strip():
             continue
         try:
