@@ -174,3 +174,20 @@ def test_jsonl_with_byte_order_mark(tmp_path):
     (tmp_path / "j" / "x.jsonl").write_bytes(b"\xef\xbb\xbf" + "".join(json.dumps({"text": d}) + "\n" for d in docs).encode())
     ds = TokenDataset(build_dataset([tmp_path / "j"], tmp_path / "out", vocab_size=300, val_fraction=0.0))
     assert ds.num_documents("train") == 5
+
+
+def test_lone_surrogates_are_replaced_not_a_crash(tmp_path):
+    # JSON may escape a lone surrogate ("\ud800"), which is no valid UTF-8: the document is
+    # kept with "?" in its place, and hashed (split, dedup) as the text that is stored.
+    docs = make_docs(8, seed=14)
+    (tmp_path / "j").mkdir()
+    lines = [json.dumps({"text": d}) for d in docs] + ['{"text": "broken \\ud800 pair"}', '{"text": "broken \\udc00 pair"}']
+    (tmp_path / "j" / "x.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    ds = TokenDataset(build_dataset([tmp_path / "j"], tmp_path / "out", vocab_size=300, val_fraction=0.3))
+    from mhar.data.sources import content_hash
+    from .test_build import split_docs
+    train, val = split_docs(ds, "train"), split_docs(ds, "validation")
+    assert sorted(train + val) == sorted(docs + ["broken ? pair"])
+    assert ds.manifest["dedup"]["duplicates_removed"] == 1
+    assert all(int.from_bytes(content_hash(d)[:8], "little") / 2**64 < 0.3 for d in val)
+    assert not any(int.from_bytes(content_hash(d)[:8], "little") / 2**64 < 0.3 for d in train)

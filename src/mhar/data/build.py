@@ -227,8 +227,13 @@ def _build_into(tmp: Path, sources, fixed_tok, tok_kind, tok_name, model_vocab, 
             if st is None:
                 by_name.update({s.name: s for s in stats})
                 st = by_name[doc.source]
-            raw = doc.text.encode("utf-8", "replace")
-            h = S.content_hash(doc.text)
+            text = doc.text
+            try:
+                raw = text.encode("utf-8")
+            except UnicodeEncodeError:  # lone surrogates (JSON's "\ud800"): no UTF-8; "?" instead
+                raw = text.encode("utf-8", "replace")
+                text = raw.decode("utf-8")  # hash, sample and store the same text
+            h = S.content_hash(text)
             if h in seen:
                 st.duplicates += 1
                 continue
@@ -243,7 +248,7 @@ def _build_into(tmp: Path, sources, fixed_tok, tok_kind, tok_name, model_vocab, 
             total_bytes += len(raw)
             st.documents += 1
             st.bytes += len(raw)
-            sampler.offer(h, doc.text)
+            sampler.offer(h, text)
     read_s = time.time() - t0
     names = ", ".join(s.location or s.name for s in stats) or "sources"
     if n_docs == 0:
