@@ -170,3 +170,19 @@ def test_cli_builtin_default_out_is_cached(tmp_path, monkeypatch, capsys):
     assert main(args) == 0
     assert "already built" in capsys.readouterr().out
     assert TokenDataset(first).vocab_size == 300
+
+
+def test_cli_max_mb_inf_full_and_nan(tmp_path, corpus_dir, capsys):
+    # 'inf' means everything for any source (as it does for the built-in one), not a traceback
+    for val in ("inf", "full"):
+        out = tmp_path / val
+        assert main(["data", "build", str(corpus_dir), "-o", str(out), "--vocab-size", "300", "-q", "--max-mb", val]) == 0
+        m = TokenDataset(out).manifest
+        assert m["documents"] == 120 and m["max_mb"] is None
+    for val in ("nan", "0", "lots"):
+        assert main(["data", "build", str(corpus_dir), "-o", str(tmp_path / "bad"), "-q", "--max-mb", val]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and err.startswith("mhar data: error: max_mb=") and not (tmp_path / "bad").exists()
+    with pytest.raises(ValueError, match="max_mb=nan"):
+        build_dataset([corpus_dir], tmp_path / "bad", vocab_size=300, max_mb=float("nan"))
+    assert TokenDataset(build_dataset([corpus_dir], tmp_path / "all", vocab_size=300, max_mb=float("inf"))).manifest["documents"] == 120

@@ -163,8 +163,11 @@ def build_dataset(
         raise ValueError("no sources given")
     if not 0.0 <= val_fraction < 1.0:
         raise ValueError(f"val_fraction={val_fraction}: must be in [0, 1)")
-    if max_mb is not None and max_mb <= 0:
-        raise ValueError(f"max_mb={max_mb}: must be positive")
+    if max_mb is not None:
+        if not max_mb > 0:  # also NaN
+            raise ValueError(f"max_mb={max_mb}: must be positive")
+        if max_mb == float("inf"):
+            max_mb = None
     if shard_tokens < 1:
         raise ValueError(f"shard_tokens={shard_tokens}: must be positive")
     out = Path(out)
@@ -455,7 +458,7 @@ def builtin_size_mb(max_mb: float | str | None) -> float | None:
             raise ValueError(f"max_mb={max_mb!r}: expected a number of MB or 'full'") from None
     if max_mb == float("inf"):
         return None
-    if max_mb <= 0:
+    if not max_mb > 0:  # also NaN
         raise ValueError(f"max_mb={max_mb}: must be positive (or 'full')")
     return float(max_mb)
 

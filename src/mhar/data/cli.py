@@ -47,13 +47,8 @@ def _build(args: argparse.Namespace) -> int:
     builtin_only = list(args.sources) == ["builtin"]
     if builtin_only:
         max_mb = builtin_size_mb(args.max_mb)
-    elif args.max_mb is None or str(args.max_mb).lower() == "full":
-        max_mb = None
-    else:
-        try:
-            max_mb = float(args.max_mb)
-        except ValueError:
-            raise ValueError(f"--max-mb {args.max_mb!r}: expected a number of MB or 'full'") from None
+    else:  # no default size for other sources: everything unless --max-mb says otherwise
+        max_mb = None if args.max_mb is None else builtin_size_mb(args.max_mb)
     out = args.out
     if out is None:
         if not builtin_only:
