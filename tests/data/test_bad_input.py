@@ -191,3 +191,15 @@ def test_lone_surrogates_are_replaced_not_a_crash(tmp_path):
     assert ds.manifest["dedup"]["duplicates_removed"] == 1
     assert all(int.from_bytes(content_hash(d)[:8], "little") / 2**64 < 0.3 for d in val)
     assert not any(int.from_bytes(content_hash(d)[:8], "little") / 2**64 < 0.3 for d in train)
+
+
+def test_output_overlapping_a_source_is_refused(tmp_path):
+    root = write_corpus(tmp_path / "notes", make_docs(6, seed=15))
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    # inside the source folder: a rebuild would read the old dataset's manifest and tokenizer as text;
+    # the source itself, or a folder above it: --overwrite would delete the source
+    for out, src in ((root / "ds", root), (root / "records.jsonl", root / "records.jsonl"), (root, root / "part0"),
+                     (tmp_path, root)):
+        with pytest.raises(ValueError, match="overlaps the source"):
+            build_dataset([src], out, vocab_size=300, overwrite=True)
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before

@@ -171,6 +171,9 @@ def build_dataset(
     if shard_tokens < 1:
         raise ValueError(f"shard_tokens={shard_tokens}: must be positive")
     out = Path(out)
+    for src in sources:
+        if isinstance(src, (str, os.PathLike)) and str(src) != "builtin" and not str(src).startswith("hf:"):
+            _check_no_overlap(Path(src), out)
     if out.exists() and not overwrite:
         raise ValueError(f"{out}: already exists (pass overwrite=True / --overwrite to replace it)")
     # Resolve a given tokenizer before reading anything (fail fast on a bad path).
@@ -206,6 +209,15 @@ def build_dataset(
         raise
     _log(verbose, f"wrote {out} in {time.time() - t_start:.1f}s")
     return out
+
+
+def _check_no_overlap(src: Path, out: Path) -> None:
+    """The output may not be a local source, hold one (replacing it would delete the
+    source) or lie inside one (the next build would read the dataset's files as text)."""
+    s, o = src.resolve(), out.resolve()
+    if s == o or o in s.parents or s in o.parents:
+        raise ValueError(f"{out}: the output overlaps the source {src} (a dataset inside a source is read back "
+                         f"as text by the next build; replacing one deletes the source); write it elsewhere")
 
 
 def _build_into(tmp: Path, sources, fixed_tok, tok_kind, tok_name, model_vocab, vocab_size, max_mb,
