@@ -1,4 +1,5 @@
 import json
+import os
 import shutil
 import struct
 
@@ -203,3 +204,15 @@ def test_output_overlapping_a_source_is_refused(tmp_path):
         with pytest.raises(ValueError, match="overlaps the source"):
             build_dataset([src], out, vocab_size=300, overwrite=True)
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
+def test_killed_build_leftovers_are_removed_by_the_next_build(tmp_path, corpus_dir):
+    # SIGTERM/SIGKILL (a job's time limit, `timeout`) runs no cleanup: the temporary directory,
+    # with a spool of all the text, stays behind; the next build of that output removes it.
+    dead = tmp_path / ".out.tmp-999999999-deadbeef"  # no such process
+    live = tmp_path / f".out.tmp-{os.getpid()}-cafecafe"  # a build still running
+    for d in (dead, live):
+        d.mkdir()
+        (d / "documents.spool").write_bytes(b"x" * 1000)
+    build_dataset([corpus_dir], tmp_path / "out", vocab_size=300)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, "out"])

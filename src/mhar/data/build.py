@@ -193,6 +193,7 @@ def build_dataset(
         T.find_eot(fixed_tok, eot_token, eos_fallback)  # fail before reading any text
 
     out.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_builds(out.parent, out.name)  # left by a build killed with SIGTERM/SIGKILL
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     try:
