@@ -216,3 +216,21 @@ def test_killed_build_leftovers_are_removed_by_the_next_build(tmp_path, corpus_d
         (d / "documents.spool").write_bytes(b"x" * 1000)
     build_dataset([corpus_dir], tmp_path / "out", vocab_size=300)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, "out"])
+
+
+def test_overwrite_only_replaces_a_dataset(tmp_path, corpus_dir):
+    # --overwrite replaces an old dataset (complete or not); a folder or file of something else
+    # is the user's and is never deleted
+    precious = tmp_path / "thesis"
+    precious.mkdir()
+    (precious / "chapter1.tex").write_text("years of work")
+    (tmp_path / "notes.txt").write_text("keep me")
+    for out in (precious, tmp_path / "notes.txt"):
+        with pytest.raises(ValueError, match="not a dataset"):
+            build_dataset([corpus_dir], out, vocab_size=300, overwrite=True)
+    assert (precious / "chapter1.tex").read_text() == "years of work" and (tmp_path / "notes.txt").read_text() == "keep me"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "thesis"]
+    out = build_dataset([corpus_dir], tmp_path / "ds", vocab_size=300)
+    (out / "manifest.json").unlink()  # an incomplete dataset can still be replaced
+    build_dataset([corpus_dir], out, vocab_size=310, overwrite=True)
+    assert TokenDataset(out).vocab_size == 310

@@ -17,6 +17,7 @@ import datetime as _dt
 import json
 import os
 import platform
+import re
 import shutil
 import struct
 import sys
@@ -176,6 +177,9 @@ def build_dataset(
             _check_no_overlap(Path(src), out)
     if out.exists() and not overwrite:
         raise ValueError(f"{out}: already exists (pass overwrite=True / --overwrite to replace it)")
+    if out.exists() and not _is_dataset_dir(out):
+        raise ValueError(f"{out}: not a dataset directory (files other than a dataset's); --overwrite only "
+                         f"replaces a dataset, so move it away or write elsewhere")
     # Resolve a given tokenizer before reading anything (fail fast on a bad path).
     fixed_tok, eos_fallback = None, None
     tok_kind, tok_name, model_vocab = "bpe", f"byte-level BPE {vocab_size} (trained on this corpus)", None
@@ -210,6 +214,15 @@ def build_dataset(
         raise
     _log(verbose, f"wrote {out} in {time.time() - t_start:.1f}s")
     return out
+
+
+_DATASET_FILE = re.compile(r"manifest\.json(\.part)?|tokenizer\.json|documents\.spool|(train|validation)-\d{5}\.bin")
+
+
+def _is_dataset_dir(path: Path) -> bool:
+    """A folder holding only a dataset's files (complete or not): what --overwrite may delete."""
+    return path.is_dir() and not path.is_symlink() and all(
+        c.is_file() and _DATASET_FILE.fullmatch(c.name) for c in path.iterdir())
 
 
 def _check_no_overlap(src: Path, out: Path) -> None:
