@@ -186,3 +186,10 @@ def test_cli_max_mb_inf_full_and_nan(tmp_path, corpus_dir, capsys):
     with pytest.raises(ValueError, match="max_mb=nan"):
         build_dataset([corpus_dir], tmp_path / "bad", vocab_size=300, max_mb=float("nan"))
     assert TokenDataset(build_dataset([corpus_dir], tmp_path / "all", vocab_size=300, max_mb=float("inf"))).manifest["documents"] == 120
+
+
+def test_cli_unknown_tokenizer_names_the_choices(tmp_path, corpus_dir, capsys):
+    assert main(["data", "build", str(corpus_dir), "-o", str(tmp_path / "o"), "-q", "--tokenizer", "gpt2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "gpt2" in err and "'bpe', 'qwen'" in err
+    assert list(tmp_path.iterdir()) == []

