@@ -219,7 +219,7 @@ def build_dataset(
     return out
 
 
-_DATASET_FILE = re.compile(r"manifest\.json(\.part)?|tokenizer\.json|documents\.spool|(train|validation)-\d{5}\.bin")
+_DATASET_FILE = re.compile(r"manifest\.json(\.part)?|tokenizer\.json|documents\.spool|(train|validation)-\d{5,}\.bin")
 
 
 def _is_dataset_dir(path: Path) -> bool:
