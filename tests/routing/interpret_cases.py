@@ -30,6 +30,7 @@ from mhar.routing import triton_kernels as tk  # noqa: E402
 from mhar.routing import reference as R  # noqa: E402
 from routing_checks import (check_coef_grads, check_deterministic, check_final_read_sums, check_finalize,  # noqa: E402
                             check_finalized_rows, check_key_scales_chain, check_partial, check_phase_one_rows,
+                            check_rows_read_twice,
                             check_route, check_sink_chain, check_two_phase, make_inputs, rel)
 
 
@@ -255,6 +256,16 @@ def test_finalized_rows(n, lead, d, heads, S, gen):
     if d > 1:  # at d = 1 bf16 the query gradients (S numbers, sums that cancel) are 1-10% off fp64 either way
         # (bf16 rows: o rounded once more, twice the tolerance)
         check_finalized_rows(n, lead, d, heads, S, dtype=torch.bfloat16, tol=2e-2, gen=gen)
+
+
+@pytest.mark.parametrize("n_old,n_new,lead,d,heads,S", [(3, 2, (5,), 32, 4, 3), (2, 1, (3,), 40, 8, 2),
+                                                        (4, 1, (7,), 20, 1, 1)])
+def test_phase_one_rows_read_twice(n_old, n_new, lead, d, heads, S, gen):
+    # a row read by two sites (finalize and route_merge, in any pairing): both reads'
+    # gradients reach the phase-1 read (a second read of a direct row used to replace the
+    # first's gradient: the old sources', queries' and norm weights' gradients 40-110% off)
+    assert check_rows_read_twice(n_old, n_new, lead, d, heads, S, gen=gen).direct
+    check_rows_read_twice(n_old, n_new, lead, d, heads, S, dtype=torch.bfloat16, tol=2e-2, gen=gen)
 
 
 def test_phase_one_rows_off_the_kernels(gen):

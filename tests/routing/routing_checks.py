@@ -137,6 +137,27 @@ def check_phase_one_rows(n_old, n_new, lead, d, heads, S, dtype=torch.float32, d
     return rows
 
 
+def check_rows_read_twice(n_old, n_new, lead, d, heads, S, dtype=torch.float32, device="cpu", tol=1e-5, gen=None):
+    """Each row of ``route_partial_rows`` read by two sites (``finalize`` and
+    ``route_merge``, each with its own new sources): every read's gradient reaches the
+    phase-1 read's inputs, as it does through the rows as autograd views."""
+    srcs, q, g = make_inputs(n_old + 2 * n_new, lead, d, dtype, device, S=S, gen=gen)
+    rows = routing.route_partial_rows(srcs[:n_old], q, g, heads)
+    outs, reads = [], []
+    for s in range(S):
+        for k, first in enumerate((n_old, n_old + n_new)):
+            if (s + k) % 3 == 2:  # some reads normalise the row alone
+                outs.append(routing.finalize(rows[s], srcs[0].shape, dtype)[0])
+                reads.append((s, []))
+            else:
+                outs.append(routing.route_merge(rows[s], srcs[first:first + n_new], q[s], g[s], heads))
+                reads.append((s, list(range(first, first + n_new))))
+    s64, (q64, g64) = _f64(srcs), _f64([q, g])
+    full = [R.route(s64[:n_old] + [s64[i] for i in idx], q64[s], g64[s], heads) for s, idx in reads]
+    _check_reads(outs, full, [*srcs, q, g], [*s64, q64, g64], device, dtype, tol, gen)
+    return rows
+
+
 def check_deterministic(n, lead, d, heads, S=1, device="cpu", dtype=torch.float32, gen=None):
     srcs, q, g = make_inputs(n, lead, d, dtype, device, S=None if S == 1 else S, gen=gen)
 

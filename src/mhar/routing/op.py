@@ -1583,7 +1583,8 @@ class _RowGrads:
     as they are (its kernels read the g rows through a pointer table), where the rows as
     gradients of (l, o) would be fp32 copies of g scaled by e^(m - lse), written by every
     site and read twice by phase 1 (``as_partial`` forms them where autograd also brings
-    gradients of l or o). Sites write one row each; the phase-1 backward takes them. The
+    gradients of l or o). Sites write one row each (a row that several sites read gets
+    each read, added up in ``take``); the phase-1 backward takes them. The
     autograd contexts hold this, never the read's outputs: an output referenced from its
     own node's context is a reference cycle that Python's collector cannot see."""
 
@@ -1591,21 +1592,45 @@ class _RowGrads:
         self.h_shape, self.device = h_shape, device  # (S, M, H)
         self.stat = self.off = None
         self.grads: dict[int, Tensor] = {}
+        # further reads of a row already read (g, lse, -(g . y)), folded into it by ``take``
+        self.more: dict[int, list[tuple[Tensor, Tensor, Tensor]]] = {}
 
     def row(self, i: int, g: Tensor) -> tuple[Tensor, Tensor]:
         """Record site i's upstream gradient g (M, d), contiguous; returns its lse and
-        -(g . y) rows, (M, H) fp32 views, for the site to fill."""
+        -(g . y) rows, (M, H) fp32, for the site to fill. A row read by several sites gets
+        buffers of its own for each later read (``take`` adds them up)."""
         if self.stat is None:
             self.stat = _new(self.h_shape, torch.float32, self.device)
             self.off = _new(self.h_shape, torch.float32, self.device)
-        self.grads[i] = g
-        return self.stat[i], self.off[i]
+        if i not in self.grads:
+            self.grads[i] = g
+            return self.stat[i], self.off[i]
+        stat = _new(self.h_shape[1:], torch.float32, self.device)
+        off = _new(self.h_shape[1:], torch.float32, self.device)
+        self.more.setdefault(i, []).append((g, stat, off))
+        return stat, off
+
+    def _fold(self, i: int, reads: list[tuple[Tensor, Tensor, Tensor]]) -> None:
+        """Row i's later reads added into its first, in place: a read is the row's
+        gradients e^(m - lse) g and e^(m - lse) (-(g . y)) per head, so two reads are one
+        with lse = min(lse1, lse2) and g, -(g . y) each scaled by e^(lse - lse_k) <= 1."""
+        S, M, H = self.h_shape
+        g, stat, off = self.grads[i].float().view(M, H, -1), self.stat[i], self.off[i]
+        for g2, stat2, off2 in reads:
+            low = torch.minimum(stat, stat2)
+            a, b = torch.exp(low - stat), torch.exp(low - stat2)
+            g = a.unsqueeze(-1) * g + b.unsqueeze(-1) * g2.float().view(M, H, -1)
+            off.copy_(a * off + b * off2)
+            stat.copy_(low)
+        self.grads[i] = g.view(M, -1)
 
     def take(self) -> tuple[list[Tensor], Tensor, Tensor] | None:
         """(g rows, lse (S, M, H), -(g . y) (S, M, H)), or None when no site wrote; the
         buffers are released. A row no site wrote reads zeros with lse = +inf (weight 0)."""
+        for i, reads in self.more.items():
+            self._fold(i, reads)
         grads, stat, off = self.grads, self.stat, self.off
-        self.grads, self.stat, self.off = {}, None, None
+        self.grads, self.stat, self.off, self.more = {}, None, None, {}
         if not grads:
             return None
         dtypes = {g.dtype for g in grads.values()}
