@@ -34,6 +34,16 @@ def test_train_writes_a_run_folder(tmp_path, run_cli):
     assert [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()][-1] == 6
 
 
+def test_train_output_to_a_file_is_plain_lines(tmp_path, run_cli):
+    """Without --quiet, stderr that is not a terminal (a log file, a pipe; capsys here) gets the
+    plain per-evaluation lines, not a progress bar redrawn with carriage returns at every step."""
+    code, out, err = run_cli("train", "--method", "mhar-h2", "--out", tmp_path / "run", *SMALL, "steps=4",
+                             "eval_every=2")
+    assert code == 0, err
+    assert "\r" not in err and "\x1b" not in err, repr(err)
+    assert "[mhar-h2] step 2/4" in err and "[mhar-h2] step 4/4" in err
+
+
 def test_compare_two_methods(tmp_path, run_cli):
     out_dir = tmp_path / "cmp"
     code, out, err = run_cli("compare", "--methods", "baseline,mhar-h2", "--out", out_dir, "--quiet", *SMALL,
