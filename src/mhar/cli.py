@@ -53,6 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as err:  # errors users can cause: one clear line
         print(f"mhar {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: one line, the shell's code for SIGINT, no traceback
+        print(f"\nmhar {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -162,6 +162,21 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
     assert "manifest.json" in capsys.readouterr().err
 
 
+def test_cli_ctrl_c_is_one_line(tmp_path, corpus_dir, capsys, monkeypatch):
+    # Ctrl-C in the middle of a build (or any command): one line and exit code 130, no traceback;
+    # the build's temporary folder is gone and no output was written
+    from mhar.data import build as build_mod
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(build_mod.T, "train_bpe", interrupted)
+    out = tmp_path / "o"
+    assert main(["data", "build", str(corpus_dir), "-o", str(out), "--vocab-size", "300", "-q"]) == 130
+    err = capsys.readouterr().err.strip()
+    assert err == "mhar data: interrupted", err
+    assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".o.tmp")]
+
+
 def test_cli_builtin_default_out_is_cached(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("MHAR_CACHE", str(tmp_path))
     args = ["data", "build", "--max-mb", "0.3", "--vocab-size", "300", "-q"]
