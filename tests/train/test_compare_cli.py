@@ -173,6 +173,22 @@ def test_cli_errors(tmp_path, run_cli, args, message):
     assert message in err and err.count("\n") == 1, err
 
 
+@pytest.mark.parametrize("command", ["train", "compare", "sweep"])
+def test_help_lists_the_override_keys_and_examples(command, capsys):
+    """KEY=VALUE overrides are the main way to set a run up: --help lists every key (with the
+    tiny preset's value) and shows examples, instead of only pointing at docs/training.md."""
+    from mhar.cli import main
+
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    text = capsys.readouterr().out
+    assert "examples:" in text and f"mhar {command} " in text.split("examples:")[1]
+    for key in ("steps=300", "lr=0.002", "eval_every=25", "data.source=builtin", "data.max_mb=16.0",
+                "d_model=128", "stream.heads=1", "stream.block_size=0"):
+        assert key in text, key
+    assert "preset=" not in text and "method=standard" not in text.replace("stream.method=standard", "")
+
+
 def test_cli_resume_errors(tmp_path, run_cli):
     code, _, err = run_cli("train", "--out", tmp_path / "missing", "--resume")
     assert code == 2 and "does not exist" in err

@@ -16,18 +16,51 @@ OVERRIDES_HELP = ("dotted config overrides, e.g. steps=400 lr=1e-3 batch_size=16
                   "data.source=synthetic (model keys may omit the 'model.' prefix)")
 
 
+def config_keys_help() -> str:
+    """Every KEY=VALUE key, with the tiny preset's value, for the help's epilog (the keys are
+    otherwise listed only in docs/training.md)."""
+    import textwrap
+
+    def flat(d: dict, prefix: str = "") -> list[str]:
+        out = []
+        for k, v in d.items():
+            if isinstance(v, dict):
+                out += flat(v, f"{prefix}{k}.")
+            elif f"{prefix}{k}" not in ("preset", "method"):  # --preset and --method set these
+                out.append(f"{prefix}{k}={'null' if v is None else str(v).lower() if isinstance(v, bool) else v}")
+        return out
+
+    d = train_preset("tiny").to_dict()
+    model = d.pop("model")
+    text = ("keys (KEY=VALUE; the tiny preset's values; docs/training.md explains them):\n"
+            + textwrap.fill("  ".join(flat(d)), 88, initial_indent="  ", subsequent_indent="  ",
+                            break_on_hyphens=False)
+            + "\nmodel keys ('model.' may be left out):\n"
+            + textwrap.fill("  ".join(flat(model)), 88, initial_indent="  ", subsequent_indent="  ",
+                            break_on_hyphens=False))
+    return text
+
+
+def _epilog(*examples: str) -> str:
+    return "examples:\n" + "\n".join(f"  {e}" for e in examples) + "\n\n" + config_keys_help()
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help=OVERRIDES_HELP)
     p.add_argument("--preset", default=None, help=f"training preset: {', '.join(TRAIN_PRESETS)} (default tiny)")
     p.add_argument("--out", default=None, help="output folder (default runs/<kind>-<time>)")
     p.add_argument("--resume", action="store_true", help="continue the run(s) in --out from the last checkpoint")
-    p.add_argument("--quiet", action="store_true", help="no progress bar: one plain line per evaluation (for logs)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar: one plain line per evaluation (for logs; the default when stderr is not a terminal)")
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("train", help="train one model (a preset, a method, dotted overrides)",
                               description="Train one model into a run folder (config.json, metrics.jsonl, "
-                                          "TensorBoard events, checkpoints/, loss.png, summary.json).")
+                                          "TensorBoard events, checkpoints/, loss.png, summary.json).",
+                              formatter_class=argparse.RawDescriptionHelpFormatter,
+                              epilog=_epilog("mhar train --method mhar --out runs/mhar steps=400 lr=1e-3",
+                                             "mhar train --out runs/mhar --resume",
+                                             "mhar train --preset paper-100m --method mhar-h4 --out runs/100m"))
     _common(p)
     p.add_argument("--config", default=None,
                    help="start from a saved TrainConfig JSON (e.g. another run's config.json) instead of a preset")
@@ -41,7 +74,11 @@ def register(subparsers) -> None:
 
     p = subparsers.add_parser("compare", help="train several methods on the same data and budget, then tabulate",
                               description="Train each method with the same seed, data order, validation windows and "
-                                          "budget; print a table, write curves.png and report.md.")
+                                          "budget; print a table, write curves.png and report.md.",
+                              formatter_class=argparse.RawDescriptionHelpFormatter,
+                              epilog=_epilog("mhar compare steps=300               # the README's CPU demo",
+                                             "mhar compare --methods baseline,mhar-h4,mhar-block --out runs/cmp",
+                                             "mhar compare --out runs/cmp --resume  # after Ctrl-C, same methods"))
     _common(p)
     p.add_argument("--methods", default=",".join(DEFAULT_METHODS),
                    help=f"comma-separated methods (default {','.join(DEFAULT_METHODS)}); any NAME-hH and the "
@@ -49,7 +86,10 @@ def register(subparsers) -> None:
     p.set_defaults(func=cmd_compare)
 
     p = subparsers.add_parser("sweep", help="compare one routed method over several head counts H",
-                              description="Like compare, over H: trains METHOD-hH for each H (and the baseline).")
+                              description="Like compare, over H: trains METHOD-hH for each H (and the baseline).",
+                              formatter_class=argparse.RawDescriptionHelpFormatter,
+                              epilog=_epilog("mhar sweep --heads 1,2,4,8 --out runs/sweep steps=300",
+                                             "mhar report runs/sweep              # the H-sweep plot"))
     _common(p)
     p.add_argument("--heads", default="1,2,4,8,16", help="comma-separated head counts (default 1,2,4,8,16)")
     p.add_argument("--method", default="mhar", help="routed method to sweep (mhar, mhar-block, delta; default mhar)")
