@@ -35,6 +35,15 @@ def test_val_loss_matches_training(run_dir, tmp_path, capsys):
     assert "| 2 |" in capsys.readouterr().out
 
 
+def test_eval_to_a_log_file_has_no_progress_bar(run_dir, tmp_path, capsys):
+    # stderr that is not a terminal (capsys; a log file): no tqdm redraws, only the result lines
+    from mhar.cli import main as cli_main
+    assert cli_main(["eval", str(run_dir), "--val", "run", "--out", str(tmp_path / "e")]) == 0
+    cap = capsys.readouterr()
+    assert "\r" not in cap.err and "\x1b" not in cap.err, repr(cap.err)
+    assert cap.out.startswith("val_loss") and "loss" in cap.out and "\r" not in cap.out
+
+
 def test_export_loads_in_transformers_and_stops_at_the_documents_end(tmp_path):
     """`mhar eval export`: a run trained on a dataset folder becomes a Hugging Face folder
     whose model gives the run's logits, whose tokenizer is the dataset's, and whose EOS is

@@ -41,7 +41,8 @@ def register(subparsers) -> None:
     p.add_argument("--checkpoint", default=None, help="run folders: which checkpoint (default: the latest)")
     p.add_argument("--tokenizer", default=None, help="run folders: tokenizer.json or dataset folder")
     p.add_argument("--seed", type=int, default=1234, help="seed of the --limit subset and the bootstrap")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bars (the default when stderr is not a terminal)")
     # compare / tail
     p.add_argument("--metric", default=None, help="compare: per-item field to pair (default: correct; "
                    "loss for loss tasks); also correct_norm, correct_per_char")
@@ -49,6 +50,11 @@ def register(subparsers) -> None:
     p.add_argument("--k", type=int, default=11, help="tail: number of last evaluations to average")
     p.add_argument("--key", default=None, help="tail: metric name in metrics.jsonl (default: val loss)")
     p.set_defaults(func=main)
+
+
+def _progress(args) -> bool:
+    """Progress bars only on a terminal: in a log file their carriage-return redraws pile up."""
+    return not args.no_progress and sys.stderr.isatty()
 
 
 def _data_files(items: list[str]) -> dict[str, str]:
@@ -92,7 +98,7 @@ def main(args) -> int:
     print(f"evaluating {model.name} ({model.info.get('kind', '?')}) on {args.device}", file=sys.stderr)
     run_tasks(model, tasks, out_dir=args.out, limit=args.limit, shots=args.shots, batch_tokens=args.batch_tokens,
               data_files=data_files, ppl_files=args.ppl, val_dataset=args.val, seq_len=args.seq_len,
-              seed=args.seed, progress=not args.no_progress, max_new_tokens=args.max_new_tokens,
+              seed=args.seed, progress=_progress(args), max_new_tokens=args.max_new_tokens,
               command="mhar eval " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if len(sys.argv) > 2 else None)
     return 0
 
