@@ -218,3 +218,38 @@ def test_h_sweep_draws_a_shared_baseline_once(runs, tmp_path):
     assert len(series) == 2
     lines = baseline_lines(series, summaries)
     assert lines == [(summaries[0].tail_mean, "baseline (baseline)")]
+
+
+def _saved_figures(monkeypatch):
+    """The figures the code under test saves, kept for inspection (their lines, labels, limits)."""
+    from matplotlib.figure import Figure
+
+    saved, real = [], Figure.savefig
+
+    def keep(fig, *args, **kwargs):
+        saved.append(fig)
+        return real(fig, *args, **kwargs)
+    monkeypatch.setattr(Figure, "savefig", keep)
+    return saved
+
+
+def test_a_method_has_one_colour_in_every_plot(runs, tmp_path, monkeypatch):
+    """compare's curves.png lists the methods in the command's order, the report in its folders'
+    (sorted) order: the colour follows the method, not the position, so baseline is the same
+    colour in both (it was blue in one and orange in the other)."""
+    from mhar.analysis.report import plot_loss_curves
+    from mhar.analysis.runs import summarize_run
+    from mhar.train.metrics import plot_runs
+
+    saved = _saved_figures(monkeypatch)
+    plot_runs({m: runs / m for m in METHODS}, tmp_path / "curves.png")
+    plot_loss_curves([summarize_run(runs / m) for m in sorted(METHODS)], tmp_path / "loss.png")
+    curves, report = saved
+
+    def colours(ax, strip=lambda label: label):
+        return {strip(line.get_label()): line.get_color() for line in ax.get_lines()
+                if not line.get_label().startswith("_")}
+    a = colours(curves.axes[0])
+    b = colours(report.axes[0], strip=lambda label: label.split(" (")[0])
+    assert set(a) == set(b) == set(METHODS) and a == b
+    assert len(set(a.values())) == len(METHODS)

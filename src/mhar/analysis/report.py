@@ -164,18 +164,20 @@ def plot_loss_curves(runs: Sequence[RunSummary], path: Path) -> Path | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from mhar.train.metrics import method_colours
+
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for s in runs:
+    for s, colour in zip(runs, method_colours([s.method for s in runs])):  # a method's colour in every plot
         label = f"{s.name} ({method_label(s)})"
         if s.val:
-            axes[0].plot(*zip(*s.val), marker=".", label=label)
+            axes[0].plot(*zip(*s.val), marker=".", label=label, color=colour)
         if s.train:
             steps, loss = zip(*s.train)
             ema, sm = [], None
             for v in loss:  # light smoothing for readability
                 sm = v if sm is None else 0.9 * sm + 0.1 * v
                 ema.append(sm)
-            axes[1].plot(steps, ema, label=label)
+            axes[1].plot(steps, ema, label=label, color=colour)
     axes[0].set_title("validation loss")
     axes[1].set_title("training loss (EMA 0.9)")
     for ax in axes:

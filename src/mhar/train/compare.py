@@ -152,7 +152,8 @@ def write_report(out: str | Path, results: list[dict[str, Any]], title: str, com
                  cfg: TrainConfig) -> tuple[Path, Path]:
     """Write ``curves.png``, ``report.md`` and ``compare.json`` into ``out``."""
     out = Path(out)
-    png = plot_runs({r["label"]: out / r["label"] for r in results}, out / "curves.png", title=title)
+    png = plot_runs({r["label"]: out / r["label"] for r in results}, out / "curves.png", title=title,
+                    methods={r["label"]: r.get("method", r["label"]) for r in results})
     table = comparison_table(results)
     first = results[0]
     lines = [

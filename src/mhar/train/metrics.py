@@ -107,11 +107,39 @@ def _smooth(values: list[float], alpha: float = 0.9) -> list[float]:
     return out
 
 
-def plot_runs(runs: dict[str, str | Path], out: str | Path, title: str = "", reference: str | None = None) -> Path:
+# A method keeps its colour in every plot (compare's curves.png, a run's loss.png, the
+# report's figures), whatever order or company it comes in: index into the colour cycle.
+METHOD_COLOUR_INDEX = {"baseline": 0, "hyper": 1, "attnres": 2, "mhar": 3, "attnres-block": 4,
+                       "mhar-block": 5, "delta": 6}
+
+
+def method_colours(methods: list[str]) -> list[str]:
+    """One colour per entry of ``methods`` (method names, e.g. a run's ``cfg.method``): the
+    methods of METHOD_COLOUR_INDEX get their own, the others (``mhar-h4``, a repeated name)
+    the cycle's remaining colours in order."""
+    import matplotlib.pyplot as plt
+
+    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    first = {m: i for i, m in reversed(list(enumerate(methods)))}  # a repeat gets a colour of its own
+    fixed = {i: cycle[METHOD_COLOUR_INDEX[m] % len(cycle)] for m, i in first.items() if m in METHOD_COLOUR_INDEX}
+    free = [c for c in cycle if c not in fixed.values()] or cycle
+    out, k = [], 0
+    for i in range(len(methods)):
+        if i in fixed:
+            out.append(fixed[i])
+        else:
+            out.append(free[k % len(free)])
+            k += 1
+    return out
+
+
+def plot_runs(runs: dict[str, str | Path], out: str | Path, title: str = "", reference: str | None = None,
+              methods: dict[str, str] | None = None) -> Path:
     """One PNG. Left: validation loss (markers) and smoothed training loss (faint)
     against tokens, one colour per run. Right (two runs or more): each run's
     validation loss minus the reference run's at the same step (``reference``:
-    'baseline' when present, else the first run): below zero is better."""
+    'baseline' when present, else the first run): below zero is better. ``methods`` maps a
+    label to its method name for the colours (default: the label is the method)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -123,10 +151,10 @@ def plot_runs(runs: dict[str, str | Path], out: str | Path, title: str = "", ref
     paired = len(data) > 1
     fig, axes = plt.subplots(1, 2 if paired else 1, figsize=(12 if paired else 7.5, 4.5), dpi=120, squeeze=False)
     ax = axes[0][0]
-    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    colours = method_colours([methods.get(label, label) for label in data] if methods else list(data))
     vals = []
     for i, (label, rows) in enumerate(data.items()):
-        c = colours[i % len(colours)]
+        c = colours[i]
         train = [(r["tokens"], r["loss"]) for r in rows if "loss" in r and math.isfinite(r["loss"])]
         val = [(r["tokens"], r["val_loss"]) for r in rows if "val_loss" in r]
         if train:
@@ -151,7 +179,7 @@ def plot_runs(runs: dict[str, str | Path], out: str | Path, title: str = "", ref
             pts = [(r["tokens"], r["val_loss"] - ref[r["step"]]) for r in rows if "val_loss" in r and r["step"] in ref]
             if pts:
                 xs, ys = zip(*pts)
-                ax.plot(xs, ys, color=colours[i % len(colours)], marker="o", markersize=3, linewidth=1.5,
+                ax.plot(xs, ys, color=colours[i], marker="o", markersize=3, linewidth=1.5,
                         label=label, linestyle="--" if label == reference else "-")
         ax.axhline(0.0, color="black", linewidth=0.8)
         ax.set_xlabel("training tokens")

@@ -479,7 +479,8 @@ class Trainer:
         summary = self.summary()
         if self.is_main():
             write_json(self.run_dir / SUMMARY, summary)
-            plot_runs({self.label: self.run_dir}, self.run_dir / PLOT, title=f"{self.label} ({self.cfg.preset})")
+            plot_runs({self.label: self.run_dir}, self.run_dir / PLOT, title=f"{self.label} ({self.cfg.preset})",
+                      methods={self.label: self.cfg.method})
         return summary
 
     def summary(self) -> dict[str, Any]:
