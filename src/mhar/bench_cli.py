@@ -715,7 +715,11 @@ def plot_ratios(results: list[dict], path: Path, meta: dict) -> None:
 def register(sub) -> None:
     p = sub.add_parser("bench", help="benchmarks (bench step: training-step throughput per method)")
     bsub = p.add_subparsers(dest="bench_command", metavar="BENCH")
-    s = bsub.add_parser("step", help="tokens/s, MFU and peak memory per method in one run")
+    s = bsub.add_parser("step", help="tokens/s, MFU and peak memory per method in one run",
+                        description="Time training steps (forward, backward, AdamW) of each method at a preset's "
+                                    "shape, side by side in one process; print a table and write "
+                                    "OUT/step_TAG.json, .md and .png. Meant for a GPU (--preset tiny also runs on the "
+                                    "CPU). The docstring of mhar.bench_cli explains each option in full.")
     s.add_argument("--preset", default="paper-100m", help="comma list: paper-100m, paper-350m, paper-1b, tiny")
     s.add_argument("--methods", default=DEFAULT_METHODS,
                    help="comma list; METHOD@two-phase or METHOD@one-pass sets the routing schedule, and "
@@ -724,19 +728,19 @@ def register(sub) -> None:
                    help="microbatch in sequences; global: the paper's global batch as one microbatch (64 / 32 / "
                         "32 at 100M / 350M / 1B, as the trainer presets); default: the issue's reference "
                         "microbatches (8 / 16 / 16)")
-    s.add_argument("--seq-len", type=int, default=0)
+    s.add_argument("--seq-len", type=int, default=0, help="tokens per sequence (default 0: the preset's reference shape)")
     s.add_argument("--accum", default="1",
                    help="microbatches per optimiser update (default 1); recipe: the paper's global batch "
                         "(8 / 2 / 2 at 100M / 350M / 1B; 1 for other presets)")
     s.add_argument("--steps", type=int, default=30,
                    help="timed steps (median); enough back-to-back work that a power-capped GPU settles at its "
                         "sustained clock (the H200's 700 W cap lowers its clock within seconds: session 16)")
-    s.add_argument("--warmup", type=int, default=4)
+    s.add_argument("--warmup", type=int, default=4, help="untimed steps before the timed ones")
     s.add_argument("--chunk", type=int, default=8, help="two-phase chunk (sublayers) for full routing")
     s.add_argument("--loss-chunk", type=int, default=4096, help="tokens per fused LM-head/loss chunk (0: plain)")
     s.add_argument("--compile", choices=("regions", "full", "off"), default="regions",
                    help="regions: compile each sublayer once (fast to compile); full: the whole model")
-    s.add_argument("--activation-checkpointing", action="store_true")
+    s.add_argument("--activation-checkpointing", action="store_true", help="recompute every sublayer in backward")
     s.add_argument("--adamw", choices=("auto", "torch", "triton"), default="auto",
                    help="the optimiser phase: clip_grad_norm_ + torch's fused AdamW, or the norm + one Triton "
                         "kernel with the clip folded in (mhar.train.adamw_kernel); auto: triton on CUDA, "
@@ -744,8 +748,8 @@ def register(sub) -> None:
     s.add_argument("--cuda-graphs", choices=("auto", *GRAPH_MODES), default="auto",
                    help="replay each step's forward and backward as a CUDA graph (no host time); "
                         "auto: on with a GPU; both: every method twice, eager then graphed")
-    s.add_argument("--out", default="bench/results")
-    s.add_argument("--tag", default="")
+    s.add_argument("--out", default="bench/results", help="folder for the step_TAG.* files")
+    s.add_argument("--tag", default="", help="TAG in the file names (default: the presets, joined by _)")
     s.add_argument("--processes", type=int, default=1,
                    help="run the benchmark this many times, each in a fresh process, and report every row's "
                         "median and range (the spread between processes is as large as some bars' margins)")

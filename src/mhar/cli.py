@@ -31,7 +31,20 @@ def build_parser() -> argparse.ArgumentParser:
                 continue
             raise
         module.register(sub)
+    _state_defaults(parser)
     return parser
+
+
+def _state_defaults(parser: argparse.ArgumentParser) -> None:
+    """Append '(default: X)' to every option's help that has a default and does not say it."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                _state_defaults(child)
+        elif (action.option_strings and action.help and action.help is not argparse.SUPPRESS
+              and action.default not in (None, "", [], False, argparse.SUPPRESS)
+              and "default" not in action.help.lower()):
+            action.help += f" (default: {str(action.default).replace('%', '%%')})"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -226,3 +226,41 @@ def test_train_from_a_saved_config(tmp_path, run_cli):
     assert a["model"] == b["model"] and b["steps"] == 2
     code, _, err = run_cli("train", "--config", tmp_path / "nope.json", "--out", tmp_path / "c")
     assert code == 2 and "nope.json" in err
+
+
+def _all_actions():
+    import argparse
+
+    from mhar.cli import build_parser
+
+    def walk(parser, name):
+        for a in parser._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                for sub, p in a.choices.items():
+                    yield from walk(p, f"{name} {sub}")
+            elif not isinstance(a, argparse._HelpAction):
+                yield name, a
+    return list(walk(build_parser(), "mhar"))
+
+
+def test_every_option_says_what_it_does_and_its_default():
+    """`mhar CMD --help`: every argument has a help line, and an option with a default states
+    it (midtrain's --steps, report's --slices, eval's --device ... had neither)."""
+    import argparse
+
+    from mhar.cli import build_parser
+
+    missing = []
+    for name, a in _all_actions():
+        if not a.help:
+            missing.append(f"{name} {a.option_strings[-1] if a.option_strings else a.dest}: no help")
+        elif (a.option_strings and not isinstance(a, argparse._StoreTrueAction)
+              and a.default not in (None, "", [], False) and "default" not in a.help.lower()):
+            missing.append(f"{name} {a.option_strings[-1]}: default {a.default!r} not stated")
+    assert not missing, "\n".join(missing)
+    # and the help renders (a '%' in a default would break argparse's formatting)
+    for name, _ in {(n, 0) for n, _ in _all_actions()}:
+        parser = build_parser()
+        for word in name.split()[1:]:
+            parser = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[word]
+        assert parser.format_help()

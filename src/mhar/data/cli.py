@@ -32,12 +32,12 @@ def register(subparsers) -> None:
     b.add_argument("--bpe-sample-mb", type=float, default=DEFAULT_BPE_SAMPLE_MB, help="MB of text the BPE is trained on")
     b.add_argument("--shard-tokens", type=int, default=DEFAULT_SHARD_TOKENS, help="tokens per shard file")
     b.add_argument("--overwrite", action="store_true", help="replace an existing dataset (only once the new one is complete)")
-    b.add_argument("-q", "--quiet", action="store_true")
+    b.add_argument("-q", "--quiet", action="store_true", help="no progress lines, only the dataset's path")
     b.set_defaults(func=_build)
 
     i = sub.add_parser("info", help="describe a dataset directory and check it",
                        description="Print a dataset's manifest summary after verifying shards and tokenizer.")
-    i.add_argument("path")
+    i.add_argument("path", help="dataset directory (made by `mhar data build`)")
     i.add_argument("--json", action="store_true", help="print the whole manifest as JSON")
     i.set_defaults(func=_info)
 

@@ -36,7 +36,7 @@ def register(subparsers) -> None:
                    help="a local file for a gated task (gpqa=gpqa_diamond.csv) or a custom MC task")
     p.add_argument("--batch-tokens", type=int, default=4096, help="token budget per forward batch")
     p.add_argument("--max-new-tokens", type=int, default=None, help="generation cap (gsm8k default 256)")
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     p.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16")
     p.add_argument("--checkpoint", default=None, help="run folders: which checkpoint (default: the latest)")
     p.add_argument("--tokenizer", default=None, help="run folders: tokenizer.json or dataset folder")

@@ -43,6 +43,6 @@ def register(sub) -> None:
                         "4 layers per block)")
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32",
                    help="dtype of the saved weights (the identity check always runs in float32)")
-    p.add_argument("--text", default=DEFAULT_CHECK_TEXT, help="text for the identity check on real tokens")
+    p.add_argument("--text", default=DEFAULT_CHECK_TEXT, help="text for the identity check on real tokens (default: a fixed English sentence)")
     p.add_argument("--no-check", action="store_true", help="skip the identity check")
     p.set_defaults(func=run_convert)
