@@ -70,6 +70,7 @@ import argparse
 import contextlib
 import gc
 import json
+import math
 import os
 import platform
 import statistics
@@ -691,8 +692,15 @@ def plot_ratios(results: list[dict], path: Path, meta: dict) -> None:
     labels = list(dict.fromkeys(_label(r) for r in rows))
     fig, axes = plt.subplots(1, 2, figsize=(min(14.0, 4.0 + 1.6 * len(presets) + 0.3 * len(labels)), 4.6))
     width = 0.8 / len(labels)
+    from mhar.train.metrics import method_colours
+
+    # a method's colour as in compare's and the report's plots (the method without @schedule / +setting)
+    method_of = {_label(r): r["method"].split("@")[0].split("+")[0] for r in rows}
+    colours = method_colours([method_of[label] for label in labels])
     for ax, key, title in ((axes[0], "throughput_vs_baseline", "tokens/s ÷ baseline"),
                            (axes[1], "memory_vs_baseline", "peak memory ÷ baseline")):
+        if not any(math.isfinite(r.get(key, math.nan)) for r in rows):  # the CPU has no peak-memory counter
+            ax.text(0.5, 0.5, "not measured on this device", ha="center", va="center", transform=ax.transAxes)
         for j, label in enumerate(labels):
             xs, ys = [], []
             for i, preset in enumerate(presets):
@@ -700,7 +708,7 @@ def plot_ratios(results: list[dict], path: Path, meta: dict) -> None:
                     if r["preset"] == preset and _label(r) == label:
                         xs.append(i + (j - (len(labels) - 1) / 2) * width)
                         ys.append(r[key])
-            ax.bar(xs, ys, width, label=label)
+            ax.bar(xs, ys, width, label=label, color=colours[j])
         ax.axhline(1.0, color="black", linewidth=0.8)
         ax.set_xticks(range(len(presets)), presets)
         ax.set_title(title)

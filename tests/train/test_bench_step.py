@@ -10,7 +10,14 @@ import torch
 from mhar.cli import main
 
 
-def test_bench_step_writes_table_json_and_plot(tmp_path):
+def test_bench_step_writes_table_json_and_plot(tmp_path, monkeypatch):
+    from matplotlib.colors import to_hex
+    from matplotlib.figure import Figure
+
+    from mhar.train.metrics import method_colours
+
+    figures, savefig = [], Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: (figures.append(fig), savefig(fig, *a, **k))[1])
     rc = main(["bench", "step", "--preset", "tiny", "--methods", "baseline,mhar,mhar-block@two-phase", "--steps", "1",
                "--warmup", "1", "--compile", "off", "--out", str(tmp_path), "--tag", "t", "n_layers=2", "d_model=64",
                "n_heads=2", "n_kv_heads=1", "d_ff=128", "vocab_size=256"])
@@ -26,6 +33,12 @@ def test_bench_step_writes_table_json_and_plot(tmp_path):
     if not on_gpu:  # no GPU: no clock
         assert all(row.endswith("| - | - |") for row in md.splitlines() if row.startswith("| tiny |"))
     assert (tmp_path / "step_t.png").stat().st_size > 10_000
+    # the bars take each method's colour in compare's and the report's plots (mhar-block@two-phase: mhar-block's)
+    tput, mem = figures[-1].axes[:2]
+    got = [to_hex(bars.patches[0].get_facecolor()) for bars in tput.containers]
+    assert got == [to_hex(c) for c in method_colours(["baseline", "mhar", "mhar-block"])]
+    if not on_gpu:  # no peak-memory counter: the empty panel says why
+        assert [t.get_text() for t in mem.texts] == ["not measured on this device"]
 
 
 def test_bench_step_with_the_triton_adamw(tmp_path):
