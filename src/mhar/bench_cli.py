@@ -699,8 +699,10 @@ def plot_ratios(results: list[dict], path: Path, meta: dict) -> None:
     colours = method_colours([method_of[label] for label in labels])
     for ax, key, title in ((axes[0], "throughput_vs_baseline", "tokens/s ÷ baseline"),
                            (axes[1], "memory_vs_baseline", "peak memory ÷ baseline")):
-        if not any(math.isfinite(r.get(key, math.nan)) for r in rows):  # the CPU has no peak-memory counter
+        measured = any(math.isfinite(r.get(key, math.nan)) for r in rows)
+        if not measured:  # the CPU has no peak-memory counter
             ax.text(0.5, 0.5, "not measured on this device", ha="center", va="center", transform=ax.transAxes)
+            ax.set_yticks([])
         for j, label in enumerate(labels):
             xs, ys = [], []
             for i, preset in enumerate(presets):
@@ -709,7 +711,8 @@ def plot_ratios(results: list[dict], path: Path, meta: dict) -> None:
                         xs.append(i + (j - (len(labels) - 1) / 2) * width)
                         ys.append(r[key])
             ax.bar(xs, ys, width, label=label, color=colours[j])
-        ax.axhline(1.0, color="black", linewidth=0.8)
+        if measured:
+            ax.axhline(1.0, color="black", linewidth=0.8)
         ax.set_xticks(range(len(presets)), presets)
         ax.set_title(title)
     handles, names = axes[0].get_legend_handles_labels()
