@@ -63,7 +63,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
-    except (ValueError, FileNotFoundError) as err:  # errors users can cause: one clear line
+    except (ValueError, OSError) as err:  # errors users can cause (a bad path, --out a file): one clear line
+        if isinstance(err, OSError) and err.filename is not None and err.strerror:
+            err = f"{err.filename}: {err.strerror}"  # not Python's '[Errno 17] File exists: ...'
         print(f"mhar {args.command}: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # Ctrl-C: one line, the shell's code for SIGINT, no traceback

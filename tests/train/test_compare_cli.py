@@ -189,6 +189,17 @@ def test_help_lists_the_override_keys_and_examples(command, capsys):
     assert "preset=" not in text and "method=standard" not in text.replace("stream.method=standard", "")
 
 
+def test_out_that_is_a_file_is_one_line(tmp_path, run_cli):
+    # --out naming an existing file (or a folder one cannot write): the system's reason in one
+    # line, not a FileExistsError / PermissionError traceback
+    taken = tmp_path / "notes.txt"
+    taken.write_text("mine")
+    code, _, err = run_cli("train", "--out", taken, "--quiet", *SMALL, "steps=1")
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith("mhar train: error: ") and str(taken) in err and "exists" in err.lower()
+    assert taken.read_text() == "mine"
+
+
 def test_cli_resume_errors(tmp_path, run_cli):
     code, _, err = run_cli("train", "--out", tmp_path / "missing", "--resume")
     assert code == 2 and "does not exist" in err
