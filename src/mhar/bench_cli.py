@@ -759,7 +759,7 @@ def register(sub) -> None:
     s.add_argument("--cuda-graphs", choices=("auto", *GRAPH_MODES), default="auto",
                    help="replay each step's forward and backward as a CUDA graph (no host time); "
                         "auto: on with a GPU; both: every method twice, eager then graphed")
-    s.add_argument("--out", default="bench/results", help="folder for the step_TAG.* files")
+    s.add_argument("-o", "--out", default="bench/results", help="folder for the step_TAG.* files")
     s.add_argument("--tag", default="", help="TAG in the file names (default: the presets, joined by _)")
     s.add_argument("--processes", type=int, default=1,
                    help="run the benchmark this many times, each in a fresh process, and report every row's "

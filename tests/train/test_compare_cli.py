@@ -275,3 +275,14 @@ def test_every_option_says_what_it_does_and_its_default():
         for word in name.split()[1:]:
             parser = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[word]
         assert parser.format_help()
+
+
+def test_output_and_quiet_options_are_spelled_alike_in_every_command():
+    """`-o/--out` and `-q/--quiet/--no-progress` mean the same in every command (data build had
+    -o and -q, eval only --no-progress, the others only --out and --quiet)."""
+    outs = [(name, a) for name, a in _all_actions() if "--out" in a.option_strings]
+    quiet = [(name, a) for name, a in _all_actions()
+             if {"--quiet", "--no-progress"} & set(a.option_strings)]
+    assert len(outs) >= 10 and len(quiet) >= 6
+    assert [name for name, a in outs if "-o" not in a.option_strings] == []
+    assert [name for name, a in quiet if not {"-q", "--quiet", "--no-progress"} <= set(a.option_strings)] == []

@@ -27,14 +27,14 @@ def register(subparsers) -> None:
     p.add_argument("--slices", type=int, default=4, help="S, query slices for H = 1 runs (default 4; H > 1 runs use their heads)")
     p.add_argument("--draws", type=int, default=8, help="random queries for the null (default 8)")
     p.add_argument("--seed", type=int, default=0, help="seed of the null's random queries (default 0)")
-    p.add_argument("--out", default=None, help="folder for probe.md / probe.json (default RUN/analysis)")
+    p.add_argument("-o", "--out", default=None, help="folder for probe.md / probe.json (default RUN/analysis)")
     _add_data_args(p)
     p.set_defaults(func=cmd_probe)
 
     p = subparsers.add_parser("maps", help="heatmaps of token-averaged routing weights (site x source, per head)",
                               description="Writes RUN/analysis/maps.png (one heatmap per head) and maps.json.")
     p.add_argument("run", help="run folder")
-    p.add_argument("--out", default=None, help="folder for maps.png / maps.json (default RUN/analysis)")
+    p.add_argument("-o", "--out", default=None, help="folder for maps.png / maps.json (default RUN/analysis)")
     _add_data_args(p)
     p.set_defaults(func=cmd_maps)
 
@@ -42,7 +42,7 @@ def register(subparsers) -> None:
                               description="Comparison table, loss curves, the H-sweep curve, probe tables and routing "
                               "maps for the given run folders (e.g. the runs of `mhar compare` and `mhar sweep`).")
     p.add_argument("runs", nargs="+", help="run folders (a folder holding run folders is expanded)")
-    p.add_argument("--out", default="report", help="output folder (default ./report)")
+    p.add_argument("-o", "--out", default="report", help="output folder (default ./report)")
     p.add_argument("--title", default="mhar report", help="the report's heading")
     p.add_argument("--no-probe", action="store_true", help="skip the probe")
     p.add_argument("--no-maps", action="store_true", help="skip the routing maps")

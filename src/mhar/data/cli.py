@@ -32,7 +32,7 @@ def register(subparsers) -> None:
     b.add_argument("--bpe-sample-mb", type=float, default=DEFAULT_BPE_SAMPLE_MB, help="MB of text the BPE is trained on")
     b.add_argument("--shard-tokens", type=int, default=DEFAULT_SHARD_TOKENS, help="tokens per shard file")
     b.add_argument("--overwrite", action="store_true", help="replace an existing dataset (only once the new one is complete)")
-    b.add_argument("-q", "--quiet", action="store_true", help="no progress lines, only the dataset's path")
+    b.add_argument("-q", "--quiet", "--no-progress", action="store_true", help="no progress lines, only the dataset's path")
     b.set_defaults(func=_build)
 
     i = sub.add_parser("info", help="describe a dataset directory and check it",

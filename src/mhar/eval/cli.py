@@ -28,7 +28,7 @@ def register(subparsers) -> None:
     p.add_argument("--limit", type=int, default=None, help="a deterministic subset of N items per task "
                    "(the same items for every model; also caps loss windows)")
     p.add_argument("--shots", type=int, default=None, help="few-shot examples (default 0; gsm8k 8)")
-    p.add_argument("--out", default=None, help="folder for results.json and per-item <task>.jsonl")
+    p.add_argument("-o", "--out", default=None, help="folder for results.json and per-item <task>.jsonl")
     p.add_argument("--val", default=None, metavar="DATASET_DIR", help="validation loss on a dataset folder")
     p.add_argument("--ppl", nargs="+", default=None, metavar="FILE", help="loss/perplexity on text files")
     p.add_argument("--seq-len", type=int, default=None, help="window for loss/perplexity (default: model max)")
@@ -41,7 +41,7 @@ def register(subparsers) -> None:
     p.add_argument("--checkpoint", default=None, help="run folders: which checkpoint (default: the latest)")
     p.add_argument("--tokenizer", default=None, help="run folders: tokenizer.json or dataset folder")
     p.add_argument("--seed", type=int, default=1234, help="seed of the --limit subset and the bootstrap")
-    p.add_argument("--no-progress", action="store_true",
+    p.add_argument("-q", "--quiet", "--no-progress", dest="no_progress", action="store_true",
                    help="no progress bars (the default when stderr is not a terminal)")
     # compare / tail
     p.add_argument("--metric", default=None, help="compare: per-item field to pair (default: correct; "

@@ -48,9 +48,11 @@ def _epilog(*examples: str) -> str:
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help=OVERRIDES_HELP)
     p.add_argument("--preset", default=None, help=f"training preset: {', '.join(TRAIN_PRESETS)} (default tiny)")
-    p.add_argument("--out", default=None, help="output folder (default runs/<kind>-<time>)")
+    p.add_argument("-o", "--out", default=None, help="output folder (default runs/<kind>-<time>)")
     p.add_argument("--resume", action="store_true", help="continue the run(s) in --out from the last checkpoint")
-    p.add_argument("--quiet", action="store_true", help="no progress bar: one plain line per evaluation (for logs; the default when stderr is not a terminal)")
+    p.add_argument("-q", "--quiet", "--no-progress", action="store_true",
+                   help="no progress bar: one plain line per evaluation (for logs; the default when stderr is "
+                        "not a terminal)")
 
 
 def register(subparsers) -> None:

@@ -379,7 +379,7 @@ def register(subparsers) -> None:
                                           "written by torch.distributed.checkpoint) into one file in the "
                                           "single-process format: for sharing, analysis, or resuming on one device.")
     p.add_argument("path", help="a DCP checkpoint folder, or a run folder (its newest checkpoint)")
-    p.add_argument("--out", required=True, help="the .pt file to write")
+    p.add_argument("-o", "--out", required=True, help="the .pt file to write")
     p.set_defaults(func=cmd_consolidate)
 
 

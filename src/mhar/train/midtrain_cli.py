@@ -33,7 +33,7 @@ def register(sub) -> None:
                     "`mhar data build --tokenizer MODEL`). OUT gets delta/ and control/ run folders, "
                     "comparison.md and comparison.json.")
     m.add_argument("model", help="converted mhar folder, HF Llama/Qwen2/Qwen3 folder or .gguf file")
-    m.add_argument("--out", required=True, help="output folder")
+    m.add_argument("-o", "--out", required=True, help="output folder")
     m.add_argument("--steps", type=int, default=200, help="optimiser steps of each run")
     m.add_argument("--lr", type=float, default=4e-4, help="peak learning rate after re-warm-up (paper: 4e-4)")
     m.add_argument("--min-lr-ratio", type=float, default=0.01, help="cosine floor as a fraction of --lr "
@@ -65,6 +65,6 @@ def register(sub) -> None:
                    "(e.g. gsm8k,gpqa; paired bootstrap and McNemar in the table)")
     m.add_argument("--task-limit", type=int, default=0, help="items per task (0: all)")
     m.add_argument("--resume", action="store_true", help="continue interrupted runs in OUT")
-    m.add_argument("--quiet", action="store_true", help="no progress bars: plain lines (for logs)")
+    m.add_argument("-q", "--quiet", "--no-progress", action="store_true", help="no progress bars: plain lines (for logs)")
     m.add_argument("overrides", nargs="*", help="extra training overrides (key=value), applied to both runs")
     m.set_defaults(func=run_midtrain)
