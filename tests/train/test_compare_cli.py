@@ -49,13 +49,13 @@ def test_compare_two_methods(tmp_path, run_cli):
     code, out, err = run_cli("compare", "--methods", "baseline,mhar-h2", "--out", out_dir, "--quiet", *SMALL,
                              "steps=6", "eval_every=2", "tail_k=2")
     assert code == 0, err
-    lines = [x for x in out.splitlines() if x.startswith("|")]
+    lines = [_squeeze(x) for x in out.splitlines() if x.startswith("|")]
     assert lines[0].startswith("| method | H | params") and "tail-mean val loss (last 2)" in lines[0]
     assert lines[2].startswith("| baseline |") and "0 (ref)" in lines[2]
     assert lines[3].startswith("| mhar-h2 | 2 |")
     assert (out_dir / "curves.png").stat().st_size > 1000
     report = (out_dir / "report.md").read_text()
-    assert "| mhar-h2 | 2 |" in report and "curves.png" in report and "mhar compare" in report
+    assert "| mhar-h2 | 2 |" in _squeeze(report) and "curves.png" in report and "mhar compare" in report
     results = json.loads((out_dir / "compare.json").read_text())["results"]
     b, m = results
     delta = float(lines[3].split("|")[7])
@@ -67,7 +67,7 @@ def test_compare_two_methods(tmp_path, run_cli):
     code, out2, err = run_cli("compare", "--methods", "baseline,mhar-h2", "--out", out_dir, "--resume", "--quiet",
                               *SMALL, "steps=6", "eval_every=2", "tail_k=2")
     assert code == 0 and err.count("reusing the finished run") == 2
-    assert [x for x in out2.splitlines() if x.startswith("|")] == lines
+    assert [_squeeze(x) for x in out2.splitlines() if x.startswith("|")] == lines
 
     # a plain --resume (the default methods, no overrides) is refused, not trained into the folder's runs
     # (it extended the finished baseline to the preset's steps and trained the default methods)
@@ -152,7 +152,28 @@ def test_table_without_baseline():
     t = comparison_table(res)
     assert "delta vs mhar-h1" in t and "-0.1000" in t
     res[1]["stream"] = {"method": "routed", "heads": 8, "block_size": 1}  # blocks of 1: full routing, named
-    assert "| mhar-h8 | 8, blocks of 1 |" in comparison_table(res)
+    assert "| mhar-h8 | 8, blocks of 1 |" in _squeeze(comparison_table(res))
+
+
+def _squeeze(text: str) -> str:
+    """The table with its padding taken out ('| a   |  1 |' -> '| a | 1 |')."""
+    import re
+    return re.sub(r" {2,}", " ", text)
+
+
+def test_table_columns_line_up_and_the_best_tail_mean_is_bold():
+    """Printed in a terminal, the Markdown table's columns line up (it was '| baseline | - | 1,836,416
+    | ...' with each row as long as its own cells), and the lowest tail-mean is marked."""
+    res = [{"label": "baseline", "tail_mean_val_loss": 5.6942, "final_val_loss": 5.6468, "tail_k": 4,
+            "params": {"total": 1836416}, "tokens_per_s": 3215.0, "train_time_s": 95.5},
+           {"label": "attnres", "tail_mean_val_loss": 5.3361, "final_val_loss": 5.2877, "tail_k": 4,
+            "params": {"total": 1838720, "routing": 2304, "routing_pct": 0.13}, "tokens_per_s": 2612.0,
+            "train_time_s": 117.6, "stream": {"method": "routed", "heads": 1}}]
+    lines = comparison_table(res).splitlines()
+    assert len({len(x) for x in lines}) == 1  # every row as wide as the header
+    assert [i for i, c in enumerate(lines[0]) if c == "|"] == [i for i, c in enumerate(lines[2]) if c == "|"]
+    assert "**5.3361**" in lines[3] and "**" not in lines[2]
+    assert lines[1].endswith("-:|")  # numbers right-aligned in the Markdown too
 
 
 @pytest.mark.parametrize("args, message", [

@@ -131,21 +131,32 @@ def _heads(summary: dict[str, Any]) -> str:
 
 def comparison_table(results: list[dict[str, Any]]) -> str:
     """A Markdown table: final and tail-mean validation loss, delta to the baseline
-    (tail-means; the first run when there is no 'baseline'), tokens/s, parameters."""
+    (tail-means; the first run when there is no 'baseline'), tokens/s, parameters. The
+    lowest tail-mean is in bold; the cells are padded so that the columns line up in a
+    terminal too (numbers right-aligned)."""
     ref = next((r for r in results if r.get("label") == "baseline"), results[0])
     ref_tail = ref.get("tail_mean_val_loss", math.nan)
     k = max((r.get("tail_k", 0) for r in results), default=0)
-    head = (f"| method | H | params | routing params | final val loss | tail-mean val loss (last {k}) "
-            f"| delta vs {ref.get('label')} | tokens/s | train time |")
-    rows = [head, "|" + "---|" * 9]
-    for r in results:
+    head = ["method", "H", "params", "routing params", "final val loss", f"tail-mean val loss (last {k})",
+            f"delta vs {ref.get('label')}", "tokens/s", "train time"]
+    tails = [r.get("tail_mean_val_loss", math.nan) for r in results]
+    finite = [t for t in tails if t is not None and math.isfinite(t)]
+    best = min(finite) if len(results) > 1 and finite else None
+    body = []
+    for r, tail in zip(results, tails):
         p = r.get("params", {})
-        tail = r.get("tail_mean_val_loss", math.nan)
         delta = "0 (ref)" if r is ref else f"{tail - ref_tail:+.4f}"
-        rows.append(f"| {r.get('label')} | {_heads(r)} | {p.get('total', 0):,} | "
-                    f"{p.get('routing', 0):,} ({p.get('routing_pct', 0.0):.2f}%) | {_fmt(r.get('final_val_loss'))} | "
-                    f"{_fmt(tail)} | {delta} | {r.get('tokens_per_s', 0):,.0f} | {r.get('train_time_s', 0):.1f} s |")
-    return "\n".join(rows)
+        body.append([str(r.get("label")), _heads(r), f"{p.get('total', 0):,}",
+                     f"{p.get('routing', 0):,} ({p.get('routing_pct', 0.0):.2f}%)", _fmt(r.get("final_val_loss")),
+                     f"**{_fmt(tail)}**" if best is not None and tail == best else _fmt(tail), delta,
+                     f"{r.get('tokens_per_s', 0):,.0f}", f"{r.get('train_time_s', 0):.1f} s"])
+    widths = [max(len(row[i]) for row in [head] + body) for i in range(len(head))]
+    right = [False, False] + [True] * (len(head) - 2)  # numbers line up on their last digit
+
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(c.rjust(w) if rt else c.ljust(w) for c, w, rt in zip(cells, widths, right)) + " |"
+    rule = "|" + "|".join("-" * (w + 1) + ":" if rt else "-" * (w + 2) for w, rt in zip(widths, right)) + "|"
+    return "\n".join([line(head), rule] + [line(row) for row in body])
 
 
 def write_report(out: str | Path, results: list[dict[str, Any]], title: str, command: str,
