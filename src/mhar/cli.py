@@ -20,6 +20,16 @@ SUBCOMMAND_MODULES = [
 ]
 
 
+def stderr_is_terminal() -> bool:
+    """Progress bars only on a terminal: in a log file or a pipe their carriage-return redraws
+    pile up, one per step, so the commands write plain lines there (as with --quiet). (A
+    Trainer or evaluation used from Python, a notebook's included, keeps its bars.)"""
+    try:
+        return bool(sys.stderr.isatty())
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mhar", description="Depth routing for Transformers (MHAR).")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

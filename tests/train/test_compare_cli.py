@@ -1,6 +1,7 @@
 """mhar train / compare / sweep through the CLI, and the errors users can cause."""
 
 import json
+import sys
 
 import pytest
 
@@ -42,6 +43,15 @@ def test_train_output_to_a_file_is_plain_lines(tmp_path, run_cli):
     assert code == 0, err
     assert "\r" not in err and "\x1b" not in err, repr(err)
     assert "[mhar-h2] step 2/4" in err and "[mhar-h2] step 4/4" in err
+
+
+def test_a_trainer_used_from_python_keeps_its_progress_bar(tmp_path, small_cfg):
+    # the plain lines are the command's choice for a log file; a Trainer built in Python (a
+    # notebook, whose stderr is no terminal either) keeps the bar it was asked for
+    from mhar.train import Trainer
+
+    assert not sys.stderr.isatty()  # as in a notebook
+    assert Trainer(small_cfg("baseline", "steps=1"), tmp_path / "r", progress=True).progress
 
 
 def test_compare_two_methods(tmp_path, run_cli):

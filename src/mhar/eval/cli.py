@@ -15,6 +15,8 @@ import os
 import shlex
 import sys
 
+from mhar.cli import stderr_is_terminal
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
@@ -53,8 +55,7 @@ def register(subparsers) -> None:
 
 
 def _progress(args) -> bool:
-    """Progress bars only on a terminal: in a log file their carriage-return redraws pile up."""
-    return not args.no_progress and sys.stderr.isatty()
+    return not args.no_progress and stderr_is_terminal()
 
 
 def _data_files(items: list[str]) -> dict[str, str]:

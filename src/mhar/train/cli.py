@@ -7,6 +7,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from mhar.cli import stderr_is_terminal
 from mhar.train.compare import DEFAULT_METHODS, comparison_table, default_out, method_config, run_methods, write_report
 from mhar.train.config import TRAIN_PRESETS, TrainConfig, apply_train_overrides, train_preset
 from mhar.train.errors import TrainingError
@@ -169,10 +170,10 @@ def cmd_train(args) -> int:
         cfg = apply_train_overrides(cfg, {"parallel": parallel})
     if parallel != "none":
         return distributed.train_distributed(cfg, Path(args.out) if args.out else None, resume=args.resume,
-                                             quiet=args.quiet)
+                                             quiet=args.quiet or not stderr_is_terminal())
     out = Path(args.out) if args.out else default_out(f"{cfg.preset}-{cfg.method}")
     try:
-        trainer = Trainer(cfg, out, resume=args.resume, quiet=args.quiet)
+        trainer = Trainer(cfg, out, resume=args.resume, quiet=args.quiet or not stderr_is_terminal())
         if trainer.resumed_from is not None and not args.quiet:
             print(f"resuming from {trainer.resumed_from} (step {trainer.step})", file=sys.stderr)
         s = trainer.fit()
@@ -197,7 +198,8 @@ def _compare(args, methods: list[str], kind: str, title: str, extra: list[str]) 
     if args.resume and not out.is_dir():
         raise FileNotFoundError(f"cannot resume: {out} does not exist")
     try:
-        results = run_methods(preset, methods, out, args.overrides, resume=args.resume, quiet=args.quiet)
+        results = run_methods(preset, methods, out, args.overrides, resume=args.resume,
+                              quiet=args.quiet or not stderr_is_terminal())
     except TrainingError as err:
         print(f"mhar {kind}: error: {err}", file=sys.stderr)
         return 1

@@ -105,13 +105,6 @@ def _is_disk_full(err: BaseException) -> bool:
     return isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
-def _is_terminal(stream) -> bool:
-    try:
-        return bool(stream.isatty())
-    except (AttributeError, ValueError):  # no isatty, or a closed stream
-        return False
-
-
 class Trainer:
     """Train ``cfg`` into the run folder ``run_dir``.
 
@@ -126,10 +119,6 @@ class Trainer:
                  data: TrainData | None = None):
         self.cfg = cfg
         self.run_dir = Path(run_dir)
-        # a progress bar only on a terminal: in a log file or a pipe its carriage-return redraws
-        # pile up, one per step, so there the run writes the plain per-evaluation lines of --quiet
-        if progress and not quiet and not _is_terminal(sys.stderr):
-            quiet = True
         self.quiet, self.progress = quiet, progress and not quiet
         self.label = label or cfg.method
         self.desc = self.label  # the progress bar's title
