@@ -109,14 +109,16 @@ def val_windows_for(model: EvalModel, val: str, seq_len: int | None, limit: int 
         "source": str(val), "seq_len": sl}
 
 
+_RATES = ("acc", "acc_norm", "acc_per_char", "exact_match", "exact_match_flex")  # shown as percentages
+
+
 def format_metrics(name: str, m: dict) -> str:
-    keys = [k for k in ("acc", "acc_norm", "acc_per_char", "exact_match", "exact_match_flex", "loss", "ppl", "word_ppl",
-                        "bits_per_byte", "chance") if k in m]
+    keys = [k for k in (*_RATES, "loss", "ppl", "word_ppl", "bits_per_byte", "chance") if k in m]
     parts = []
     for k in keys:
         v = m[k]
         se = m.get(f"{k}_stderr")
-        if k in ("acc", "acc_norm", "acc_per_char", "exact_match", "exact_match_flex", "chance"):
+        if k in _RATES or k == "chance":
             parts.append(f"{k} {100 * v:.1f}" + (f" ± {100 * se:.1f}" if se is not None else ""))
         else:
             parts.append(f"{k} {v:.4f}" + (f" ± {se:.4f}" if se is not None else ""))
