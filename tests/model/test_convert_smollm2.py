@@ -78,3 +78,30 @@ def test_smollm2_conversion_is_exact(smollm2):
           f"(text loss {loss:.4f})")
     assert text_diff == 0.0
     assert random_diff == 0.0
+
+
+def test_smollm2_batched_generation_with_left_padding(smollm2):
+    """The usual batched generation: the tokenizer pads the prompts on the left and generate
+    (or a text-generation pipeline with batch_size 2) continues each one as it would alone,
+    with the same tokens as the source model's."""
+    from mhar.model.convert import from_hf_model
+
+    model, tok = smollm2
+    converted = from_hf_model(model, heads=8, blocks=8).eval()
+    prompts = ["The capital of France is", "Water boils at a temperature of one hundred degrees"]
+    tok.padding_side = "left"
+    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    batch = tok(prompts, return_tensors="pt", padding=True)
+    assert (batch["attention_mask"] == 0).any()  # the prompts' lengths differ
+    kw = dict(max_new_tokens=8, do_sample=False, pad_token_id=pad)
+    together = converted.generate(**batch, **kw)[:, batch["input_ids"].shape[1]:]
+    assert torch.equal(together, model.generate(**batch, **kw)[:, batch["input_ids"].shape[1]:])
+    for row, prompt in zip(together, prompts):
+        ids = tok(prompt, return_tensors="pt")["input_ids"]
+        alone = converted.generate(ids, **kw)[0, ids.shape[1]:]
+        assert tok.decode(row) == tok.decode(alone), (prompt, tok.decode(row), tok.decode(alone))
+    from transformers import pipeline  # a batched pipeline pads on the left the same way
+
+    pipe = pipeline("text-generation", model=converted, tokenizer=tok)
+    texts = [out[0]["generated_text"] for out in pipe(prompts, batch_size=2, **kw)]
+    assert texts == [p + tok.decode(row) for p, row in zip(prompts, together)], texts

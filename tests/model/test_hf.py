@@ -173,9 +173,9 @@ def test_cache_is_really_used():
     lengths = []
     orig = model.model.hidden_states
 
-    def spy(input_ids, cache=None):
+    def spy(input_ids, cache=None, **kw):
         lengths.append(input_ids.shape[1])
-        return orig(input_ids, cache)
+        return orig(input_ids, cache, **kw)
 
     model.model.hidden_states = spy
     model.generate(torch.randint(0, 97, (1, 6)), max_new_tokens=4, do_sample=False, pad_token_id=0)
@@ -234,19 +234,80 @@ def test_hidden_states_and_attentions_are_refused():
     assert model(input_ids=ids, output_hidden_states=False, output_attentions=False).logits.shape == (1, 5, 97)
 
 
-def test_left_padding_is_refused():
-    model = tiny("delta")
-    ids = torch.randint(0, 97, (2, 4))
-    mask = torch.tensor([[1, 1, 1, 1], [0, 1, 1, 1]])
-    with pytest.raises(ValueError, match="right padding"):
-        model(input_ids=ids, attention_mask=mask)
-    # generation continuing after right padding: the new token follows the padding
-    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]])
-    with pytest.raises(ValueError, match="right padding"):
-        model.generate(ids, attention_mask=mask, max_new_tokens=2, do_sample=False, pad_token_id=0)
+PADDED_METHODS = ["baseline", "hyper", "mhar", "mhar-block:3", "mhar/two-phase", "delta:3"]
 
 
-@pytest.mark.parametrize("method", ["baseline", "hyper", "mhar", "mhar-block:3", "mhar/two-phase", "delta:3"])
+def left_padded(ids: torch.Tensor, lengths: list[int], pad: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Row i's last lengths[i] tokens of ``ids`` with padding before them, and the mask."""
+    T = ids.shape[1]
+    mask = (torch.arange(T) >= T - torch.tensor(lengths)[:, None]).long()
+    return ids.masked_fill(mask == 0, pad), mask
+
+
+@pytest.mark.parametrize("method", PADDED_METHODS)
+def test_left_padding_is_exact(method):
+    """A left-padded batch (batched generate's prompts): each row's positions count from its
+    first token and attention skips the padding, so every real token's logits equal those of
+    its row alone, and transformers' own position_ids (the mask's cumulative sum) are accepted.
+    (Left padding was refused.)"""
+    model = tiny(method)
+    lengths = [3, 7, 5]
+    ids, mask = left_padded(torch.randint(1, 97, (3, 7)), lengths)
+    position_ids = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=mask, position_ids=position_ids).logits
+        for i, n in enumerate(lengths):
+            alone = model(input_ids=ids[i:i + 1, -n:], use_cache=False).logits[0]
+            torch.testing.assert_close(out[i, -n:], alone, rtol=1e-5, atol=1e-5)
+        assert out.isfinite().all()  # the padding's own positions too
+        with pytest.raises(ValueError, match="position_ids"):  # the unpadded numbering is wrong here
+            model(input_ids=ids, attention_mask=mask, position_ids=torch.arange(7)[None])
+
+
+@pytest.mark.parametrize("method", PADDED_METHODS)
+def test_batched_generate_with_left_padding(method):
+    """generate on prompts of different lengths, left-padded as a tokenizer pads for
+    generation: each row's greedy continuation and scores are those of its prompt alone."""
+    model = tiny(method)
+    lengths = [2, 6, 4]
+    ids, mask = left_padded(torch.randint(1, 97, (3, 6)), lengths)
+    kw = dict(max_new_tokens=5, do_sample=False, pad_token_id=0, output_scores=True, return_dict_in_generate=True)
+    batch = model.generate(ids, attention_mask=mask, **kw)
+    for i, n in enumerate(lengths):
+        alone = model.generate(ids[i:i + 1, -n:], **kw)
+        assert torch.equal(batch.sequences[i, 6:], alone.sequences[0, n:])
+        for got, want in zip(batch.scores, alone.scores):
+            torch.testing.assert_close(got[i], want[0], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("method", ["mhar", "delta:3"])
+def test_tokens_after_padding_skip_it(method):
+    """Tokens fed after padding (in one call, or after a cached right-padded prompt) read
+    around it: their positions continue the row's tokens and attention skips the padding, so
+    the logits are those of the row without its padding. (It was refused.)"""
+    model = tiny(method)
+    ids = torch.randint(1, 97, (2, 6))
+    mask = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 0, 0, 1, 1]])
+    keep = [0, 1, 4, 5]
+    with torch.no_grad():
+        alone = model(input_ids=ids[1:, keep], use_cache=False).logits[0]
+        out = model(input_ids=ids, attention_mask=mask, use_cache=False).logits
+        torch.testing.assert_close(out[1, keep], alone, rtol=1e-5, atol=1e-5)
+        cache = model(input_ids=ids[:, :4], attention_mask=mask[:, :4], use_cache=True).past_key_values
+        out = model(input_ids=ids[:, 4:], attention_mask=mask, past_key_values=cache).logits
+        torch.testing.assert_close(out[1], alone[2:], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(out[0], model(input_ids=ids[:1]).logits[0, 4:], rtol=1e-5, atol=1e-5)
+
+
+def test_attention_mask_of_the_wrong_shape_is_refused():
+    model = tiny("mhar")
+    ids = torch.randint(1, 97, (2, 4))
+    for bad in (torch.ones(2, 5), torch.ones(1, 4), torch.ones(2, 1, 4, 4)):
+        with pytest.raises(ValueError, match="attention_mask must be 2-D"):
+            model(input_ids=ids, attention_mask=bad)
+
+
+@pytest.mark.parametrize("method", PADDED_METHODS)
 def test_right_padding_is_exact(method):
     """A right-padded batch (transformers' padding collators, labels -100 on the padding) is
     accepted: causal attention never reads the padding and routing is per token, so every

@@ -12,7 +12,8 @@ from torch import Tensor, nn
 
 from mhar.model.config import ModelConfig
 from mhar.model.loss import TiedHeadGradient, linear_cross_entropy, tied_embedding
-from mhar.model.layers import AttentionSublayer, KVCache, MLPSublayer, RMSNorm, rope_cos_sin
+from mhar.model.layers import (AttentionSublayer, KVCache, MLPSublayer, RMSNorm, padding_attention_mask,
+                               rope_cos_sin)
 from mhar.streams import build_stream
 
 
@@ -76,9 +77,11 @@ class Decoder(nn.Module):
         return self.embed.weight if self.lm_head is None else self.lm_head.weight
 
     def hidden_states(self, input_ids: Tensor, cache: KVCache | None = None,
-                      tied: TiedHeadGradient | None = None) -> Tensor:
+                      tied: TiedHeadGradient | None = None, attention_mask: Tensor | None = None) -> Tensor:
         """Final normed hidden states (B, T, d). ``tied``: the embedding's gradient goes
-        into the LM head's (see :class:`mhar.model.loss.TiedHeadGradient`)."""
+        into the LM head's (see :class:`mhar.model.loss.TiedHeadGradient`). ``attention_mask``:
+        transformers' (B, cached + new tokens), 1 for a token and 0 for padding; see
+        :func:`token_positions` for what padding does."""
         B, T = input_ids.shape
         past = cache.length if cache is not None else 0
         if past + T > self.config.max_seq_len:
@@ -87,9 +90,10 @@ class Decoder(nn.Module):
             warnings.warn(f"sequence length {past + T} exceeds max_seq_len={self.config.max_seq_len}: "
                           "positions the model was not trained on", stacklevel=2)
         x = self.embed(input_ids) if tied is None else tied_embedding(input_ids, self.embed.weight, tied)
-        positions = torch.arange(past, past + T, device=input_ids.device)
+        positions, mask = token_positions(input_ids, past, attention_mask)
         cos, sin = rope_cos_sin(positions, self.config.attn_head_dim, self.config.rope_theta, x.dtype,
                                 self.config.rope_scaling)
+        args = (cos, sin, cache) if mask is None else (cos, sin, cache, mask)
         state = self.residual.start(x)
         recompute = self.activation_checkpointing and self.training and torch.is_grad_enabled() and cache is None
         for i, sublayer in enumerate(self.sublayers):
@@ -100,7 +104,7 @@ class Decoder(nn.Module):
                                preserve_rng_state=False)
             else:
                 call = sublayer
-            state.step(i, call, cos, sin, cache, fused=True)
+            state.step(i, call, *args, fused=True)
         return self.final_norm(state.final())
 
     def forward(self, input_ids: Tensor, cache: KVCache | None = None) -> Tensor:
@@ -150,6 +154,29 @@ class Decoder(nn.Module):
         return 6.0 * matmul + attention
 
 
+def token_positions(input_ids: Tensor, past: int, attention_mask: Tensor | None) -> tuple[Tensor, Tensor | None]:
+    """The new tokens' positions and the attention's padding mask, from transformers'
+    ``attention_mask`` (B, past + T) over the cached and the new tokens (1 token, 0 padding).
+
+    No mask, all ones, or padding only after every token of a row (right padding): the
+    positions are past, past + 1, ... and attention is plain causal, which no real token
+    reads padding through (routing is per token). Padding before a token (left padding,
+    or tokens fed after padding): each row's positions count its own tokens (as
+    transformers numbers them), and attention gets a mask that skips the padding keys."""
+    B, T = input_ids.shape
+    positions = torch.arange(past, past + T, device=input_ids.device)
+    if attention_mask is None:
+        return positions, None
+    if attention_mask.dim() != 2 or tuple(attention_mask.shape) != (B, past + T):
+        raise ValueError(f"attention_mask must be 2-D (batch, cached + new tokens) = ({B}, {past + T}), "
+                         f"got {tuple(attention_mask.shape)}")
+    valid = attention_mask.to(input_ids.device).bool()
+    if not bool((valid[:, 1:] & ~valid[:, :-1]).any()):  # no token after padding
+        return positions, None
+    row_positions = (valid.long().cumsum(-1) - 1).clamp(min=0)[:, past:]
+    return row_positions, padding_attention_mask(valid, T)
+
+
 def count_parameters(cfg: ModelConfig) -> dict[str, int]:
     """Parameter counts without allocating the weights (meta device)."""
     with torch.device("meta"):
@@ -158,4 +185,4 @@ def count_parameters(cfg: ModelConfig) -> dict[str, int]:
 
 
 
-__all__ = ["Decoder", "count_parameters"]
+__all__ = ["Decoder", "count_parameters", "token_positions"]

@@ -12,10 +12,11 @@ A saved folder also carries the model code (``modeling_mhar.py`` and the mhar mo
 it needs, flattened beside it), so ``from_pretrained(folder, trust_remote_code=True)``
 works where mhar is not installed; see :mod:`mhar.model.remote`.
 
-Only right padding is supported (causal attention never reads it, and depth routing is per
-token): training batches padded on the right are exact. Left padding is refused (the
-attention here has no padding mask); ``generate`` on one prompt, or on prompts of equal
-length, is exact.
+Padding follows transformers' ``attention_mask``. Right padding runs the plain causal path
+(causal attention never lets a token read later padding, and depth routing is per token),
+so training batches padded on the right are exact. Left padding (batched ``generate``)
+numbers each row's positions from its first token and masks the padding keys in
+attention, as transformers' own models do.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mhar.model.config import ModelConfig, StreamConfig
-from mhar.model.decoder import Decoder
+from mhar.model.decoder import Decoder, token_positions
 from mhar.model.layers import RMSNorm
 
 try:
@@ -215,9 +216,10 @@ class MharForCausalLM(MharPreTrainedModel, GenerationMixin):
         _check_cache(past_key_values)
         cache = _CacheAdapter(past_key_values) if past_key_values is not None else None
         past = cache.length if cache is not None else 0
-        _check_right_padding(attention_mask, past, input_ids)
-        _check_position_ids(kwargs.get("position_ids"), past, input_ids, attention_mask)
-        hidden = self.model.hidden_states(input_ids, cache)
+        if kwargs.get("position_ids") is not None:
+            positions, _ = token_positions(input_ids, past, attention_mask)
+            _check_position_ids(kwargs["position_ids"], positions, attention_mask)
+        hidden = self.model.hidden_states(input_ids, cache, attention_mask=attention_mask)
         if isinstance(logits_to_keep, int):
             kept = hidden[:, -logits_to_keep:] if logits_to_keep > 0 else hidden
         else:
@@ -253,40 +255,23 @@ def _check_cache(cache) -> None:
                          "(cache_implementation='static', 'offloaded_static', 'sliding_window')")
 
 
-def _check_right_padding(mask: Tensor | None, past: int, input_ids: Tensor) -> None:
-    """Only right padding: in every row of the mask (over the cached and the new tokens)
-    the zeros come after all the ones. Causal attention never lets a real token read a
-    later one and depth routing is per token, so the real tokens' logits are exact (the
-    padded positions' logits are not meaningful; their labels are -100). A zero before a
-    one (left padding, or tokens fed after padding) would need a padding mask in attention."""
-    if mask is None:
-        return
-    mask = mask.bool()
-    if bool(mask.all()):
-        return
-    if mask.dim() != 2 or mask.shape[1] != past + input_ids.shape[1] or bool((mask[:, 1:] & ~mask[:, :-1]).any()):
-        raise ValueError("MharForCausalLM supports only right padding (in each row of attention_mask, over the "
-                         "cached and the new tokens, the zeros after all the ones): this mask has a zero before a "
-                         "one (left padding, or tokens after padding), or is not 2-D of the cached plus new "
-                         "length. Generate one prompt at a time, or prompts of equal length, per batch")
-
-
-def _check_position_ids(position_ids: Tensor | None, past: int, input_ids: Tensor,
-                        mask: Tensor | None = None) -> None:
-    """The decoder numbers the positions itself (past, past + 1, ...): position_ids that say
-    otherwise (packed sequences restarting at 0, left padding) are refused rather than
-    silently ignored (right padding's positions, masked out, may say anything)."""
+def _check_position_ids(position_ids: Tensor | None, positions: Tensor, mask: Tensor | None) -> None:
+    """The decoder numbers the positions itself (``token_positions``: past, past + 1, ..., or
+    each row's own count of tokens under left padding): position_ids that say otherwise
+    (packed sequences restarting at 0) are refused rather than silently ignored. Padding's
+    positions, masked out, may say anything."""
     if position_ids is None:
         return
-    want = torch.arange(past, past + input_ids.shape[1], device=position_ids.device)
-    bad = position_ids != want if position_ids.shape[-1] == want.shape[0] else torch.tensor(True)
-    T = input_ids.shape[1]
-    if mask is not None and bad.dim() > 0 and mask.dim() == 2 and mask.shape[1] >= T:
+    T = positions.shape[-1]
+    if position_ids.shape[-1] != T:
+        raise ValueError(f"position_ids has {position_ids.shape[-1]} positions for {T} new tokens")
+    bad = position_ids.to(positions.device) != positions
+    if mask is not None and mask.dim() == 2:
         bad = bad & mask[:, -T:].bool().to(bad.device)
     if bool(bad.any()):
-        raise ValueError(f"MharForCausalLM numbers positions itself ({past}, {past + 1}, ... after {past} cached "
-                         "tokens, the same for every row): other position_ids (packed sequences, left padding) "
-                         "are not supported")
+        raise ValueError("MharForCausalLM numbers positions itself (after the cached tokens, each row counting "
+                         "its own tokens, as transformers does from attention_mask): other position_ids (packed "
+                         "sequences restarting at 0) are not supported")
 
 
 _AUTO_MAP = {"AutoConfig": "modeling_mhar.MharConfig", "AutoModelForCausalLM": "modeling_mhar.MharForCausalLM"}

@@ -86,11 +86,28 @@ def _cached_inv_freq(head_dim: int, theta: float, scaling: dict | None, device: 
 
 def rope_cos_sin(positions: Tensor, head_dim: int, theta: float, dtype: torch.dtype,
                  scaling: dict | None = None) -> tuple[Tensor, Tensor]:
-    """cos/sin tables (T, head_dim) for the given positions (HF's non-interleaved layout)."""
+    """cos/sin tables (T, head_dim) for positions (T,), or (B, 1, T, head_dim) for one row of
+    positions per sequence (B, T) (left padding), in HF's non-interleaved layout."""
     inv_freq = _cached_inv_freq(head_dim, theta, scaling, positions.device)
-    freqs = positions.float()[:, None] * inv_freq[None, :]
+    freqs = positions.float()[..., None] * inv_freq
     emb = torch.cat((freqs, freqs), dim=-1)
+    if positions.dim() == 2:  # broadcast over the attention heads of (B, heads, T, head_dim)
+        emb = emb.unsqueeze(1)
     return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def padding_attention_mask(keys_valid: Tensor, new_tokens: int) -> Tensor:
+    """The boolean SDPA mask (B, 1, T, past + T) for the last ``new_tokens`` queries over
+    every key, cached ones included: causal, and blind to the keys ``keys_valid`` (B, past + T)
+    marks as padding. A query reads itself too, so a padding query (left padding's first
+    positions, whose every earlier key is padding) has one key to read and stays finite;
+    its output is never read by a real token (attention masks it, routing is per token)."""
+    total = keys_valid.shape[1]
+    past = total - new_tokens
+    query = torch.arange(past, total, device=keys_valid.device)[:, None]
+    key = torch.arange(total, device=keys_valid.device)[None, :]
+    mask = (key <= query) & keys_valid[:, None, :]
+    return (mask | (key == query))[:, None]
 
 
 def _rotate_half(x: Tensor) -> Tensor:
@@ -142,8 +159,9 @@ class Attention(nn.Module):
         self.k_norm = RMSNorm(hd, cfg.norm_eps) if cfg.qk_norm else None
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: KVCache | None = None,
-                add_to: Tensor | None = None) -> Tensor:
-        """The attention output, ``add_to +`` it where given (see ``project_into``)."""
+                add_to: Tensor | None = None, mask: Tensor | None = None) -> Tensor:
+        """The attention output, ``add_to +`` it where given (see ``project_into``). ``mask``:
+        a padding mask over every key (``padding_attention_mask``), or None for plain causal."""
         B, T, _ = x.shape
         q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim)
         k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim)
@@ -159,11 +177,13 @@ class Attention(nn.Module):
         rep = self.n_heads // self.n_kv_heads
         # GQA as transformers >= 5 does it, so converted models match bit for bit on CUDA
         # too: SDPA's enable_gqa when there is no mask, an explicit repeat otherwise.
-        gqa = {"enable_gqa": True} if rep > 1 and _SDPA_HAS_GQA else {}
+        gqa = {"enable_gqa": True} if rep > 1 and _SDPA_HAS_GQA and mask is None else {}
         if rep > 1 and not gqa:
             k = k.repeat_interleave(rep, dim=1)
             v = v.repeat_interleave(rep, dim=1)
-        if past == 0:
+        if mask is not None:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        elif past == 0:
             out = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1, **gqa)
         elif T == 1:
             out = F.scaled_dot_product_attention(q, k, v, **gqa)
@@ -171,8 +191,8 @@ class Attention(nn.Module):
             if gqa:
                 k = k.repeat_interleave(rep, dim=1)
                 v = v.repeat_interleave(rep, dim=1)
-            mask = torch.ones(T, past + T, dtype=torch.bool, device=x.device).tril(diagonal=past)
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            causal = torch.ones(T, past + T, dtype=torch.bool, device=x.device).tril(diagonal=past)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=causal)
         return project_into(out.transpose(1, 2).reshape(B, T, -1), self.o_proj, add_to)
 
 
@@ -202,15 +222,16 @@ class _Sublayer(nn.Module):
     and one ``forward`` shared by both kinds ran out of it in a benchmark process
     running four configurations, which then ran its sublayers uncompiled."""
 
-    def body(self, x: Tensor, cos: Tensor, sin: Tensor, cache: KVCache | None, add_to: Tensor | None) -> Tensor:
+    def body(self, x: Tensor, cos: Tensor, sin: Tensor, cache: KVCache | None, add_to: Tensor | None,
+             mask: Tensor | None) -> Tensor:
         raise NotImplementedError
 
-    def _forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: KVCache | None,
+    def _forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: KVCache | None, mask: Tensor | None,
                  residual: Tensor | None, add_to: Tensor | None) -> Tensor | tuple[Tensor, Tensor]:
         if residual is None:
-            return self.body(self.norm(x), cos, sin, cache, add_to)
+            return self.body(self.norm(x), cos, sin, cache, add_to, mask)
         x = x + residual
-        return x, self.body(self.norm(x), cos, sin, cache, add_to)
+        return x, self.body(self.norm(x), cos, sin, cache, add_to, mask)
 
 
 class AttentionSublayer(_Sublayer):
@@ -221,12 +242,13 @@ class AttentionSublayer(_Sublayer):
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.attn = Attention(cfg, layer_index)
 
-    def body(self, x: Tensor, cos: Tensor, sin: Tensor, cache: KVCache | None, add_to: Tensor | None) -> Tensor:
-        return self.attn(x, cos, sin, cache, add_to)
+    def body(self, x: Tensor, cos: Tensor, sin: Tensor, cache: KVCache | None, add_to: Tensor | None,
+             mask: Tensor | None) -> Tensor:
+        return self.attn(x, cos, sin, cache, add_to, mask)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: KVCache | None = None,
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: KVCache | None = None, mask: Tensor | None = None,
                 residual: Tensor | None = None, add_to: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
-        return self._forward(x, cos, sin, cache, residual, add_to)
+        return self._forward(x, cos, sin, cache, mask, residual, add_to)
 
 
 class MLPSublayer(_Sublayer):
@@ -237,9 +259,10 @@ class MLPSublayer(_Sublayer):
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.mlp = MLP(cfg)
 
-    def body(self, x: Tensor, cos: Tensor, sin: Tensor, cache: KVCache | None, add_to: Tensor | None) -> Tensor:
+    def body(self, x: Tensor, cos: Tensor, sin: Tensor, cache: KVCache | None, add_to: Tensor | None,
+             mask: Tensor | None) -> Tensor:
         return self.mlp(x, add_to)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: KVCache | None = None,
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: KVCache | None = None, mask: Tensor | None = None,
                 residual: Tensor | None = None, add_to: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
-        return self._forward(x, cos, sin, cache, residual, add_to)
+        return self._forward(x, cos, sin, cache, mask, residual, add_to)
