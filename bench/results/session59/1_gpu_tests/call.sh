@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Session 58 (run in session 59): every GPU test file in one call, sharded over parallel pytest processes
+# (compiling Triton kernels is most of their time and runs on the host's cores; one
+# serial run of test_triton_cuda.py alone never finished within a call). Then the
+# failed tests again, one process, to tell a real failure from one of sharing the GPU.
+# run: C=<commit> OUT=$OUT bash bench/results/session58/gpu_tests/call.sh
+set -uo pipefail
+# One thread pool a process: eight processes of 16 threads each on 16 cores made the first
+# try of this call 50x slower than a serial run (five tests a shard in 400 s).
+export PYTHONUNBUFFERED=1 MHAR_COMMIT=$C PYTHONPATH=$PWD/src OMP_NUM_THREADS=2 MKL_NUM_THREADS=2
+pack() { tar czf "$OUT/r.tar.gz" -C "$OUT" r; }
+R=$OUT/r; mkdir -p $R
+N=${SHARDS:-6}
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $R/gpu.csv
+python3 -c "import torch, triton, transformers; print(torch.__version__, triton.__version__, transformers.__version__)" | tee $R/versions.txt
+FILES=${FILES:-"tests/routing/test_triton_cuda.py tests/core/test_adamw_kernel.py tests/core/test_fused_ce.py
+  tests/core/test_hyper_kernels.py tests/train/test_activation_checkpointing.py tests/train/test_bench_step.py
+  tests/eval/test_scoring.py tests/eval/test_chance.py tests/core/test_streams.py tests/train/test_cuda_graphs.py"}
+python3 -m pytest --collect-only -q -p no:cacheprovider $FILES 2>&1 | grep '::' > $R/ids.txt
+echo "$(wc -l < $R/ids.txt) tests in $N shards"
+awk -v n=$N -v r=$R '{print > sprintf("%s/shard%d.txt", r, NR % n)}' $R/ids.txt
+run_ids() {  # run_ids IDS_FILE LOG JUNIT: pytest on the node ids listed in a file
+  python3 - "$1" "$3" > "$2" 2>&1 <<'PY'
+import sys, pytest
+ids = open(sys.argv[1]).read().splitlines()
+sys.exit(pytest.main(["-v", "-p", "no:cacheprovider", "-rfEs", f"--junitxml={sys.argv[2]}", *ids]))
+PY
+}
+for k in $(seq 0 $((N - 1))); do
+  ( timeout ${WAVE_S:-400} bash -c "$(declare -f run_ids); run_ids $R/shard$k.txt $R/shard$k.log $R/shard$k.xml"
+    echo "shard $k exit $? at ${SECONDS}s" >> $R/exits.txt ) &
+done
+wait; cat $R/exits.txt; pack
+for k in $(seq 0 $((N - 1))); do tail -1 $R/shard$k.log; done
+for kind in PASSED FAILED SKIPPED ERROR; do  # from the -v lines: a shard cut by its limit wrote no XML
+  echo "$kind $(grep -h "::.* $kind" $R/shard*.log | wc -l)"; done | tee $R/summary.txt
+grep -h '::.* \(FAILED\|ERROR\)' $R/shard*.log | awk '{print $1}' | sort -u > $R/failed.txt
+cat $R/summary.txt; cat $R/failed.txt
+if [ -s $R/failed.txt ]; then
+  timeout $((${END_S:-560} - SECONDS)) bash -c "$(declare -f run_ids); run_ids $R/failed.txt $R/rerun.log $R/rerun.xml"
+  echo "rerun exit $? at ${SECONDS}s"; tail -5 $R/rerun.log
+fi
+pack
