@@ -15,4 +15,5 @@ for p in 100m:120 350m:170 1b:0; do
   timeout $limit python3 -m mhar bench step --preset paper-$size --methods baseline,hyper,attnres,mhar,mhar-block \
     --steps 30 --warmup 3 --out $R --tag $size > $R/step_$size.log 2>&1
   echo "rc=$? $size at ${SECONDS}s"; grep -h "| paper" $R/step_$size.md | grep -v "| >=\|| <=" | sort -u; rm -f $R/*.png
+  tar czf $OUT/r.tar.gz -C $OUT r  # one archive: a call returns only a few files
 done
