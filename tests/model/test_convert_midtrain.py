@@ -252,3 +252,29 @@ def test_midtrain_downstream_tasks(tmp_path):
     assert [line.split("]")[0] for line in logs if "] evaluating" in line] == ["[delta", "[control"]
     assert "Paired, delta (B) vs control (A)" in result["table"]
     assert "| arc_easy |" in (tmp_path / "mt" / "comparison.md").read_text()
+
+
+def test_midtrain_refuses_a_control_that_is_another_function(converted, tmp_path):
+    """The control starts as the same function only for the model as converted (delta at its
+    identity). A delta model whose gates moved, or a model routed from scratch, is refused
+    before training unless --no-control; it was trained against a different starting model."""
+    from mhar.model.config import ModelConfig, method_stream
+    from mhar.model.hf import MharConfig, MharForCausalLM
+
+    hf, folder = converted
+    moved = MharForCausalLM.from_pretrained(folder)
+    with torch.no_grad():
+        moved.model.residual.gates.add_(0.5)
+    moved.save_pretrained(tmp_path / "moved")
+    cfg = ModelConfig(vocab_size=300, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=48, max_seq_len=64,
+                      stream=method_stream("mhar", 4, 32))
+    MharForCausalLM(MharConfig.from_model_config(cfg)).save_pretrained(tmp_path / "routed")
+    for name in ("moved", "routed"):
+        out = tmp_path / f"mt-{name}"
+        with pytest.raises(ValueError, match="not the same function.*--no-control"):
+            midtrain(tmp_path / name, out, MidtrainOptions(**FAST), progress=False, log=lambda *a: None)
+        assert not (out / "delta" / "metrics.jsonl").exists()
+        result = midtrain(tmp_path / name, out, MidtrainOptions(**{**FAST, "steps": 1, "control": False,
+                                                                   "save_models": False}),
+                          progress=False, log=lambda *a: None)
+        assert [r["run"] for r in result["runs"]] == ["delta"]

@@ -131,6 +131,26 @@ def control_of(delta: Decoder) -> Decoder:
     return plain
 
 
+@torch.no_grad()
+def check_control_matches(model: Decoder, control: Decoder, name, tokens: int = 16) -> None:
+    """The control is schedule-matched only if it starts as the same function: the model
+    as ``mhar convert`` made it (delta routing at its identity, every gate zero). A model
+    trained from scratch with routing, or a delta model whose gates have moved, would be
+    compared with a different model, so it is refused before any training."""
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, model.config.vocab_size, (1, min(tokens, model.config.max_seq_len)), generator=g)
+    was = model.training, control.training
+    model.eval(), control.eval()
+    diff = (model(ids).float() - control(ids).float()).abs().max().item()
+    model.train(was[0]), control.train(was[1])
+    if not diff <= 1e-4:
+        raise ValueError(f"{name}: the control (these weights on the standard stream) is not the same function "
+                         f"as the model (max |logit difference| {diff:.3g} on random tokens; stream method "
+                         f"{model.config.stream.method!r}). A schedule-matched control needs the model as "
+                         "`mhar convert` made it, delta routing at its identity; pass --no-control to mid-train "
+                         "this model alone")
+
+
 def tokenizer_json(folder: Path) -> Path | None:
     f = Path(folder) / "tokenizer.json"
     return f if f.is_file() else None
@@ -351,7 +371,9 @@ def midtrain(model_path: str | Path, out: str | Path, opts: MidtrainOptions | No
 
     runs = [("delta", delta)]
     if opts.control:
-        runs.append(("control", control_of(delta)))
+        control = control_of(delta)
+        check_control_matches(delta, control, model_path)
+        runs.append(("control", control))
     trainer_cls = _trainer_class()
     rows = []
     for name, model in runs:
@@ -401,5 +423,5 @@ def midtrain(model_path: str | Path, out: str | Path, opts: MidtrainOptions | No
     return result
 
 
-__all__ = ["MidtrainOptions", "midtrain", "comparison_table", "control_of", "load_model_folder",
+__all__ = ["MidtrainOptions", "midtrain", "comparison_table", "control_of", "load_model_folder", "check_control_matches",
            "builtin_dataset_for"]
