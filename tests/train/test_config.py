@@ -113,3 +113,16 @@ def test_a_section_is_named_as_such(key):
     """`stream=4` names the section and its fields rather than calling the key unknown."""
     with pytest.raises(ValueError, match=f"config key '{key}' is a section"):
         apply_train_overrides(train_preset("tiny", "mhar"), [f"{key}=4"])
+
+
+def test_warmup_not_shorter_than_the_run_is_noted(tmp_path, run_cli):
+    """warmup >= steps is allowed (short smoke runs) but the learning rate then never decays
+    and may never reach lr: the run says so once, with the peak it reaches. (It was silent.)"""
+    args = ["train", "--method", "baseline", "d_model=32", "n_layers=1", "n_heads=2", "n_kv_heads=1", "d_ff=32",
+            "data.source=synthetic", "data.vocab_size=64", "batch_size=1", "seq_len=8", "data.val_windows=1",
+            "eval_every=2", "lr=1e-3", "--quiet"]
+    code, _, err = run_cli(*args, "--out", tmp_path / "a", "steps=2", "warmup=4")
+    assert code == 0, err
+    assert "note: warmup=4 >= steps=2" in err and "to 0.0005 of lr=0.001" in err
+    code, _, err = run_cli(*args, "--out", tmp_path / "b", "steps=4", "warmup=2")
+    assert code == 0 and "warmup=" not in err, err
