@@ -65,6 +65,18 @@ def test_capture_uses_the_models_rope_scaling(seeded):
     torch.testing.assert_close(model.final_norm(read), model.hidden_states(ids))
 
 
+def test_capture_past_max_seq_len_warns_as_the_model_does(seeded):
+    """Past max_seq_len the model's own forward pass warns and runs (untrained positions);
+    capture does the same and still reproduces it (it refused)."""
+    model = _randomise(Decoder(tiny_config("routed", 2, 0, n_layers=1))).eval()
+    ids = torch.randint(0, 64, (1, 70))  # max_seq_len 64
+    with pytest.warns(UserWarning, match="exceeds max_seq_len=64"):
+        final = capture_sites(model, ids)[-1]
+    with pytest.warns(UserWarning, match="exceeds max_seq_len=64"):
+        want = model.hidden_states(ids)
+    torch.testing.assert_close(model.final_norm(route(final.sources, final.query, final.norm_weight, 2)), want)
+
+
 def test_capture_and_probe_take_the_transformers_model(seeded):
     """docs/huggingface.md points MharForCausalLM users to mhar.analysis.capture: the
     wrapper is analysed as its decoder (it was refused as having 'no routing sites')."""

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from mhar.model.decoder import warn_past_max_seq_len
 from mhar.model.layers import rope_cos_sin
 from mhar.routing.reference import routing_weights
 from mhar.streams.delta import DeltaStream
@@ -105,8 +106,7 @@ def capture_sites(model: nn.Module, input_ids: Tensor) -> list[Site]:
     stream = routing_stream(model)
     cfg = model.config
     B, T = input_ids.shape
-    if T > cfg.max_seq_len:
-        raise ValueError(f"sequence length {T} exceeds max_seq_len={cfg.max_seq_len}")
+    warn_past_max_seq_len(T, cfg.max_seq_len)  # as the model's own forward pass does
     x = model.embed(input_ids)
     positions = torch.arange(T, device=input_ids.device)
     cos, sin = rope_cos_sin(positions, cfg.attn_head_dim, cfg.rope_theta, x.dtype, cfg.rope_scaling)

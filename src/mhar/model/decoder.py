@@ -84,11 +84,7 @@ class Decoder(nn.Module):
         :func:`token_positions` for what padding does."""
         B, T = input_ids.shape
         past = cache.length if cache is not None else 0
-        if past + T > self.config.max_seq_len:
-            # RoPE is computed for any position, as in transformers' models (a converted model
-            # gives its source's logits there too); the positions are only untrained
-            warnings.warn(f"sequence length {past + T} exceeds max_seq_len={self.config.max_seq_len}: "
-                          "positions the model was not trained on", stacklevel=2)
+        warn_past_max_seq_len(past + T, self.config.max_seq_len)
         x = self.embed(input_ids) if tied is None else tied_embedding(input_ids, self.embed.weight, tied)
         positions, mask = token_positions(input_ids, past, attention_mask)
         cos, sin = rope_cos_sin(positions, self.config.attn_head_dim, self.config.rope_theta, x.dtype,
@@ -154,6 +150,14 @@ class Decoder(nn.Module):
         return 6.0 * matmul + attention
 
 
+def warn_past_max_seq_len(length: int, max_seq_len: int) -> None:
+    """RoPE is computed for any position, as in transformers' models (a converted model gives
+    its source's logits there too); positions past ``max_seq_len`` are only untrained."""
+    if length > max_seq_len:
+        warnings.warn(f"sequence length {length} exceeds max_seq_len={max_seq_len}: positions the model "
+                      "was not trained on", stacklevel=3)
+
+
 def token_positions(input_ids: Tensor, past: int, attention_mask: Tensor | None) -> tuple[Tensor, Tensor | None]:
     """The new tokens' positions and the attention's padding mask, from transformers'
     ``attention_mask`` (B, past + T) over the cached and the new tokens (1 token, 0 padding).
@@ -185,4 +189,4 @@ def count_parameters(cfg: ModelConfig) -> dict[str, int]:
 
 
 
-__all__ = ["Decoder", "count_parameters", "token_positions"]
+__all__ = ["Decoder", "count_parameters", "token_positions", "warn_past_max_seq_len"]
