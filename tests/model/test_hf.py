@@ -280,6 +280,17 @@ def test_batched_generate_with_left_padding(method):
             torch.testing.assert_close(got[i], want[0], rtol=1e-4, atol=1e-4)
 
 
+def test_beam_search_with_left_padding():
+    """Beam search reorders the cache by beam: with left padding each row's beams are its own."""
+    model = tiny("mhar")
+    lengths = [2, 6, 4]
+    ids, mask = left_padded(torch.randint(1, 97, (3, 6)), lengths)
+    kw = dict(max_new_tokens=4, num_beams=2, num_return_sequences=2, do_sample=False, pad_token_id=0)
+    batch = model.generate(ids, attention_mask=mask, **kw)
+    for i, n in enumerate(lengths):
+        assert torch.equal(batch[2 * i:2 * i + 2, 6:], model.generate(ids[i:i + 1, -n:], **kw)[:, n:])
+
+
 @pytest.mark.parametrize("method", ["mhar", "delta:3"])
 def test_tokens_after_padding_skip_it(method):
     """Tokens fed after padding (in one call, or after a cached right-padded prompt) read
