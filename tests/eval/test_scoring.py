@@ -113,6 +113,51 @@ def test_generate_greedy_matches_argmax(tiny_model, tiny_hf):
             ids.append(t)
 
 
+@pytest.fixture(scope="module")
+def sharp_model():
+    """A tiny decoder with large random weights, whose next token depends on its context (at
+    the usual small init a tiny model repeats its last token whatever came before)."""
+    from mhar.eval.adapter import wrap_decoder
+    from mhar.model import Decoder, ModelConfig, StreamConfig
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=257, d_model=32, n_layers=2, n_heads=2, n_kv_heads=1, d_ff=64, max_seq_len=512,
+                      init_std=0.3, stream=StreamConfig(method="routed", heads=2))
+    model = Decoder(cfg)
+    with torch.no_grad():
+        model.residual.queries.normal_(0, 1.0)
+    return wrap_decoder(model.eval(), byte_encode, byte_decode, name="sharp", eos_id=256)
+
+
+@pytest.mark.parametrize("which", ["sharp_model", "tiny_hf"])
+def test_batched_generation_equals_one_prompt_at_a_time(which, request):
+    """Prompts of different lengths generated together (left-padded, one cache) give each
+    prompt's own greedy tokens, every one the argmax of a full forward pass; each row stops
+    on its own stop strings. (Generation ran one prompt at a time.)"""
+    m = request.getfixturevalue(which)
+    prompts = [byte_encode(s) for s in ("Question: 2+2?\nAnswer:", "Hi", "The answer is 4. Next", "abc def ghi")]
+    stops = [[], [], [byte_decode(m.generate(prompts[2], 3))], []]  # row 2 stops at its third token
+    batch = m.generate_batch(prompts, 8, stops)
+    assert len(batch[2]) == 3 and max(map(len, batch)) == 8
+    for p, stop, out in zip(prompts, stops, batch):
+        assert out == m.generate(p, 8, stop)
+        ids = list(p)
+        for t in out:
+            assert int(m.logits(torch.tensor([ids]))[0, -1].argmax()) == t
+            ids.append(t)
+
+
+def test_gen_task_is_the_same_in_any_batch(sharp_model):
+    from mhar.eval.tasks import GenItem
+
+    items = [GenItem(f"q{k}", f"Question {k}: {'x' * k}?\nAnswer:", "4", stop=["\n"]) for k in range(6)]
+    task = Task("g", "gen", items, "test", max_new_tokens=6)
+    one, recs_one = scoring.evaluate_gen(sharp_model, task, progress=False, batch_tokens=1)
+    many, recs_many = scoring.evaluate_gen(sharp_model, task, progress=False, batch_tokens=10_000)
+    assert recs_one == recs_many and one == many
+    assert [r["id"] for r in recs_many] == [f"q{k}" for k in range(6)]
+
+
 def test_mc_acc_and_acc_norm(monkeypatch, tiny_model):
     # choice 0 has the higher total log-likelihood; choice 1 the higher per character
     items = [MCItem("q", "ctx", [" ab", " abcdefghij"], gold=1)]

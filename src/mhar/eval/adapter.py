@@ -45,7 +45,8 @@ class EvalModel:
     bos_id: int | None = None
     add_bos: bool = False
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
-    generate_fn: Callable[[list[int], int, list[str]], list[int]] | None = None
+    # Batched greedy decoding: (prompts, max_new_tokens, one stop list per prompt) -> continuations
+    generate_fn: Callable[[list[list[int]], int, list[list[str]]], list[list[int]]] | None = None
     # Optional: hidden states under a custom attention pattern, (ids (B,T), positions (B,T),
     # allowed (B,T,T) bool: query t may attend key s). Lets the scorer run a shared context
     # once and all of its continuations after it in one sequence.
@@ -82,8 +83,19 @@ class EvalModel:
     @torch.no_grad()
     def generate(self, prompt_ids: list[int], max_new_tokens: int, stop: list[str] | None = None) -> list[int]:
         """Greedy decoding; stops at EOS or once the decoded continuation contains a stop string."""
+        return self.generate_batch([prompt_ids], max_new_tokens, [stop or []])[0]
+
+    @torch.no_grad()
+    def generate_batch(self, prompts: list[list[int]], max_new_tokens: int,
+                       stops: list[list[str]] | None = None) -> list[list[int]]:
+        """:meth:`generate` for several prompts at once (left-padded, one KV cache), each row
+        stopping on its own; the same tokens as one prompt at a time, up to rounding ties."""
+        stops = stops or [[] for _ in prompts]
         if self.generate_fn is not None:
-            return self.generate_fn(prompt_ids, max_new_tokens, stop or [])
+            return self.generate_fn([list(p) for p in prompts], max_new_tokens, stops)
+        return [self._generate_uncached(p, max_new_tokens, s) for p, s in zip(prompts, stops)]
+
+    def _generate_uncached(self, prompt_ids: list[int], max_new_tokens: int, stop: list[str]) -> list[int]:
         ids = list(prompt_ids)
         out: list[int] = []
         for _ in range(max_new_tokens):
@@ -97,6 +109,45 @@ class EvalModel:
             if stop and any(s in self.decode(out) for s in stop):
                 break
         return out
+
+
+def greedy_batch(step: Callable[[Tensor, Tensor, Any], tuple[Tensor, Any]], prompts: list[list[int]],
+                 max_new: int, stops: list[list[str]], eos_id: int | None, decode: Callable[[list[int]], str],
+                 max_len: int, device: torch.device) -> list[list[int]]:
+    """Greedy decoding of several prompts in one batch with a KV cache. ``step(ids, mask,
+    cache) -> (last position's logits (B, vocab), cache)`` runs the model on the new tokens
+    given the attention mask over every token so far (transformers' convention; the prompts
+    are padded on the left). A row stops at EOS or once its decoded continuation contains
+    one of its stop strings; the batch stops when every row has, or at ``max_len`` tokens."""
+    B, L = len(prompts), max(len(p) for p in prompts)
+    ids = torch.zeros(B, L, dtype=torch.long)
+    mask = torch.zeros(B, L, dtype=torch.long)
+    for r, p in enumerate(prompts):
+        ids[r, L - len(p):] = torch.tensor(p, dtype=torch.long)
+        mask[r, L - len(p):] = 1
+    ids, mask = ids.to(device), mask.to(device)
+    outs: list[list[int]] = [[] for _ in prompts]
+    live = [True] * B
+    cache = None
+    for _ in range(max_new):
+        if mask.shape[1] > max_len:
+            break
+        logits, cache = step(ids, mask, cache)
+        nxt = logits.argmax(-1).tolist()
+        for r in range(B):
+            if not live[r]:
+                continue
+            if nxt[r] == eos_id:
+                live[r] = False
+                continue
+            outs[r].append(nxt[r])
+            if stops[r] and any(s in decode(outs[r]) for s in stops[r]):
+                live[r] = False
+        if not any(live):
+            break
+        ids = torch.tensor(nxt, device=device)[:, None]  # finished rows run on, unread
+        mask = torch.cat([mask, torch.ones(B, 1, dtype=mask.dtype, device=device)], dim=1)
+    return outs
 
 
 # -- loaders -----------------------------------------------------------------
@@ -226,30 +277,28 @@ def wrap_hf(model, tok, name: str, device: torch.device | str = "cpu") -> EvalMo
             return base(input_ids=ids.to(device), position_ids=positions.to(device),
                         attention_mask=allowed[:, None].to(device), use_cache=False).last_hidden_state
 
-    def generate_fn(prompt: list[int], max_new: int, stop: list[str]) -> list[int]:
-        ids = torch.tensor([prompt], device=device)
-        out, past, step_in = [], None, ids
-        for _ in range(max_new):
-            with warnings.catch_warnings():  # transformers >= 5.2x renames past_key_values
-                warnings.simplefilter("ignore", FutureWarning)
-                res = model(input_ids=step_in, past_key_values=past, use_cache=True)
-            past = res.past_key_values
-            nxt = int(res.logits[0, -1].argmax())
-            if nxt == tok.eos_token_id:
-                break
-            out.append(nxt)
-            if stop and any(s in tok.decode(out) for s in stop):
-                break
-            step_in = torch.tensor([[nxt]], device=device)
-        return out
+    def step(ids: Tensor, mask: Tensor, past):
+        # transformers' models number positions from cache_position unless told: left padding
+        # needs each row's own count, as generate derives it from the mask
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, -ids.shape[1]:]
+        with warnings.catch_warnings():  # transformers >= 5.2x renames past_key_values
+            warnings.simplefilter("ignore", FutureWarning)
+            res = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=past,
+                        use_cache=True)
+        return res.logits[:, -1], res.past_key_values
 
     cfg = model.config
-    max_len = getattr(cfg, "max_position_embeddings", None) or getattr(tok, "model_max_length", 2048)
+    max_len = int(min(getattr(cfg, "max_position_embeddings", None) or getattr(tok, "model_max_length", 2048),
+                      1 << 20))
+
+    def generate_fn(prompts: list[list[int]], max_new: int, stops: list[list[str]]) -> list[list[int]]:
+        return greedy_batch(step, prompts, max_new, stops, tok.eos_token_id, tok.decode, max_len, device)
+
     return EvalModel(
         name=name, hidden_fn=hidden_fn, head_fn=head_fn,
         encode_fn=lambda s: tok(s, add_special_tokens=False).input_ids,
         decode_fn=lambda ids: tok.decode(ids),
-        max_len=int(min(max_len, 1 << 20)), vocab_size=int(cfg.vocab_size),
+        max_len=max_len, vocab_size=int(cfg.vocab_size),
         eos_id=tok.eos_token_id, bos_id=tok.bos_token_id, device=device, generate_fn=generate_fn,
         packed_hidden_fn=packed_fn, info={"kind": "huggingface", "class": type(model).__name__},
     )
@@ -268,25 +317,16 @@ def wrap_decoder(model, encode: Callable[[str], list[int]], decode: Callable[[li
     def head_fn(h: Tensor) -> Tensor:
         return F.linear(h, model.output_weight)
 
-    def generate_fn(prompt: list[int], max_new: int, stop: list[str]) -> list[int]:
+    def generate_fn(prompts: list[list[int]], max_new: int, stops: list[list[str]]) -> list[list[int]]:
         from mhar.model import KVCache
+
+        def step(ids: Tensor, mask: Tensor, cache):
+            cache = cache if cache is not None else KVCache(model.config.n_layers)
+            return head_fn(model.hidden_states(ids, cache, attention_mask=mask)[:, -1]), cache
+
         max_len = model.config.max_seq_len
-        ids = prompt[-max(1, max_len - max_new):]
-        cache = KVCache(model.config.n_layers)
-        step_in = torch.tensor([ids], device=device)
-        out: list[int] = []
-        for _ in range(max_new):
-            if cache.length + step_in.shape[1] > max_len:
-                break
-            logits = model(step_in, cache)
-            nxt = int(logits[0, -1].argmax())
-            if nxt == eos_id:
-                break
-            out.append(nxt)
-            if stop and any(s in decode(out) for s in stop):
-                break
-            step_in = torch.tensor([[nxt]], device=device)
-        return out
+        prompts = [p[-max(1, max_len - max_new):] for p in prompts]
+        return greedy_batch(step, prompts, max_new, stops, eos_id, decode, max_len, device)
 
     return EvalModel(
         name=name, hidden_fn=lambda ids: model.hidden_states(ids), head_fn=head_fn,

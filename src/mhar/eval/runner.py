@@ -79,7 +79,7 @@ def run_tasks(model: EvalModel, tasks: list[tuple[str, int | None]], out_dir: st
         elif task.kind == "word":
             m, recs = evaluate_word(model, task, batch_tokens, progress)
         elif task.kind == "gen":
-            m, recs = evaluate_gen(model, task, progress, max_new_tokens)
+            m, recs = evaluate_gen(model, task, progress, max_new_tokens, batch_tokens)
         else:  # pragma: no cover
             raise ValueError(f"task kind {task.kind!r}")
         finish(name, m, recs, info, time.time() - t0)

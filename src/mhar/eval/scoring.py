@@ -214,17 +214,34 @@ def evaluate_word(model: EvalModel, task: Task, batch_tokens: int = 4096, progre
             **_skipped(len(task.items) - n)}, records
 
 
-def evaluate_gen(model: EvalModel, task: Task, progress: bool = True, max_new_tokens: int | None = None):
+def evaluate_gen(model: EvalModel, task: Task, progress: bool = True, max_new_tokens: int | None = None,
+                 batch_tokens: int = 4096):
     """Greedy generation until a stop string; strict exact match of the extracted answer
-    (GSM8K: the number after 'The answer is'), plus a flexible last-number match."""
+    (GSM8K: the number after 'The answer is'), plus a flexible last-number match. Prompts
+    of similar length are generated together, as many as fit ``batch_tokens`` with their
+    ``max_new_tokens`` (at least one)."""
     max_new = max_new_tokens or task.max_new_tokens
-    records = []
-    for it in tqdm(task.items, desc=task.name, disable=not progress, leave=False):
+    prompts = []
+    for it in task.items:
         prompt = model.encode(it.prompt)
         if model.add_bos and model.bos_id is not None:
             prompt = [model.bos_id] + prompt
-        prompt = prompt[-max(1, model.max_len - max_new):]
-        text = model.decode(model.generate(prompt, max_new, it.stop))
+        prompts.append(prompt[-max(1, model.max_len - max_new):])
+    order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))  # longest first: little padding
+    texts: dict[int, str] = {}
+    with tqdm(total=len(order), desc=task.name, disable=not progress, leave=False) as bar:
+        i = 0
+        while i < len(order):
+            rows = max(1, batch_tokens // (len(prompts[order[i]]) + max_new))
+            batch = order[i:i + rows]
+            outs = model.generate_batch([prompts[j] for j in batch], max_new, [task.items[j].stop for j in batch])
+            for j, out in zip(batch, outs):
+                texts[j] = model.decode(out)
+            i += len(batch)
+            bar.update(len(batch))
+    records = []
+    for j, it in enumerate(task.items):
+        text = texts[j]
         for s in it.stop:
             text = text.split(s)[0]
         strict, flex = gsm8k_extract(text, strict=True), gsm8k_extract(text, strict=False)
