@@ -13,9 +13,9 @@ and returns an :class:`EvalModel` with one interface: ``encode``/``decode``,
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import json
 import os
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -277,15 +277,17 @@ def wrap_hf(model, tok, name: str, device: torch.device | str = "cpu") -> EvalMo
             return base(input_ids=ids.to(device), position_ids=positions.to(device),
                         attention_mask=allowed[:, None].to(device), use_cache=False).last_hidden_state
 
+    # transformers >= 5.2x calls the cache ``cache`` (and says so each call for the old name)
+    cache_name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
     def step(ids: Tensor, mask: Tensor, past):
         # transformers' models number positions from cache_position unless told: left padding
         # needs each row's own count, as generate derives it from the mask
         positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, -ids.shape[1]:]
-        with warnings.catch_warnings():  # transformers >= 5.2x renames past_key_values
-            warnings.simplefilter("ignore", FutureWarning)
-            res = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=past,
-                        use_cache=True)
-        return res.logits[:, -1], res.past_key_values
+        res = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                    **{cache_name: past})
+        cache = getattr(res, "cache", None)  # the output's field has the new name too
+        return res.logits[:, -1], cache if cache is not None else res.past_key_values
 
     cfg = model.config
     max_len = int(min(getattr(cfg, "max_position_embeddings", None) or getattr(tok, "model_max_length", 2048),
