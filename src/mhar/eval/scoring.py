@@ -257,11 +257,14 @@ def evaluate_gen(model: EvalModel, task: Task, progress: bool = True, max_new_to
 # -- loss and perplexity ----------------------------------------------------------
 
 def _window_losses(model: EvalModel, windows: list[list[int]], batch_tokens: int, progress: bool,
-                   desc: str) -> list[tuple[float, int]]:
-    """Summed next-token NLL and the number of predicted tokens of each window."""
+                   desc: str, scored: list[int] | None = None) -> list[tuple[float, int]]:
+    """Summed next-token NLL and the number of predicted tokens of each window: all of its
+    targets, or with ``scored`` only the last ``scored[i]`` of window i (the earlier tokens
+    are context only)."""
+    n_scored = scored or [len(w) - 1 for w in windows]
     order = sorted(range(len(windows)), key=lambda i: -len(windows[i]))
     out: list[tuple[float, int] | None] = [None] * len(windows)
-    bar = tqdm(total=sum(len(w) - 1 for w in windows), desc=desc, disable=not progress, unit="tok", leave=False)
+    bar = tqdm(total=sum(n_scored), desc=desc, disable=not progress, unit="tok", leave=False)
     i = 0
     while i < len(order):
         T = len(windows[order[i]])
@@ -272,13 +275,13 @@ def _window_losses(model: EvalModel, windows: list[list[int]], batch_tokens: int
         mask = torch.zeros(len(batch), T - 1, dtype=torch.bool)
         for r, j in enumerate(batch):
             ids[r, :len(windows[j])] = torch.tensor(windows[j])
-            mask[r, :len(windows[j]) - 1] = True
+            mask[r, len(windows[j]) - 1 - n_scored[j]:len(windows[j]) - 1] = True
         h = model.hidden(ids[:, :-1])
         logits = model.head(h[mask]).float()
         nll = F.cross_entropy(logits, ids[:, 1:][mask].to(logits.device), reduction="none")
         pos = 0
         for r, j in enumerate(batch):
-            n = len(windows[j]) - 1
+            n = n_scored[j]
             out[j] = (float(nll[pos:pos + n].sum()), n)
             pos += n
         bar.update(int(mask.sum()))
@@ -307,25 +310,42 @@ def read_texts(paths: Iterable[str | Path]) -> list[tuple[str, str]]:
     return docs
 
 
+def _rolling_windows(toks: list[int], seq_len: int) -> list[tuple[list[int], int, int]]:
+    """lm-eval's rolling log-likelihood windows (``get_rolling_token_windows`` with
+    ``context_len=1``) of one document, ``toks`` being the prefix token then the text's
+    tokens: ``(window, scored, end)``, the last ``scored`` targets of ``window`` predicted,
+    ``toks[end - 1]`` the last of them. Every target is predicted once, in chunks of
+    ``seq_len``, each chunk seeing only the token before it; a shorter last chunk sees a
+    whole window of the tokens before it, as lm-eval's does."""
+    out = []
+    n = len(toks) - 1  # targets: toks[1:]
+    for s in range(0, n, seq_len):
+        e = min(s + seq_len, n) + 1
+        start = s if s == 0 or e - s == seq_len + 1 else e - seq_len - 1
+        out.append((toks[start:e], e - 1 - s, e))
+    return out
+
+
 def evaluate_text_ppl(model: EvalModel, docs: list[tuple[str, str]], seq_len: int | None = None,
                       batch_tokens: int = 8192, progress: bool = True, limit: int | None = None):
     """Token-level loss and perplexity of text documents. Each document is scored on its
-    own: its first token conditioned on the model's prefix token (BOS/EOS), then windows
-    of ``seq_len`` predicted tokens, each window starting fresh (no overlap; what
-    lm-eval calls rolling log-likelihood). Also word perplexity (per whitespace word)
-    and bits per byte, which compare across tokenizers."""
+    own, as lm-eval's rolling log-likelihood: its first token conditioned on the model's
+    prefix token (BOS/EOS), then chunks of ``seq_len`` predicted tokens, each window
+    starting fresh (``_rolling_windows``). Also word perplexity (per whitespace word) and
+    bits per byte, which compare across tokenizers."""
     seq_len = min(seq_len or model.max_len, model.max_len)
-    windows, owner, ends, doc_toks = [], [], [], []
+    windows, scored, owner, ends, doc_toks = [], [], [], [], []
     for d, (_, text) in enumerate(docs):
         toks = [model.prefix_token] + model.encode(text)
         doc_toks.append(toks)
-        for s in range(0, len(toks) - 1, seq_len):
-            windows.append(toks[s:s + seq_len + 1])
+        for w, k, e in _rolling_windows(toks, seq_len):
+            windows.append(w)
+            scored.append(k)
             owner.append(d)
-            ends.append(min(s + seq_len + 1, len(toks)))
+            ends.append(e)
     if limit:
-        windows, owner, ends = windows[:limit], owner[:limit], ends[:limit]
-    res = _window_losses(model, windows, batch_tokens, progress, "ppl")
+        windows, scored, owner, ends = windows[:limit], scored[:limit], owner[:limit], ends[:limit]
+    res = _window_losses(model, windows, batch_tokens, progress, "ppl", scored)
     nll = sum(r[0] for r in res)
     ntok = sum(r[1] for r in res)
     # words and bytes of the text scored: a document cut by ``limit`` counts only the text of
