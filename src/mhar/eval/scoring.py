@@ -8,6 +8,7 @@ record per item (its id plus what paired statistics need: ``correct``, ``correct
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -326,16 +327,14 @@ def _rolling_windows(toks: list[int], seq_len: int) -> list[tuple[list[int], int
     return out
 
 
-def evaluate_text_ppl(model: EvalModel, docs: list[tuple[str, str]], seq_len: int | None = None,
-                      batch_tokens: int = 8192, progress: bool = True, limit: int | None = None):
-    """Token-level loss and perplexity of text documents. Each document is scored on its
-    own, as lm-eval's rolling log-likelihood: its first token conditioned on the model's
-    prefix token (BOS/EOS), then chunks of ``seq_len`` predicted tokens, each window
-    starting fresh (``_rolling_windows``). Also word perplexity (per whitespace word) and
-    bits per byte, which compare across tokenizers."""
+def _score_texts(model: EvalModel, texts: list[str], seq_len: int | None, batch_tokens: int, progress: bool,
+                 limit: int | None = None):
+    """The rolling log-likelihood windows of each text (``_rolling_windows``), the first
+    ``limit`` of them scored: per window ``(nll, tokens)``, the text it belongs to and the end
+    of its targets in that text's tokens; and each text's tokens (prefix token first)."""
     seq_len = min(seq_len or model.max_len, model.max_len)
     windows, scored, owner, ends, doc_toks = [], [], [], [], []
-    for d, (_, text) in enumerate(docs):
+    for d, text in enumerate(texts):
         toks = [model.prefix_token] + model.encode(text)
         doc_toks.append(toks)
         for w, k, e in _rolling_windows(toks, seq_len):
@@ -346,6 +345,21 @@ def evaluate_text_ppl(model: EvalModel, docs: list[tuple[str, str]], seq_len: in
     if limit:
         windows, scored, owner, ends = windows[:limit], scored[:limit], owner[:limit], ends[:limit]
     res = _window_losses(model, windows, batch_tokens, progress, "ppl", scored)
+    return res, owner, ends, doc_toks
+
+
+def _window_records(names: list[str], owner: list[int], res: list[tuple[float, int]]) -> list[dict]:
+    return [{"id": f"{names[o]}#{k}", "loss": r[0] / r[1], "tokens": r[1]} for k, (o, r) in enumerate(zip(owner, res))]
+
+
+def evaluate_text_ppl(model: EvalModel, docs: list[tuple[str, str]], seq_len: int | None = None,
+                      batch_tokens: int = 8192, progress: bool = True, limit: int | None = None):
+    """Token-level loss and perplexity of text documents. Each document is scored on its
+    own, as lm-eval's rolling log-likelihood: its first token conditioned on the model's
+    prefix token (BOS/EOS), then chunks of ``seq_len`` predicted tokens, each window
+    starting fresh (``_rolling_windows``). Also word perplexity (per whitespace word) and
+    bits per byte, which compare across tokenizers."""
+    res, owner, ends, doc_toks = _score_texts(model, [t for _, t in docs], seq_len, batch_tokens, progress, limit)
     nll = sum(r[0] for r in res)
     ntok = sum(r[1] for r in res)
     # words and bytes of the text scored: a document cut by ``limit`` counts only the text of
@@ -357,11 +371,112 @@ def evaluate_text_ppl(model: EvalModel, docs: list[tuple[str, str]], seq_len: in
                    for d, e in sorted(covered.items())]
     nwords = sum(len(t.split()) for t in scored_text)
     nbytes = sum(len(t.encode("utf-8")) for t in scored_text)
-    records = [{"id": f"{docs[o][0]}#{k}", "loss": r[0] / r[1], "tokens": r[1]}
-               for k, (o, r) in enumerate(zip(owner, res))]
+    records = _window_records([n for n, _ in docs], owner, res)
     loss = nll / max(ntok, 1)
     return ({"loss": loss, "ppl": math.exp(loss), "word_ppl": math.exp(nll / max(nwords, 1)),
              "bits_per_byte": nll / max(nbytes, 1) / math.log(2), "tokens": ntok, "n": len(records)}, records)
+
+
+# -- WikiText as lm-eval's `wikitext` task -------------------------------------------
+
+# The split files of WikiText-2/103 raw (a note suggests --wikitext when one is scored without it)
+WIKITEXT_FILES = ("wiki.train.raw", "wiki.valid.raw", "wiki.test.raw")
+
+
+def _is_article_heading(line: str) -> bool:
+    """A top-level heading ``" = Title = "`` starts a Wikipedia article. The rule of the
+    Hugging Face dataset ``EleutherAI/wikitext_document_level`` (lm-eval's ``wikitext``
+    data): with ``= = =`` and ``= =`` closed up to ``===`` and ``==`` and the line
+    stripped, it starts with ``"= "`` and ends with ``" ="``. So a sub-heading
+    ``" = = Career = = "`` (``"== Career =="``) stays inside its article."""
+    s = line.replace("= = =", "===").replace("= =", "==").strip()
+    return s.startswith("= ") and s.endswith(" =")
+
+
+def split_wikitext_articles(text: str) -> list[str]:
+    """A WikiText ``.raw`` text as the pages of ``EleutherAI/wikitext_document_level``:
+    lines (split on ``"\n"``) grouped from one article heading to the next, each page its
+    lines joined by ``"\n"`` (heading included). A blank stretch before the first heading
+    is no page; the last page runs to the end of the text."""
+    pages, lines = [], []
+    for line in text.split("\n"):
+        if _is_article_heading(line):
+            page = "\n".join(lines)
+            if page.strip():
+                pages.append(page)
+            lines = []
+        lines.append(line)
+    pages.append("\n".join(lines))
+    return pages
+
+
+# lm-eval's `wikitext_detokenizer` (lm_eval/tasks/wikitext/preprocess_wikitext.py), rule for rule and
+# in its order: a string is a plain replacement (str.replace), a compiled pattern a re.sub.
+_WIKITEXT_DETOKENIZER: list[tuple[str | re.Pattern, str]] = [
+    # possessives "players ' union" -> "players' union"; the pattern is lm-eval's as written: it
+    # matches only a literal "/' 5/" and writes "/'[0-9]/", kept so the output is the same
+    ("s '", "s'"),
+    (re.compile(r"/' [0-9]/"), r"/'[0-9]/"),
+    # number separators: "1 @,@ 000" -> "1,000", "3 @.@ 5" -> "3.5", "well @-@ known" -> "well-known"
+    (" @-@ ", "-"), (" @,@ ", ","), (" @.@ ", "."),
+    # punctuation followed by a space loses the space before it
+    (" : ", ": "), (" ; ", "; "), (" . ", ". "), (" ! ", "! "), (" ? ", "? "), (" , ", ", "),
+    # no spaces just inside brackets and quotes ("( a b )" -> "(a b)"; the match may span lines)
+    (re.compile(r"\(\s*([^\)]*?)\s*\)"), r"(\1)"),
+    (re.compile(r"\[\s*([^\]]*?)\s*\]"), r"[\1]"),
+    (re.compile(r"{\s*([^}]*?)\s*}"), r"{\1}"),
+    (re.compile(r"\"\s*([^\"]*?)\s*\""), r'"\1"'),
+    (re.compile(r"'\s*([^']*?)\s*'"), r"'\1'"),
+    # headings "= = Career = =" -> "== Career =="; degrees "5 ° C" -> "5°C"
+    ("= = = =", "===="), ("= = =", "==="), ("= =", "=="), (" \u00b0 ", "\u00b0"),
+    # no spaces around line breaks; " N " -> " 1 "; "John 's" -> "John's"
+    (" \n", "\n"), ("\n ", "\n"), (" N ", " 1 "), (" 's", "'s"),
+]
+
+
+def wikitext_detokenize(page: str) -> str:
+    """The text lm-eval's ``wikitext`` task gives the model for a page (it mirrors
+    lm-eval's ``wikitext_detokenizer``; see ``_WIKITEXT_DETOKENIZER``)."""
+    for pattern, repl in _WIKITEXT_DETOKENIZER:
+        page = pattern.sub(repl, page) if isinstance(pattern, re.Pattern) else page.replace(pattern, repl)
+    return page
+
+
+def wikitext_counts(page: str) -> tuple[int, int]:
+    r"""Words and bytes of a page as lm-eval's ``wikitext`` counts them: on the original
+    page (before detokenising), words as ``len(re.split(r"\s+", page))`` (the empty
+    pieces before a leading and after a trailing space count too), bytes in UTF-8."""
+    return len(re.split(r"\s+", page)), len(page.encode("utf-8"))
+
+
+def evaluate_wikitext_ppl(model: EvalModel, docs: list[tuple[str, str]], seq_len: int | None = None,
+                          batch_tokens: int = 8192, progress: bool = True, limit: int | None = None):
+    """WikiText scored as lm-eval's ``wikitext`` task: each ``.raw`` text split into
+    articles (``split_wikitext_articles``), each article detokenised
+    (``wikitext_detokenize``) and scored on its own by rolling log-likelihood (as
+    ``evaluate_text_ppl``), then word perplexity, byte perplexity and bits per byte over
+    the words and bytes of the original articles (``wikitext_counts``), summed over all
+    articles: lm-eval's ``word_perplexity``, ``byte_perplexity``, ``bits_per_byte``.
+    ``limit`` keeps the first N articles, whole (lm-eval's ``--limit``)."""
+    articles = []
+    for name, text in docs:
+        if not any(_is_article_heading(line) for line in text.split("\n")):
+            raise ValueError(f"{name}: no WikiText article heading (a line ' = Title = '); "
+                             f"--wikitext reads the .raw files of WikiText-2/103")
+        articles += [(f"{name}:{k}", page) for k, page in enumerate(split_wikitext_articles(text))]
+    if limit:
+        articles = articles[:limit]
+    res, owner, _, _ = _score_texts(model, [wikitext_detokenize(p) for _, p in articles], seq_len, batch_tokens,
+                                    progress)
+    nll = sum(r[0] for r in res)
+    ntok = sum(r[1] for r in res)
+    nwords = sum(wikitext_counts(p)[0] for _, p in articles)
+    nbytes = sum(wikitext_counts(p)[1] for _, p in articles)
+    records = _window_records([n for n, _ in articles], owner, res)
+    loss = nll / max(ntok, 1)
+    return ({"loss": loss, "ppl": math.exp(loss), "word_ppl": math.exp(nll / max(nwords, 1)),
+             "byte_ppl": math.exp(nll / max(nbytes, 1)), "bits_per_byte": nll / max(nbytes, 1) / math.log(2),
+             "tokens": ntok, "n": len(records), "articles": len(articles)}, records)
 
 
 def dataset_windows(dataset_dir: str | Path, seq_len: int, num_windows: int | None = None,
