@@ -349,7 +349,8 @@ def _score_texts(model: EvalModel, texts: list[str], seq_len: int | None, batch_
 
 
 def _window_records(names: list[str], owner: list[int], res: list[tuple[float, int]]) -> list[dict]:
-    return [{"id": f"{names[o]}#{k}", "loss": r[0] / r[1], "tokens": r[1]} for k, (o, r) in enumerate(zip(owner, res))]
+    return [{"id": f"{names[o]}#{k}", "loss": r[0] / r[1], "tokens": r[1]}
+            for k, (o, r) in enumerate(zip(owner, res))]
 
 
 def evaluate_text_ppl(model: EvalModel, docs: list[tuple[str, str]], seq_len: int | None = None,
