@@ -2,6 +2,7 @@
 EleutherAI/wikitext_document_level, lm-eval's detokeniser, its word and byte counts, and
 per-article rolling log-likelihood."""
 
+import json
 import math
 import re
 
@@ -131,3 +132,31 @@ def test_text_without_article_headings_is_refused(tiny_model):
     with pytest.raises(ValueError, match="notes.txt: no WikiText article heading"):
         scoring.evaluate_wikitext_ppl(tiny_model, [("notes.txt", "just some text\n = = Section = = \n")],
                                       progress=False)
+
+
+def test_cli_wikitext_flag_and_the_note_without_it(tiny_model, tmp_path, monkeypatch, capsys):
+    from mhar.cli import main as cli_main
+    from mhar.eval import adapter
+    f = tmp_path / "wiki.test.raw"
+    f.write_text(WIKI, encoding="utf-8")
+    monkeypatch.setattr(adapter, "load_for_eval", lambda *a, **k: tiny_model)
+    assert cli_main(["eval", "tiny", "--ppl", str(f), "--wikitext", "--seq-len", "48", "--out", str(tmp_path / "w"),
+                     "--no-progress"]) == 0
+    cap = capsys.readouterr()
+    assert "note:" not in cap.err
+    assert cap.out.startswith("wikitext") and "(3 articles)" in cap.out and "byte_ppl" in cap.out
+    res = json.loads((tmp_path / "w" / "results.json").read_text())["results"]["wikitext"]
+    ref, _ = scoring.evaluate_wikitext_ppl(tiny_model, [("wiki.test.raw", WIKI)], seq_len=48, progress=False)
+    assert res["articles"] == 3 and res["word_ppl"] == pytest.approx(ref["word_ppl"])
+    assert res["byte_ppl"] == pytest.approx(ref["byte_ppl"])
+    assert "byte_ppl" in (tmp_path / "w" / "results.md").read_text()
+    # without the flag: the file is one document, and one line suggests --wikitext
+    assert cli_main(["eval", "tiny", "--ppl", str(f), "--seq-len", "48", "--no-progress"]) == 0
+    cap = capsys.readouterr()
+    notes = [line for line in cap.err.splitlines() if line.startswith("note:")]
+    assert len(notes) == 1 and "wiki.test.raw" in notes[0] and "--wikitext" in notes[0]
+    assert cap.out.startswith("ppl") and "articles" not in cap.out
+    # --wikitext scores --ppl files: without them it is refused before loading a model
+    assert cli_main(["eval", "tiny", "--tasks", "piqa", "--wikitext"]) == 2
+    err = capsys.readouterr().err
+    assert "--wikitext scores the --ppl files" in err and "evaluating" not in err

@@ -3,6 +3,7 @@ evaluations with paired statistics.
 
   mhar eval MODEL --tasks hellaswag,arc_easy:500 [--limit N] [--out DIR]
   mhar eval MODEL --val DATASET_DIR | --ppl FILE...       loss / perplexity
+  mhar eval MODEL --ppl wiki.test.raw --wikitext          WikiText as lm-eval's wikitext task
   mhar eval compare DIR_A DIR_B [--tasks ...]             paired bootstrap CI + exact McNemar
   mhar eval tail RUN_A [RUN_B] [--k 11]                   tail-mean validation loss (+ paired)
   mhar eval export RUN OUT_DIR                            a run as a Hugging Face folder (lm-eval)
@@ -28,11 +29,13 @@ def register(subparsers) -> None:
     p.add_argument("--tasks", default="", help="comma-separated tasks, each optionally NAME:LIMIT "
                    "(hellaswag, arc_easy, arc_challenge, piqa, mmlu, mmlu_cloze, lambada, gsm8k, gpqa)")
     p.add_argument("--limit", type=int, default=None, help="a deterministic subset of N items per task "
-                   "(the same items for every model; also caps loss windows)")
+                   "(the same items for every model; also caps loss windows, or --wikitext articles)")
     p.add_argument("--shots", type=int, default=None, help="few-shot examples (default 0; gsm8k 8)")
     p.add_argument("-o", "--out", default=None, help="folder for results.json and per-item <task>.jsonl")
     p.add_argument("--val", default=None, metavar="DATASET_DIR", help="validation loss on a dataset folder")
     p.add_argument("--ppl", nargs="+", default=None, metavar="FILE", help="loss/perplexity on text files")
+    p.add_argument("--wikitext", action="store_true", help="score the --ppl files (WikiText .raw) as lm-eval's "
+                   "wikitext task: per article, detokenised, word/byte perplexity over the original text")
     p.add_argument("--seq-len", type=int, default=None, help="window for loss/perplexity (default: model max)")
     p.add_argument("--data-file", action="append", default=[], metavar="NAME=PATH",
                    help="a local file for a gated task (gpqa=gpqa_diamond.csv) or a custom MC task")
@@ -86,10 +89,15 @@ def main(args) -> int:
         raise ValueError(f"give one model (got {len(args.target)}: {' '.join(args.target)}); "
                          f"to pair two evaluations use `mhar eval compare A B`")
     from mhar.eval.adapter import load_for_eval
-    from mhar.eval.runner import parse_task_list, run_tasks
+    from mhar.eval.runner import parse_task_list, run_tasks, wikitext_note
     tasks = parse_task_list(args.tasks)
     if not tasks and not args.val and not args.ppl:
         raise ValueError("nothing to evaluate: give --tasks, --val DATASET_DIR or --ppl FILE")
+    if args.wikitext and not args.ppl:
+        raise ValueError("--wikitext scores the --ppl files as WikiText: give --ppl wiki.test.raw")
+    note = None if args.wikitext else wikitext_note(args.ppl)
+    if note:
+        print(note, file=sys.stderr)
     from mhar.eval.tasks import check_task
     data_files = _data_files(args.data_file)
     for name, _ in tasks:  # refuse unknown names and absent gated files before loading a model
@@ -99,7 +107,7 @@ def main(args) -> int:
     print(f"evaluating {model.name} ({model.info.get('kind', '?')}) on {args.device}", file=sys.stderr)
     run_tasks(model, tasks, out_dir=args.out, limit=args.limit, shots=args.shots, batch_tokens=args.batch_tokens,
               data_files=data_files, ppl_files=args.ppl, val_dataset=args.val, seq_len=args.seq_len,
-              seed=args.seed, progress=_progress(args), max_new_tokens=args.max_new_tokens,
+              seed=args.seed, progress=_progress(args), max_new_tokens=args.max_new_tokens, wikitext=args.wikitext,
               command="mhar eval " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if len(sys.argv) > 2 else None)
     return 0
 

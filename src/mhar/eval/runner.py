@@ -15,8 +15,8 @@ from typing import Any
 import torch
 
 from mhar.eval.adapter import EvalModel
-from mhar.eval.scoring import (dataset_windows, evaluate_gen, evaluate_mc, evaluate_text_ppl, evaluate_windows,
-                               evaluate_word, read_texts)
+from mhar.eval.scoring import (WIKITEXT_FILES, dataset_windows, evaluate_gen, evaluate_mc, evaluate_text_ppl,
+                               evaluate_windows, evaluate_wikitext_ppl, evaluate_word, read_texts)
 from mhar.eval.tasks import load_task, subset
 
 
@@ -41,7 +41,12 @@ def run_tasks(model: EvalModel, tasks: list[tuple[str, int | None]], out_dir: st
               data_files: dict[str, str] | None = None, ppl_files: list[str] | None = None,
               val_dataset: str | None = None, seq_len: int | None = None, seed: int = 1234,
               progress: bool = True, command: str | None = None, max_new_tokens: int | None = None,
-              log=print) -> dict[str, Any]:
+              wikitext: bool = False, log=print) -> dict[str, Any]:
+    """``ppl_files`` are scored as documents (result ``ppl``), or with ``wikitext`` as
+    lm-eval's ``wikitext`` task (result ``wikitext``: per article, detokenised; ``limit``
+    then keeps the first N articles)."""
+    if wikitext and not ppl_files:
+        raise ValueError("--wikitext scores the --ppl files as WikiText: give --ppl wiki.test.raw")
     results: dict[str, Any] = {}
     records_by_task: dict[str, list[dict]] = {}
     out = Path(out_dir) if out_dir else None
@@ -66,8 +71,10 @@ def run_tasks(model: EvalModel, tasks: list[tuple[str, int | None]], out_dir: st
         finish("val_loss", m, recs, info, time.time() - t0)
     if ppl_files:
         t0 = time.time()
-        m, recs = evaluate_text_ppl(model, read_texts(ppl_files), seq_len, batch_tokens * 2, progress, limit)
-        finish("ppl", m, recs, {"source": ", ".join(map(str, ppl_files))}, time.time() - t0)
+        score = evaluate_wikitext_ppl if wikitext else evaluate_text_ppl
+        m, recs = score(model, read_texts(ppl_files), seq_len, batch_tokens * 2, progress, limit)
+        finish("wikitext" if wikitext else "ppl", m, recs, {"source": ", ".join(map(str, ppl_files))},
+               time.time() - t0)
     for name, task_limit in tasks:
         t0 = time.time()
         task = load_task(name, shots, data_files)
@@ -84,6 +91,15 @@ def run_tasks(model: EvalModel, tasks: list[tuple[str, int | None]], out_dir: st
             raise ValueError(f"task kind {task.kind!r}")
         finish(name, m, recs, info, time.time() - t0)
     return {"results": results, "records": records_by_task}
+
+
+def wikitext_note(ppl_files: list[str] | None) -> str | None:
+    """A one-line hint when a WikiText split file is scored as one plain document."""
+    names = [Path(f).name for f in ppl_files or [] if Path(f).name in WIKITEXT_FILES]
+    if not names:
+        return None
+    return (f"note: {names[0]} is scored as one document; --wikitext scores it as lm-eval's wikitext task "
+            f"(per article, detokenised, words and bytes of the original text)")
 
 
 def val_windows_for(model: EvalModel, val: str, seq_len: int | None, limit: int | None):
@@ -113,7 +129,7 @@ _RATES = ("acc", "acc_norm", "acc_per_char", "exact_match", "exact_match_flex") 
 
 
 def format_metrics(name: str, m: dict) -> str:
-    keys = [k for k in (*_RATES, "loss", "ppl", "word_ppl", "bits_per_byte", "chance") if k in m]
+    keys = [k for k in (*_RATES, "loss", "ppl", "word_ppl", "byte_ppl", "bits_per_byte", "chance") if k in m]
     parts = []
     for k in keys:
         v = m[k]
@@ -123,7 +139,8 @@ def format_metrics(name: str, m: dict) -> str:
         else:
             parts.append(f"{k} {v:.4f}" + (f" ± {se:.4f}" if se is not None else ""))
     skipped = f" ({m['skipped_too_long']} skipped: longer than the window)" if m.get("skipped_too_long") else ""
-    return f"{name:<14} n={m.get('n')}{skipped}  " + "  ".join(parts) + f"  ({m.get('seconds', 0):.0f}s)"
+    articles = f" ({m['articles']} articles)" if "articles" in m else ""
+    return f"{name:<14} n={m.get('n')}{articles}{skipped}  " + "  ".join(parts) + f"  ({m.get('seconds', 0):.0f}s)"
 
 
 def summary_markdown(model_name: str, results: dict[str, dict]) -> str:
@@ -140,7 +157,7 @@ def summary_markdown(model_name: str, results: dict[str, dict]) -> str:
             other.append(f"acc_per_char {pct('acc_per_char')}")
         if "exact_match" in m:
             other.append(f"exact_match {pct('exact_match')}")
-        for k in ("loss", "ppl", "word_ppl", "bits_per_byte"):
+        for k in ("loss", "ppl", "word_ppl", "byte_ppl", "bits_per_byte"):
             if k in m:
                 other.append(f"{k} {m[k]:.4f}")
         if "chance" in m:
