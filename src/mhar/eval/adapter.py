@@ -118,7 +118,8 @@ def greedy_batch(step: Callable[[Tensor, Tensor, Any], tuple[Tensor, Any]], prom
     cache) -> (last position's logits (B, vocab), cache)`` runs the model on the new tokens
     given the attention mask over every token so far (transformers' convention; the prompts
     are padded on the left). A row stops at EOS or once its decoded continuation contains
-    one of its stop strings; the batch stops when every row has, or at ``max_len`` tokens."""
+    one of its stop strings, and leaves the batch (its cache rows dropped) where the cache
+    can select rows; the batch stops when every row has, or at ``max_len`` tokens."""
     B, L = len(prompts), max(len(p) for p in prompts)
     ids = torch.zeros(B, L, dtype=torch.long)
     mask = torch.zeros(B, L, dtype=torch.long)
@@ -127,6 +128,7 @@ def greedy_batch(step: Callable[[Tensor, Tensor, Any], tuple[Tensor, Any]], prom
         mask[r, L - len(p):] = 1
     ids, mask = ids.to(device), mask.to(device)
     outs: list[list[int]] = [[] for _ in prompts]
+    rows = list(range(B))  # the prompts still in the batch, in batch order
     live = [True] * B
     cache = None
     for _ in range(max_new):
@@ -134,20 +136,34 @@ def greedy_batch(step: Callable[[Tensor, Tensor, Any], tuple[Tensor, Any]], prom
             break
         logits, cache = step(ids, mask, cache)
         nxt = logits.argmax(-1).tolist()
-        for r in range(B):
+        for k, r in enumerate(rows):
             if not live[r]:
                 continue
-            if nxt[r] == eos_id:
+            if nxt[k] == eos_id:
                 live[r] = False
                 continue
-            outs[r].append(nxt[r])
+            outs[r].append(nxt[k])
             if stops[r] and any(s in decode(outs[r]) for s in stops[r]):
                 live[r] = False
-        if not any(live):
+        keep = [k for k, r in enumerate(rows) if live[r]]
+        if not keep:
             break
-        ids = torch.tensor(nxt, device=device)[:, None]  # finished rows run on, unread
-        mask = torch.cat([mask, torch.ones(B, 1, dtype=mask.dtype, device=device)], dim=1)
+        if len(keep) < len(rows) and _select_rows(cache, torch.tensor(keep, device=device)):
+            rows, nxt, mask = [rows[k] for k in keep], [nxt[k] for k in keep], mask[keep]
+        ids = torch.tensor(nxt, device=device)[:, None]  # a finished row still in the batch runs on, unread
+        mask = torch.cat([mask, torch.ones(len(rows), 1, dtype=mask.dtype, device=device)], dim=1)
     return outs
+
+
+def _select_rows(cache, index: Tensor) -> bool:
+    """Keep only the batch rows ``index`` of a KV cache (ours or a transformers cache), in
+    place; False where the cache has no way to (its finished rows then run on)."""
+    for name in ("batch_select_indices", "reorder_cache", "reorder"):
+        select = getattr(cache, name, None)
+        if callable(select):
+            select(index)
+            return True
+    return False
 
 
 # -- loaders -----------------------------------------------------------------
