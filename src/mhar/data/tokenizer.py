@@ -219,6 +219,18 @@ def make_tokenizer_info(tok: Tokenizer, kind: str, name: str, eot_token: str | N
                          eot_id=eot_id, eot_token=eot, sha256=tokenizer_hash(tok))
 
 
+def text_encoder(tok: Tokenizer) -> Tokenizer:
+    """A copy of ``tok`` that encodes special-token text ("<|endoftext|>", "<|im_start|>",
+    ...) as ordinary text, as the trained BPE always does, so that a document's own text
+    never yields an end-of-text or control id. It is the ``tokenizers`` switch
+    ``encode_special_tokens``, which only affects added tokens marked special and is not
+    saved in tokenizer.json (the saved file and its hash stay those of ``tok``); a copy
+    leaves the caller's tokenizer as it was."""
+    enc = Tokenizer.from_str(tok.to_str())
+    enc.encode_special_tokens = True
+    return enc
+
+
 def dtype_for_vocab(vocab_size: int) -> str:
     return "uint16" if vocab_size <= 65536 else "uint32"
 
