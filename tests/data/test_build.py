@@ -171,28 +171,64 @@ def assert_special_text_is_text(ds, docs, specials):
     for split in ("train", "validation"):
         assert ds.manifest["splits"][split]["eot_tokens_inside_documents"] == 0
     assert ds.manifest["tokenizer"]["encode_special_tokens"] is True
+    # the dataset encodes text as its documents were: several ordinary ids, decoding back
+    assert ds.encode_special_tokens is True
+    for t in specials:
+        ids = ds.encode(t)
+        assert len(ids) > 1 and ds.eot_id not in ids and ds.decode(ids) == t, (t, ids)
+
+
+def special_tokenizer_file(tmp_path):
+    """A tokenizer.json (a small trained BPE) with "<|endoftext|>", "<|im_start|>" and
+    "<|im_end|>" as added special tokens, which `tokenizers` matches inside raw text."""
+    from tokenizers import AddedToken
+    from mhar.data import train_bpe
+    tok = train_bpe(make_docs(20, seed=2), 300)
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIALS])
+    assert tok.encode("<|endoftext|>", add_special_tokens=False).ids == [tok.token_to_id("<|endoftext|>")]
+    path = tmp_path / "tok" / "tokenizer.json"
+    path.parent.mkdir()
+    tok.save(str(path))
+    return path
+
+
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 
 def test_special_token_text_of_a_tokenizer_file_stays_text(tmp_path):
     """A tokenizer.json whose added special tokens include the end-of-text token: a document
     holding "<|endoftext|>" and "<|im_start|>" as text gets no document boundary or control
     token inside it (the `tokenizers` library matches added special tokens in raw text)."""
-    from tokenizers import AddedToken
-    from mhar.data import train_bpe
     docs = make_docs(10, seed=12)
     docs[3] = SPECIAL_TEXT_DOC + docs[3]
     docs[6] = docs[6] + SPECIAL_TEXT_DOC
-    tok = train_bpe(make_docs(20, seed=2), 300)
-    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
-    assert tok.encode("<|endoftext|>", add_special_tokens=False).ids == [tok.token_to_id("<|endoftext|>")]
-    (tmp_path / "tok").mkdir()
-    tok.save(str(tmp_path / "tok" / "tokenizer.json"))
+    tok_file = special_tokenizer_file(tmp_path)
     root = write_corpus(tmp_path / "c", docs)
-    ds = TokenDataset(build_dataset([root], tmp_path / "d", tokenizer=str(tmp_path / "tok" / "tokenizer.json"),
-                                    val_fraction=0.2))
-    assert ds.manifest["tokenizer"]["kind"] == "file" and ds.eot_id == tok.token_to_id("<|endoftext|>")
-    assert_special_text_is_text(ds, docs, specials)
+    ds = TokenDataset(build_dataset([root], tmp_path / "d", tokenizer=str(tok_file), val_fraction=0.2))
+    assert ds.manifest["tokenizer"]["kind"] == "file" and ds.eot_id == ds.tokenizer.token_to_id("<|endoftext|>")
+    assert_special_text_is_text(ds, docs, SPECIALS)
+    from mhar.data.tokenizer import load_tokenizer_file, tokenizer_hash
+    assert ds.tokenizer_sha256 == tokenizer_hash(load_tokenizer_file(tok_file))  # saved as given (same hash)
+
+
+def test_dataset_built_before_says_how_its_text_was_encoded(tmp_path, capsys):
+    """A manifest without "encode_special_tokens" (built before it existed) still loads; with
+    a tokenizer that has special tokens it encodes text as its documents were (special
+    tokens matched) and says so; a trained-BPE one is the same as a new build."""
+    import json as _json
+    from mhar.cli import main
+    root = write_corpus(tmp_path / "c", [SPECIAL_TEXT_DOC] + make_docs(5, seed=15))
+    for name, tokenizer, old_way in (("file", str(special_tokenizer_file(tmp_path)), True), ("bpe", "bpe", False)):
+        out = build_dataset([root], tmp_path / name, tokenizer=tokenizer, vocab_size=300)
+        mpath = out / "manifest.json"
+        m = _json.loads(mpath.read_text())
+        del m["tokenizer"]["encode_special_tokens"]
+        mpath.write_text(_json.dumps(m))
+        ds = TokenDataset(out)
+        assert ds.encode_special_tokens is not old_way
+        assert (ds.encode("<|endoftext|>") == [ds.eot_id]) is old_way
+        assert main(["data", "info", str(out)]) == 0
+        assert ("may have become special ids" in capsys.readouterr().out) is old_way
 
 
 def test_trained_bpe_special_text_unchanged(tmp_path):

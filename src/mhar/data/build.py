@@ -513,6 +513,19 @@ def is_complete(path: Path) -> bool:
     return isinstance(m, dict) and m.get("complete") is True and m.get("format") == FORMAT
 
 
+def encodes_special_tokens(manifest: dict) -> bool:
+    """Whether a dataset's documents were encoded with special-token text as ordinary text
+    (the ``tokenizers`` switch ``encode_special_tokens``). Every build records it; a
+    manifest from before says nothing: its trained-BPE datasets are the same (that
+    tokenizer has no added tokens), the others may hold special ids made from text."""
+    tinfo = manifest.get("tokenizer")
+    if not isinstance(tinfo, dict):
+        return False
+    if "encode_special_tokens" in tinfo:
+        return tinfo["encode_special_tokens"] is True
+    return tinfo.get("kind") == "bpe"
+
+
 def ensure_builtin_dataset(tokenizer: str = "bpe", vocab_size: int = 8192, max_mb: float | str | None = None,
                            root: str | os.PathLike | None = None, verbose: bool = True) -> Path:
     """Build the built-in corpus dataset once (cached under :func:`default_dataset_dir`)

@@ -83,6 +83,11 @@ def _info(args: argparse.Namespace) -> int:
     print(f"dataset      {ds.path}")
     print(f"tokenizer    {t['name']}  vocab {t['vocab_size']} (model {t['model_vocab_size']})  eot {t['eot_token']}={t['eot_id']}  sha256 {t['sha256'][:16]}")
     print(f"dtype        {m['dtype']}")
+    if ds.encode_special_tokens:
+        print("specials     special-token text inside documents encoded as text (end-of-text only ends a document)")
+    else:
+        print("specials     special-token text inside documents may have become special ids (built before mhar "
+              "encoded it as text; rebuild with --overwrite)")
     print(f"text         {m['documents']} documents, {m['bytes'] / 1e6:.1f} MB "
           f"({m['dedup']['duplicates_removed']} duplicates removed; skipped: {m['skipped']['binary']} binary, "
           f"{m['skipped']['non_utf8']} non-UTF-8, {m['skipped']['empty']} empty)")

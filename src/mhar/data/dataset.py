@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from .build import FORMAT, FORMAT_VERSION, MANIFEST, SPLITS
+from .build import FORMAT, FORMAT_VERSION, MANIFEST, SPLITS, encodes_special_tokens
 from .shards import open_shard
 from .tokenizer import load_saved_tokenizer, load_tokenizer_file, tokenizer_hash
 
@@ -61,6 +61,11 @@ class TokenDataset:
         #: rows a model's embedding should have (the tokenizer vocabulary, padded for Qwen to 151,936)
         self.vocab_size: int = int(tinfo.get("model_vocab_size", self.tokenizer_vocab_size))
         self.eot_id: int = int(tinfo["eot_id"])
+        #: True when the documents' special-token text ("<|endoftext|>" ...) was encoded as
+        #: ordinary text (every build since mhar records it); `encode` does the same, so
+        #: text is encoded as the model saw it in training.
+        self.encode_special_tokens: bool = encodes_special_tokens(manifest)
+        self.tokenizer.encode_special_tokens = self.encode_special_tokens
         if tokenizer is not None:
             self._check_expected_tokenizer(tokenizer)
 
