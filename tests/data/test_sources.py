@@ -157,6 +157,55 @@ def test_ensure_builtin_small_and_cached(tmp_path, monkeypatch):
     assert not stale.exists()
 
 
+def _set_manifest_flag(path, value):
+    """Make a dataset look built before (value None: no field) or built otherwise (False)."""
+    mpath = path / "manifest.json"
+    m = json.loads(mpath.read_text())
+    if value is None:
+        del m["tokenizer"]["encode_special_tokens"]
+    else:
+        m["tokenizer"]["encode_special_tokens"] = value
+    mpath.write_text(json.dumps(m))
+
+
+def _flag(path):
+    return json.loads((path / "manifest.json").read_text())["tokenizer"].get("encode_special_tokens", "absent")
+
+
+def test_cached_builtin_from_before_text_encoding_is_rebuilt(tmp_path, monkeypatch, capsys):
+    """A cached built-in dataset whose documents' special-token text may be special ids is
+    rebuilt, by ensure_builtin_dataset and by `mhar data build`, not reused (the name and
+    tokenizer hash are the same, the tokens are not); an older trained-BPE one is reused."""
+    monkeypatch.setenv("MHAR_CACHE", str(tmp_path / "cache"))
+    p = ensure_builtin_dataset(vocab_size=300, max_mb=0.2, verbose=False)
+    assert _flag(p) is True
+    _set_manifest_flag(p, None)  # a trained BPE from before: the same tokens, kept
+    assert ensure_builtin_dataset(vocab_size=300, max_mb=0.2, verbose=False) == p and _flag(p) == "absent"
+    _set_manifest_flag(p, False)
+    assert ensure_builtin_dataset(vocab_size=300, max_mb=0.2, verbose=False) == p and _flag(p) is True
+    _set_manifest_flag(p, False)
+    assert main(["data", "build", "--vocab-size", "300", "--max-mb", "0.2", "-q"]) == 0
+    assert capsys.readouterr().out.strip() == str(p) and _flag(p) is True
+    assert main(["data", "build", "--vocab-size", "300", "--max-mb", "0.2", "-q"]) == 0
+    assert "already built" in capsys.readouterr().out
+
+
+def test_midtrain_cache_from_before_text_encoding_is_rebuilt(tmp_path, monkeypatch):
+    """midtrain's built-in corpus cache is named by the tokenizer file's hash, which the way
+    special-token text was encoded does not change: an older build is tokenised again."""
+    from mhar.train.midtrain import builtin_dataset_for
+    from .test_build import special_tokenizer_file
+    monkeypatch.setenv("MHAR_CACHE", str(tmp_path / "cache"))
+    tok = special_tokenizer_file(tmp_path)
+    p = builtin_dataset_for(tok, 0.2, log=lambda *_: None)
+    assert _flag(p) is True
+    _set_manifest_flag(p, None)  # a tokenizer with special tokens, from before: rebuilt
+    logged = []
+    assert builtin_dataset_for(tok, 0.2, log=logged.append) == p and _flag(p) is True
+    assert "built before special-token text" in logged[0]
+    assert builtin_dataset_for(tok, 0.2, log=logged.append) == p and len(logged) == 1  # then reused
+
+
 # ---------------------------------------------------------------- CLI
 
 def test_cli_build_and_info(tmp_path, corpus_dir, capsys):

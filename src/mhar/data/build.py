@@ -505,12 +505,24 @@ def builtin_dataset_name(tokenizer: str = "bpe", vocab_size: int = 8192, max_mb:
     return f"builtin-v{BUILTIN_CORPUS_VERSION}-{tok}-{size}"
 
 
-def is_complete(path: Path) -> bool:
+def _complete_manifest(path: Path) -> dict | None:
     try:
         m = json.loads((Path(path) / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return False
-    return isinstance(m, dict) and m.get("complete") is True and m.get("format") == FORMAT
+        return None
+    return m if isinstance(m, dict) and m.get("complete") is True and m.get("format") == FORMAT else None
+
+
+def is_complete(path: Path) -> bool:
+    return _complete_manifest(path) is not None
+
+
+def is_current(path: Path) -> bool:
+    """Complete and built as this mhar builds (special-token text in documents encoded as
+    text): a cached dataset that may be reused. One built before is rebuilt rather than
+    reused, so a cache never mixes the two encodings."""
+    m = _complete_manifest(path)
+    return m is not None and encodes_special_tokens(m)
 
 
 def encodes_special_tokens(manifest: dict) -> bool:
@@ -539,14 +551,18 @@ def ensure_builtin_dataset(tokenizer: str = "bpe", vocab_size: int = 8192, max_m
         raise ValueError(f"tokenizer={tokenizer!r}: the built-in dataset uses 'bpe' or 'qwen'")
     base = Path(root) if root is not None else default_dataset_dir()
     path = base / builtin_dataset_name(tokenizer, vocab_size, max_mb)
-    if is_complete(path):
+    if is_current(path):
         return path
     base.mkdir(parents=True, exist_ok=True)
     with _file_lock(base / f".{path.name}.lock"):
-        if is_complete(path):  # another process built it while we waited
+        if is_current(path):  # another process built it while we waited
             return path
         _remove_stale_builds(base, path.name)
-        _log(verbose, f"building the built-in dataset at {path} (once; cached)")
+        if is_complete(path):
+            _log(verbose, f"rebuilding the built-in dataset at {path}: it was built before special-token text "
+                          f"in documents was encoded as text")
+        else:
+            _log(verbose, f"building the built-in dataset at {path} (once; cached)")
         build_dataset(["builtin"], path, tokenizer=tokenizer, vocab_size=vocab_size, max_mb=builtin_size_mb(max_mb),
                       overwrite=path.exists(), verbose=verbose)
     return path

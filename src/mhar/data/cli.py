@@ -57,14 +57,18 @@ def _build(args: argparse.Namespace) -> int:
         if args.tokenizer not in ("bpe", "qwen"):
             raise ValueError("--out is required with a custom tokenizer")
         out = default_dataset_dir() / builtin_dataset_name(args.tokenizer, args.vocab_size, "full" if max_mb is None else max_mb)
-        from .build import is_complete
-        if is_complete(out) and not args.overwrite:
+        from .build import is_complete, is_current
+        if is_current(out) and not args.overwrite:
             print(f"{out} (already built; --overwrite rebuilds it)")
             return 0
+        # a cached build from before special-token text was encoded as text is replaced
+        overwrite = args.overwrite or is_complete(out)
+    else:
+        overwrite = args.overwrite
     path = build_dataset(
         args.sources, out, tokenizer=args.tokenizer, vocab_size=args.vocab_size, max_mb=max_mb,
         val_fraction=args.val_fraction, text_field=args.text_field, eot_token=args.eot_token,
-        bpe_sample_mb=args.bpe_sample_mb, shard_tokens=args.shard_tokens, overwrite=args.overwrite,
+        bpe_sample_mb=args.bpe_sample_mb, shard_tokens=args.shard_tokens, overwrite=overwrite,
         verbose=not args.quiet,
     )
     print(path)

@@ -162,14 +162,18 @@ def builtin_dataset_for(tokenizer_file: Path, max_mb: float = 0.0, log=print) ->
     """The built-in corpus tokenised with ``tokenizer_file`` (built once, cached)."""
     import hashlib
 
-    from mhar.data.build import build_dataset, default_dataset_dir, is_complete
+    from mhar.data.build import build_dataset, default_dataset_dir, is_complete, is_current
 
     sha = hashlib.sha256(Path(tokenizer_file).read_bytes()).hexdigest()[:12]
     size = f"{max_mb:g}mb" if max_mb else "full"
     path = default_dataset_dir() / f"builtin-tok{sha}-{size}"
-    if is_complete(path):
+    if is_current(path):
         return path
-    log(f"tokenising the built-in corpus with {tokenizer_file} into {path} (once; cached)")
+    if is_complete(path):  # the tokenizer's hash is the same, the encoding of special-token text is not
+        log(f"re-tokenising the built-in corpus into {path}: it was built before special-token text in "
+            f"documents was encoded as text")
+    else:
+        log(f"tokenising the built-in corpus with {tokenizer_file} into {path} (once; cached)")
     build_dataset(["builtin"], path, tokenizer=str(tokenizer_file), max_mb=max_mb or None,
                   overwrite=path.exists(), verbose=False)
     return path
