@@ -76,3 +76,42 @@ def test_export_loads_in_transformers_and_stops_at_the_documents_end(tmp_path):
     with torch.no_grad():
         torch.testing.assert_close(model(ids).logits, load_run_model(run).eval()(ids), rtol=1e-5, atol=1e-5)
     assert model.generation_config.eos_token_id == eot_id  # what generate() stops at
+
+
+def test_run_encodes_special_token_text_as_its_data_did(tmp_path):
+    """A run trained on a dataset whose tokenizer has special tokens: `mhar eval` (the run
+    folder, or --tokenizer FILE) and the exported Hugging Face tokenizer encode
+    "<|endoftext|>" written in text as the dataset's documents were encoded (ordinary ids,
+    decoding back), not as the end-of-text id the model only saw between documents."""
+    pytest.importorskip("transformers")
+    from tokenizers import AddedToken
+    from transformers import AutoTokenizer
+
+    import mhar.model.hf  # noqa: F401  (registers the Auto classes)
+    from mhar.cli import main as cli_main
+    from mhar.data import TokenDataset, build_dataset, train_bpe
+    from mhar.eval.adapter import load_for_eval, tokenizer_from
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i in range(40):
+        (docs / f"d{i}.txt").write_text(" ".join(f"word{(i * j) % 23} and <|im_start|>" for j in range(60)) + "\n")
+    tok = train_bpe([p.read_text() for p in docs.iterdir()], 300)
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in ("<|endoftext|>", "<|im_start|>")])
+    tok.save(str(tmp_path / "tokenizer.json"))
+    ds_dir = build_dataset([docs], tmp_path / "ds", tokenizer=str(tmp_path / "tokenizer.json"), val_fraction=0.1)
+    ds = TokenDataset(ds_dir)
+    run = tmp_path / "run"
+    assert cli_main(["train", "--out", str(run), "--quiet", "--method", "baseline", f"data.source={ds_dir}",
+                     "steps=1", "eval_every=1", "batch_size=2", "seq_len=32", "d_model=32", "n_layers=1",
+                     "n_heads=2", "n_kv_heads=1", "d_ff=64", "data.val_windows=2"]) == 0
+    text = "x <|endoftext|> y <|im_start|>"
+    want = ds.encode(text)
+    assert ds.eot_id not in want and ds.tokenizer.token_to_id("<|im_start|>") not in want and ds.decode(want) == text
+    em = load_for_eval(run)
+    assert em.encode(text) == want and em.decode(em.encode(text)) == text
+    encode, decode, eos = tokenizer_from(tmp_path / "tokenizer.json")
+    assert encode(text) == want and eos == ds.eot_id
+    assert cli_main(["eval", "export", str(run), str(tmp_path / "hf")]) == 0
+    hf_tok = AutoTokenizer.from_pretrained(tmp_path / "hf")
+    assert hf_tok(text, add_special_tokens=False)["input_ids"] == want

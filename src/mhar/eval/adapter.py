@@ -387,7 +387,9 @@ def _no_tokenizer(*_a):
 
 def tokenizer_from(path: str | os.PathLike):
     """(encode, decode, eos id) from a dataset folder (``mhar.data.TokenDataset``) or a
-    ``tokenizer.json``."""
+    ``tokenizer.json``. Text is encoded as our models saw it in training: special-token
+    text ("<|endoftext|>", "<|im_start|>") as ordinary text, the way `mhar data build`
+    encodes documents (a dataset built before that says so and is followed)."""
     p = Path(path)
     if p.is_dir():
         from mhar.data import TokenDataset
@@ -396,6 +398,7 @@ def tokenizer_from(path: str | os.PathLike):
     if p.is_file():
         from tokenizers import Tokenizer
         tok = Tokenizer.from_file(str(p))
+        tok.encode_special_tokens = True  # not saved in the file: set as every build sets it
         eos = next((tok.token_to_id(t) for t in ("<|endoftext|>", "</s>", "<eos>", "<|im_end|>")
                     if tok.token_to_id(t) is not None), None)
         return (lambda s: tok.encode(s, add_special_tokens=False).ids,
