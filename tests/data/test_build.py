@@ -229,6 +229,11 @@ def test_dataset_built_before_says_how_its_text_was_encoded(tmp_path, capsys):
         assert (ds.encode("<|endoftext|>") == [ds.eot_id]) is old_way
         assert main(["data", "info", str(out)]) == 0
         assert ("may have become special ids" in capsys.readouterr().out) is old_way
+        # training on it works, with a note when its documents' special-token text may be special ids
+        assert main(["train", "--out", str(tmp_path / f"run-{name}"), "--quiet", "--method", "baseline",
+                     f"data.source={out}", "steps=1", "eval_every=1", "batch_size=1", "seq_len=16", "d_model=16",
+                     "n_layers=1", "n_heads=2", "n_kv_heads=1", "d_ff=16", "data.val_windows=1"]) == 0
+        assert ("was built before `mhar data build` encoded" in capsys.readouterr().err) is old_way
 
 
 def test_trained_bpe_special_text_unchanged(tmp_path):

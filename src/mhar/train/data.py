@@ -118,6 +118,11 @@ def build_data(cfg: DataConfig, seq_len: int, batch_size: int, seed: int, rank: 
     else:
         path, name = cfg.source, str(cfg.source)
     ds = TokenDataset(path)
+    if not ds.encode_special_tokens and rank == 0:  # allowed (old datasets load), but worth knowing
+        import sys
+        print(f"note: {path} was built before `mhar data build` encoded special-token text in documents as "
+              f"text: \"{ds.manifest['tokenizer']['eot_token']}\" written in a document may be an end-of-text "
+              f"or control id there; rebuild it (--overwrite) for the current encoding", file=sys.stderr)
     loader = TokenLoader(ds, seq_len=seq_len, batch_size=batch_size, seed=seed, rank=rank, world_size=world_size,
                          split="train")
     val = validation_windows(ds, seq_len=seq_len, num_windows=cfg.val_windows, seed=cfg.val_seed)
