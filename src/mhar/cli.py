@@ -13,6 +13,7 @@ SUBCOMMAND_MODULES = [
     "mhar.data.cli",       # data build / data info
     "mhar.train.cli",      # train, compare, sweep
     "mhar.eval.cli",       # eval
+    "mhar.eval.generate",  # generate
     "mhar.analysis.cli",   # probe, maps, report
     "mhar.model.hf_cli",   # convert
     "mhar.train.midtrain_cli",  # midtrain

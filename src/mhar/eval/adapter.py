@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 SMOLLM2_ALIASES = ("smollm2-135m-instruct", "smollm2")
+Picker = Callable[[Tensor], Tensor]  # next-token logits (B, vocab) -> the ids chosen (B,)
 
 
 @dataclass
@@ -45,20 +46,31 @@ class EvalModel:
     bos_id: int | None = None
     add_bos: bool = False
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
-    # Batched greedy decoding: (prompts, max_new_tokens, one stop list per prompt) -> continuations
-    generate_fn: Callable[[list[list[int]], int, list[list[str]]], list[list[int]]] | None = None
+    # Batched decoding: (prompts, max_new_tokens, one stop list per prompt, pick) -> continuations;
+    # pick(logits (B, vocab)) -> next ids (B,), None for greedy (see generate_rows)
+    generate_fn: Callable[[list[list[int]], int, list[list[str]], Picker | None], list[list[int]]] | None = None
     # Optional: hidden states under a custom attention pattern, (ids (B,T), positions (B,T),
     # allowed (B,T,T) bool: query t may attend key s). Lets the scorer run a shared context
     # once and all of its continuations after it in one sequence.
     packed_hidden_fn: Callable[[Tensor, Tensor, Tensor], Tensor] | None = None
     info: dict[str, Any] = field(default_factory=dict)
-    run_config: Any = None  # the TrainConfig of a run folder (its data, seq_len, validation windows)
+    run_config: Any = None
+    # ids put before a prompt to generate from (mhar generate): what the model's tokenizer adds
+    # itself (a Hugging Face one's BOS, or nothing); None: the prefix token, as a document starts
+    generation_prefix: list[int] | None = None  # the TrainConfig of a run folder (its data, seq_len, validation windows)
 
     def encode(self, text: str) -> list[int]:
         return list(self.encode_fn(text))
 
     def decode(self, ids: list[int]) -> str:
         return self.decode_fn(list(ids))
+
+    def generation_ids(self, text: str) -> list[int]:
+        """A prompt's ids for generation: the model's own start (``generation_prefix``) and the
+        text's tokens; an empty prompt with no start of its own starts at the prefix token."""
+        prefix = [self.prefix_token] if self.generation_prefix is None else list(self.generation_prefix)
+        ids = prefix + self.encode(text)
+        return ids or [self.prefix_token]
 
     @property
     def prefix_token(self) -> int:
@@ -81,27 +93,30 @@ class EvalModel:
         return self.head(self.hidden(input_ids))
 
     @torch.no_grad()
-    def generate(self, prompt_ids: list[int], max_new_tokens: int, stop: list[str] | None = None) -> list[int]:
-        """Greedy decoding; stops at EOS or once the decoded continuation contains a stop string."""
-        return self.generate_batch([prompt_ids], max_new_tokens, [stop or []])[0]
+    def generate(self, prompt_ids: list[int], max_new_tokens: int, stop: list[str] | None = None,
+                 pick: Picker | None = None) -> list[int]:
+        """Greedy decoding (or ``pick``'s choice, e.g. sampling); stops at EOS or once the
+        decoded continuation contains a stop string."""
+        return self.generate_batch([prompt_ids], max_new_tokens, [stop or []], pick)[0]
 
     @torch.no_grad()
     def generate_batch(self, prompts: list[list[int]], max_new_tokens: int,
-                       stops: list[list[str]] | None = None) -> list[list[int]]:
+                       stops: list[list[str]] | None = None, pick: Picker | None = None) -> list[list[int]]:
         """:meth:`generate` for several prompts at once (left-padded, one KV cache), each row
-        stopping on its own; the same tokens as one prompt at a time, up to rounding ties."""
+        stopping on its own; greedy, the same tokens as one prompt at a time, up to rounding ties."""
         stops = stops or [[] for _ in prompts]
         if self.generate_fn is not None:
-            return self.generate_fn([list(p) for p in prompts], max_new_tokens, stops)
-        return [self._generate_uncached(p, max_new_tokens, s) for p, s in zip(prompts, stops)]
+            return self.generate_fn([list(p) for p in prompts], max_new_tokens, stops, pick)
+        return [self._generate_uncached(p, max_new_tokens, s, pick) for p, s in zip(prompts, stops)]
 
-    def _generate_uncached(self, prompt_ids: list[int], max_new_tokens: int, stop: list[str]) -> list[int]:
+    def _generate_uncached(self, prompt_ids: list[int], max_new_tokens: int, stop: list[str],
+                           pick: Picker | None) -> list[int]:
         ids = list(prompt_ids)
         out: list[int] = []
         for _ in range(max_new_tokens):
             window = ids[-self.max_len:]
             logits = self.logits(torch.tensor([window]))[0, -1]
-            nxt = int(logits.argmax())
+            nxt = int(logits.argmax()) if pick is None else int(pick(logits[None])[0])
             if nxt == self.eos_id:
                 break
             ids.append(nxt)
@@ -111,10 +126,11 @@ class EvalModel:
         return out
 
 
-def greedy_batch(step: Callable[[Tensor, Tensor, Any], tuple[Tensor, Any]], prompts: list[list[int]],
-                 max_new: int, stops: list[list[str]], eos_id: int | None, decode: Callable[[list[int]], str],
-                 max_len: int, device: torch.device) -> list[list[int]]:
-    """Greedy decoding of several prompts in one batch with a KV cache. ``step(ids, mask,
+def generate_rows(step: Callable[[Tensor, Tensor, Any], tuple[Tensor, Any]], prompts: list[list[int]],
+                  max_new: int, stops: list[list[str]], eos_id: int | None, decode: Callable[[list[int]], str],
+                  max_len: int, device: torch.device, pick: Picker | None = None) -> list[list[int]]:
+    """Decoding of several prompts in one batch with a KV cache: greedy, or each next token
+    ``pick(logits)`` (sampling: :class:`mhar.eval.generate.Sampling`). ``step(ids, mask,
     cache) -> (last position's logits (B, vocab), cache)`` runs the model on the new tokens
     given the attention mask over every token so far (transformers' convention; the prompts
     are padded on the left). A row stops at EOS or once its decoded continuation contains
@@ -135,7 +151,7 @@ def greedy_batch(step: Callable[[Tensor, Tensor, Any], tuple[Tensor, Any]], prom
         if mask.shape[1] > max_len:
             break
         logits, cache = step(ids, mask, cache)
-        nxt = logits.argmax(-1).tolist()
+        nxt = (logits.argmax(-1) if pick is None else pick(logits)).tolist()
         for k, r in enumerate(rows):
             if not live[r]:
                 continue
@@ -309,11 +325,16 @@ def wrap_hf(model, tok, name: str, device: torch.device | str = "cpu") -> EvalMo
     max_len = int(min(getattr(cfg, "max_position_embeddings", None) or getattr(tok, "model_max_length", 2048),
                       1 << 20))
 
-    def generate_fn(prompts: list[list[int]], max_new: int, stops: list[list[str]]) -> list[list[int]]:
-        return greedy_batch(step, prompts, max_new, stops, tok.eos_token_id, tok.decode, max_len, device)
+    def generate_fn(prompts: list[list[int]], max_new: int, stops: list[list[str]],
+                    pick: Picker | None) -> list[list[int]]:
+        return generate_rows(step, prompts, max_new, stops, tok.eos_token_id, tok.decode, max_len, device, pick)
 
+    try:  # what the tokenizer puts before any text (a BOS for Llama, nothing for GPT-2 style)
+        prefix = list(tok("", add_special_tokens=True).input_ids)
+    except Exception:  # a minimal tokenizer without the keyword: the prefix token
+        prefix = None
     return EvalModel(
-        name=name, hidden_fn=hidden_fn, head_fn=head_fn,
+        name=name, hidden_fn=hidden_fn, head_fn=head_fn, generation_prefix=prefix,
         encode_fn=lambda s: tok(s, add_special_tokens=False).input_ids,
         decode_fn=lambda ids: tok.decode(ids),
         max_len=max_len, vocab_size=int(cfg.vocab_size),
@@ -335,7 +356,8 @@ def wrap_decoder(model, encode: Callable[[str], list[int]], decode: Callable[[li
     def head_fn(h: Tensor) -> Tensor:
         return F.linear(h, model.output_weight)
 
-    def generate_fn(prompts: list[list[int]], max_new: int, stops: list[list[str]]) -> list[list[int]]:
+    def generate_fn(prompts: list[list[int]], max_new: int, stops: list[list[str]],
+                    pick: Picker | None) -> list[list[int]]:
         from mhar.model import KVCache
 
         def step(ids: Tensor, mask: Tensor, cache):
@@ -344,7 +366,7 @@ def wrap_decoder(model, encode: Callable[[str], list[int]], decode: Callable[[li
 
         max_len = model.config.max_seq_len
         prompts = [p[-max(1, max_len - max_new):] for p in prompts]
-        return greedy_batch(step, prompts, max_new, stops, eos_id, decode, max_len, device)
+        return generate_rows(step, prompts, max_new, stops, eos_id, decode, max_len, device, pick)
 
     return EvalModel(
         name=name, hidden_fn=lambda ids: model.hidden_states(ids), head_fn=head_fn,
@@ -381,8 +403,8 @@ def run_dataset_dir(run_cfg) -> Path | None:
 
 
 def _no_tokenizer(*_a):
-    raise ValueError("this run trained on synthetic tokens and has no tokenizer: only --val loss works; "
-                     "pass --tokenizer to evaluate text")
+    raise ValueError("this run trained on synthetic tokens and has no tokenizer: text needs --tokenizer "
+                     "(a tokenizer.json or dataset folder); without one only `mhar eval --val` works")
 
 
 def tokenizer_from(path: str | os.PathLike):
