@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 58 (run in session 59): every GPU test file in one call, sharded over parallel pytest processes
+# Session 58, run in session 59 (moved here from session58/gpu_tests): every GPU test file in one call, sharded over parallel pytest processes
 # (compiling Triton kernels is most of their time and runs on the host's cores; one
 # serial run of test_triton_cuda.py alone never finished within a call). Then the
 # failed tests again, one process, to tell a real failure from one of sharing the GPU.

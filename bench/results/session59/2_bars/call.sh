@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 58 (run in session 59): every bar at one commit, as session 53's call 3 (`mhar bench step`, all five
+# Session 58, run in session 59 (moved here from session58/bars): every bar at one commit, as session 53's call 3 (`mhar bench step`, all five
 # methods, each preset in one process, 30 timed steps, graphed). The step code is session
 # 53's; since then the streams' host-side glue changed (session 57: state.step's keywords,
 # the routed write's cast and order checks), so this checks the step did not move.
