@@ -138,10 +138,6 @@ class Trainer:
             raise ValueError(f"model.vocab_size={cfg.model.vocab_size} is smaller than the dataset's vocabulary "
                              f"({self.data.vocab_size}); set vocab_from_data=true or a larger vocab_size")
         cfg.validate()
-        if cfg.warmup >= cfg.steps and rank == 0:  # allowed (short smoke runs), but rarely meant
-            peak = lr_at(cfg.steps - 1, cfg.lr, cfg.warmup, cfg.steps, cfg.min_lr_ratio)
-            print(f"[{self.label}] note: warmup={cfg.warmup} >= steps={cfg.steps}: the learning rate rises for "
-                  f"the whole run, to {peak:.3g} of lr={cfg.lr:g}, with no decay", file=sys.stderr)
 
         self.step = 0
         self.tokens = 0
@@ -430,6 +426,10 @@ class Trainer:
     def fit(self) -> dict[str, Any]:
         """Train to ``cfg.steps``; returns the summary (also written to ``summary.json``)."""
         c = self.cfg
+        if c.warmup >= c.steps and self.step < c.steps and self.is_main():  # allowed (smoke runs), rarely meant
+            peak = lr_at(c.steps - 1, c.lr, c.warmup, c.steps, c.min_lr_ratio)
+            print(f"[{self.label}] note: warmup={c.warmup} >= steps={c.steps}: the learning rate rises for "
+                  f"the whole run, to {peak:.3g} of lr={c.lr:g}, with no decay", file=sys.stderr)
         bar = self._progress_bar()
         try:
             while self.step < c.steps:
