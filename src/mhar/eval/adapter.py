@@ -54,10 +54,10 @@ class EvalModel:
     # once and all of its continuations after it in one sequence.
     packed_hidden_fn: Callable[[Tensor, Tensor, Tensor], Tensor] | None = None
     info: dict[str, Any] = field(default_factory=dict)
-    run_config: Any = None
+    run_config: Any = None  # the TrainConfig of a run folder (its data, seq_len, validation windows)
     # ids put before a prompt to generate from (mhar generate): what the model's tokenizer adds
     # itself (a Hugging Face one's BOS, or nothing); None: the prefix token, as a document starts
-    generation_prefix: list[int] | None = None  # the TrainConfig of a run folder (its data, seq_len, validation windows)
+    generation_prefix: list[int] | None = None
 
     def encode(self, text: str) -> list[int]:
         return list(self.encode_fn(text))
@@ -273,9 +273,19 @@ def _load_hf(path: Path, device: torch.device, dtype: torch.dtype) -> EvalModel:
                           lambda ids: tok.decode(ids), name=path.name, eos_id=tok.eos_token_id,
                           bos_id=tok.bos_token_id, device=device)
         em.info["kind"] = "huggingface (mhar)"
+        em.generation_prefix = _tokenizer_prefix(tok)  # text starts as its tokenizer starts it
         return em
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
     return wrap_hf(model.to(device), tok, path.name, device)
+
+
+def _tokenizer_prefix(tok) -> list[int] | None:
+    """What a Hugging Face tokenizer puts before any text (a BOS for Llama, nothing for GPT-2
+    style ones); None for a minimal tokenizer without ``add_special_tokens``."""
+    try:
+        return list(tok("", add_special_tokens=True).input_ids)
+    except Exception:
+        return None
 
 
 def wrap_hf(model, tok, name: str, device: torch.device | str = "cpu") -> EvalModel:
@@ -329,12 +339,8 @@ def wrap_hf(model, tok, name: str, device: torch.device | str = "cpu") -> EvalMo
                     pick: Picker | None) -> list[list[int]]:
         return generate_rows(step, prompts, max_new, stops, tok.eos_token_id, tok.decode, max_len, device, pick)
 
-    try:  # what the tokenizer puts before any text (a BOS for Llama, nothing for GPT-2 style)
-        prefix = list(tok("", add_special_tokens=True).input_ids)
-    except Exception:  # a minimal tokenizer without the keyword: the prefix token
-        prefix = None
     return EvalModel(
-        name=name, hidden_fn=hidden_fn, head_fn=head_fn, generation_prefix=prefix,
+        name=name, hidden_fn=hidden_fn, head_fn=head_fn, generation_prefix=_tokenizer_prefix(tok),
         encode_fn=lambda s: tok(s, add_special_tokens=False).input_ids,
         decode_fn=lambda ids: tok.decode(ids),
         max_len=max_len, vocab_size=int(cfg.vocab_size),
