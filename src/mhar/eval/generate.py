@@ -19,6 +19,7 @@ import json
 import math
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import Tensor
@@ -109,7 +110,7 @@ def register(subparsers) -> None:
 def _read_prompts(args) -> list[str]:
     prompts = list(args.prompts)
     if args.file is not None:
-        text = sys.stdin.read() if args.file == "-" else open(args.file, encoding="utf-8").read()
+        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8")
         prompts += [line for line in text.split("\n") if line.strip()]
     if not prompts:
         raise ValueError("no prompt: give PROMPT arguments (\"\" for none), or --file FILE ('-' for stdin)")
