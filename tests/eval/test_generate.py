@@ -86,3 +86,17 @@ def test_generate_command_on_a_saved_model(tmp_path, capsys):
     assert "top_p=0.0" in capsys.readouterr().err
     assert main(["generate", str(tmp_path / "m")]) == 2
     assert "no prompt" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("temperature", [1e-6, 1e-40, 1e-320])
+def test_tiny_temperature_is_greedy_not_nan(temperature):
+    # logits / T overflowed to inf for a tiny T (inf - inf: nan), and multinomial refused the
+    # distribution; a tiny temperature is all but greedy
+    logits = torch.tensor([[30.0, -20.0, 5.0, 29.0], [-3.0, 4.0, 4.0, 1.0]])
+    p = Sampling(temperature=temperature).probabilities(logits)
+    assert torch.isfinite(p).all()
+    torch.testing.assert_close(p[0], torch.tensor([1.0, 0.0, 0.0, 0.0]))
+    torch.testing.assert_close(p[1], torch.tensor([0.0, 0.5, 0.5, 0.0]))  # a tie stays a tie
+    pick = Sampling(temperature=temperature, seed=1).picker(torch.device("cpu"))
+    assert pick(logits)[0].item() == 0
+

@@ -60,7 +60,11 @@ class Sampling:
 
     def probabilities(self, logits: Tensor) -> Tensor:
         """The distribution a token is drawn from, (B, vocab), after temperature, top-k and top-p."""
-        logits = logits.float() / self.temperature
+        # shifted so the largest is 0 and T kept a normal float: logits / T for a tiny T
+        # overflowed to inf (and inf - inf, nan, in the softmax); this is all but greedy there
+        logits = logits.float()
+        temperature = max(self.temperature, torch.finfo(logits.dtype).tiny)
+        logits = (logits - logits.amax(-1, keepdim=True)) / temperature
         if self.top_k and self.top_k < logits.shape[-1]:
             kth = logits.topk(self.top_k, dim=-1).values[:, -1:]
             logits = logits.masked_fill(logits < kth, -math.inf)
