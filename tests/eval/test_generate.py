@@ -100,3 +100,13 @@ def test_tiny_temperature_is_greedy_not_nan(temperature):
     pick = Sampling(temperature=temperature, seed=1).picker(torch.device("cpu"))
     assert pick(logits)[0].item() == 0
 
+
+def test_prompts_from_stdin_with_windows_line_ends(monkeypatch):
+    # a file opened in text mode turns "\r\n" into "\n"; stdin did not, and every prompt kept a "\r"
+    import io
+    from argparse import Namespace
+
+    from mhar.eval.generate import _read_prompts
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("the cat\r\n\r\nhéllo ✓ 日本\r\nold mac\rline\n"))
+    assert _read_prompts(Namespace(prompts=["x"], file="-")) == ["x", "the cat", "héllo ✓ 日本", "old mac", "line"]

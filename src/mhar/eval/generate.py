@@ -115,6 +115,8 @@ def _read_prompts(args) -> list[str]:
     prompts = list(args.prompts)
     if args.file is not None:
         text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8")
+        # as a file read in text mode has them (stdin keeps "\r\n" and "\r" line ends)
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
         prompts += [line for line in text.split("\n") if line.strip()]
     if not prompts:
         raise ValueError("no prompt: give PROMPT arguments (\"\" for none), or --file FILE ('-' for stdin)")
