@@ -115,3 +115,23 @@ def test_run_encodes_special_token_text_as_its_data_did(tmp_path):
     assert cli_main(["eval", "export", str(run), str(tmp_path / "hf")]) == 0
     hf_tok = AutoTokenizer.from_pretrained(tmp_path / "hf")
     assert hf_tok(text, add_special_tokens=False)["input_ids"] == want
+
+
+def test_a_tokenizer_larger_than_the_model_is_refused_clearly(run_dir, tmp_path, capsys):
+    # the run's vocabulary is 256 tokens; a 300-token tokenizer's ids past it crashed in the
+    # embedding (IndexError: index out of range in self) instead of naming the mismatch
+    from mhar.cli import main as cli_main
+    from mhar.data import train_bpe
+
+    texts = ["héllo wörld ✓ 日本 the cat sat on the mat"] * 30
+    train_bpe(texts, 300).save(str(tmp_path / "tokenizer.json"))
+    for prompt in ("héllo wörld ✓ 日本", ""):  # "": the end-of-text token (id 299) alone
+        assert cli_main(["generate", str(run_dir), prompt, "-n", "2", "--tokenizer",
+                         str(tmp_path / "tokenizer.json")]) == 2
+        assert "vocabulary" in capsys.readouterr().err
+    from mhar.eval.adapter import wrap_decoder
+
+    from .conftest import tiny_decoder
+    m = wrap_decoder(tiny_decoder(), lambda s: [1, 300], lambda ids: "", eos_id=256)  # vocabulary 257
+    with pytest.raises(ValueError, match="token id 300, outside the model's vocabulary of 257"):
+        m.generation_ids("x")

@@ -60,7 +60,13 @@ class EvalModel:
     generation_prefix: list[int] | None = None
 
     def encode(self, text: str) -> list[int]:
-        return list(self.encode_fn(text))
+        ids = list(self.encode_fn(text))
+        # a tokenizer larger than the model (--tokenizer of another run) fails here by name,
+        # not as an IndexError deep in the embedding
+        if ids and max(ids) >= self.vocab_size:
+            raise ValueError(f"{text[:40]!r} encodes to token id {max(ids)}, outside the model's vocabulary of "
+                             f"{self.vocab_size}: the tokenizer is not the model's")
+        return ids
 
     def decode(self, ids: list[int]) -> str:
         return self.decode_fn(list(ids))
@@ -358,6 +364,11 @@ def wrap_decoder(model, encode: Callable[[str], list[int]], decode: Callable[[li
     import torch.nn.functional as F
     model.eval()
     device = torch.device(device)
+    vocab = model.config.vocab_size
+    for what, t in (("end-of-text", eos_id), ("start", bos_id)):
+        if t is not None and not 0 <= t < vocab:  # a tokenizer that is not the model's
+            raise ValueError(f"the tokenizer's {what} token id {t} is outside the model's vocabulary of {vocab}: "
+                             "the tokenizer is not the model's")
 
     def head_fn(h: Tensor) -> Tensor:
         return F.linear(h, model.output_weight)
