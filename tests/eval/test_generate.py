@@ -110,3 +110,12 @@ def test_prompts_from_stdin_with_windows_line_ends(monkeypatch):
 
     monkeypatch.setattr("sys.stdin", io.StringIO("the cat\r\n\r\nhéllo ✓ 日本\r\nold mac\rline\n"))
     assert _read_prompts(Namespace(prompts=["x"], file="-")) == ["x", "the cat", "héllo ✓ 日本", "old mac", "line"]
+
+
+def test_cuda_asked_without_cuda_is_one_clear_line(monkeypatch, capsys):
+    # torch's own "AssertionError: Torch not compiled with CUDA enabled" came as a traceback
+    from mhar.cli import main
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["generate", "smollm2", "x", "--device", "cuda"]) == 2
+    assert "--device cuda" in capsys.readouterr().err

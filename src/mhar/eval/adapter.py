@@ -195,6 +195,8 @@ def load_for_eval(path: str | os.PathLike, device: str = "cpu", dtype: str = "fl
     """Load a run folder, a Hugging Face causal-LM folder, a GGUF file or a known alias."""
     spec = str(path)
     dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():  # else torch's AssertionError, deep in a load
+        raise ValueError(f"--device {device}: CUDA is not available here (use --device cpu)")
     tdtype = _dtype(dtype)
     if spec.lower() in SMOLLM2_ALIASES:
         return _load_gguf(smollm2_gguf_path(), dev, tdtype, name="SmolLM2-135M-Instruct (GGUF Q4_1)")
