@@ -32,7 +32,8 @@ class Sampling:
     """How the next token is chosen: greedy at ``temperature`` 0, else drawn from the
     softmax of logits / temperature, kept to the ``top_k`` most likely tokens (0: all) and
     to the smallest set whose probability reaches ``top_p`` (1: all), from a generator
-    seeded with ``seed`` (the same call gives the same text)."""
+    seeded with ``seed`` (the same call gives the same text; the rows of a batch share the
+    generator, so a prompt's draws depend on the other prompts beside it)."""
 
     temperature: float = 0.0
     top_k: int = 0
