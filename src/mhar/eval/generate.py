@@ -96,7 +96,7 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("generate", help="generate text from a model (greedy or sampled)",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", help="a run folder, a Hugging Face model folder, a .gguf file or 'smollm2-135m-instruct'")
-    p.add_argument("prompts", nargs="*", metavar="PROMPT", help="prompts (several: one batch); none: --file or stdin")
+    p.add_argument("prompts", nargs="*", metavar="PROMPT", help="prompts (several: one batch; \"\" for none), or --file")
     p.add_argument("--file", default=None, help="read prompts from a file, one a line ('-': stdin)")
     p.add_argument("-n", "--max-new-tokens", type=int, default=100, help="tokens to generate after each prompt")
     p.add_argument("--temperature", type=float, default=0.0, help="0: greedy; > 0: sample from softmax(logits / T)")
@@ -116,7 +116,7 @@ def _read_prompts(args) -> list[str]:
     prompts = list(args.prompts)
     if args.file is not None:
         text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8")
-        # as a file read in text mode has them (stdin keeps "\r\n" and "\r" line ends)
+        # stdin keeps "\r\n" and "\r" line ends, which a file read in text mode turns into "\n"
         text = text.replace("\r\n", "\n").replace("\r", "\n")
         prompts += [line for line in text.split("\n") if line.strip()]
     if not prompts:
