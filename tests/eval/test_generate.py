@@ -52,6 +52,18 @@ def test_greedy_at_zero_and_seeded_draws(tiny_model):
     assert generate_texts(tiny_model, prompts, 6, Sampling(temperature=5.0, top_k=1)) == greedy
 
 
+def test_a_long_prompt_keeps_its_start_token_and_its_end(tiny_model):
+    """A prompt longer than the room left by -n keeps the start token and the text's end (the
+    cut took the start token off)."""
+    text = "".join(chr(97 + k % 26) for k in range(600))
+    ids = tiny_model.generation_ids(text, 100)
+    assert len(ids) == 100 and ids[0] == tiny_model.prefix_token
+    assert ids[1:] == tiny_model.encode(text)[-99:]
+    assert tiny_model.generation_ids("ab", 100) == [tiny_model.prefix_token, 97, 98]
+    out = generate_texts(tiny_model, [text], 512 - 100)
+    assert out == [byte_decode(tiny_model.generate(ids, 412))]
+
+
 def test_generate_command_on_a_saved_model(tmp_path, capsys):
     pytest.importorskip("transformers")
     from transformers import PreTrainedTokenizerFast

@@ -71,12 +71,16 @@ class EvalModel:
     def decode(self, ids: list[int]) -> str:
         return self.decode_fn(list(ids))
 
-    def generation_ids(self, text: str) -> list[int]:
+    def generation_ids(self, text: str, max_tokens: int | None = None) -> list[int]:
         """A prompt's ids for generation: the model's own start (``generation_prefix``) and the
-        text's tokens; an empty prompt with no start of its own starts at the prefix token."""
+        text's tokens; an empty prompt with no start of its own starts at the prefix token.
+        Past ``max_tokens`` the text keeps its end, after the start."""
         prefix = [self.prefix_token] if self.generation_prefix is None else list(self.generation_prefix)
-        ids = prefix + self.encode(text)
-        return ids or [self.prefix_token]
+        body = self.encode(text)
+        if max_tokens is not None and len(prefix) + len(body) > max_tokens:
+            keep = max(1, max_tokens - len(prefix))
+            prefix, body = prefix[:max_tokens - keep], body[-keep:]
+        return (prefix + body) or [self.prefix_token]
 
     @property
     def prefix_token(self) -> int:

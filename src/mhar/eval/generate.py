@@ -82,12 +82,11 @@ class Sampling:
 def generate_texts(model: EvalModel, prompts: list[str], max_new_tokens: int = 100,
                    sampling: Sampling | None = None) -> list[str]:
     """The continuation of each prompt (text), generated in one batch."""
-    ids = [model.generation_ids(p) for p in prompts]
     room = model.max_len - max_new_tokens
     if room < 1:
         raise ValueError(f"--max-new-tokens {max_new_tokens} leaves no room for a prompt in the model's "
                          f"{model.max_len} positions")
-    ids = [p[-room:] for p in ids]  # a prompt longer than the room keeps its end
+    ids = [model.generation_ids(p, room) for p in prompts]  # a longer prompt keeps its end
     pick = (sampling or Sampling()).picker(model.device)
     return [model.decode(out) for out in model.generate_batch(ids, max_new_tokens, None, pick)]
 
