@@ -131,3 +131,7 @@ def test_cuda_asked_without_cuda_is_one_clear_line(monkeypatch, capsys):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert main(["generate", "smollm2", "x", "--device", "cuda"]) == 2
     assert "--device cuda" in capsys.readouterr().err
+    # a name torch does not know (its RuntimeError listed every device type, as a traceback)
+    for cmd in (["generate", "smollm2", "x"], ["eval", "smollm2", "--ppl", "never-read.txt"]):
+        assert main(cmd + ["--device", "gpu"]) == 2
+        assert "--device gpu: not a device; use cpu, cuda or cuda:N" in capsys.readouterr().err

@@ -198,7 +198,10 @@ def load_for_eval(path: str | os.PathLike, device: str = "cpu", dtype: str = "fl
                   checkpoint: str | None = None, tokenizer: str | None = None) -> EvalModel:
     """Load a run folder, a Hugging Face causal-LM folder, a GGUF file or a known alias."""
     spec = str(path)
-    dev = torch.device(device)
+    try:
+        dev = torch.device(device)
+    except RuntimeError:  # torch's message lists twenty device types
+        raise ValueError(f"--device {device}: not a device; use cpu, cuda or cuda:N") from None
     if dev.type == "cuda" and not torch.cuda.is_available():  # else torch's AssertionError, deep in a load
         raise ValueError(f"--device {device}: CUDA is not available here (use --device cpu)")
     tdtype = _dtype(dtype)
