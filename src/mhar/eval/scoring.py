@@ -471,8 +471,8 @@ def evaluate_wikitext_ppl(model: EvalModel, docs: list[tuple[str, str]], seq_len
                                     progress)
     nll = sum(r[0] for r in res)
     ntok = sum(r[1] for r in res)
-    nwords = sum(wikitext_counts(p)[0] for _, p in articles)
-    nbytes = sum(wikitext_counts(p)[1] for _, p in articles)
+    counts = [wikitext_counts(p) for _, p in articles]
+    nwords, nbytes = sum(w for w, _ in counts), sum(b for _, b in counts)
     records = _window_records([n for n, _ in articles], owner, res)
     loss = nll / max(ntok, 1)
     return ({"loss": loss, "ppl": math.exp(loss), "word_ppl": math.exp(nll / max(nwords, 1)),

@@ -9,6 +9,7 @@ loader interface, for tests and benchmarks that must not depend on a corpus.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -119,7 +120,6 @@ def build_data(cfg: DataConfig, seq_len: int, batch_size: int, seed: int, rank: 
         path, name = cfg.source, str(cfg.source)
     ds = TokenDataset(path)
     if not ds.encode_special_tokens and rank == 0:  # allowed (old datasets load), but worth knowing
-        import sys
         print(f"note: {path} was built before `mhar data build` encoded special-token text in documents as "
               f"text: \"{ds.manifest['tokenizer']['eot_token']}\" written in a document may be an end-of-text "
               f"or control id there; rebuild it (--overwrite) for the current encoding", file=sys.stderr)
