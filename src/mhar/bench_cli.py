@@ -19,7 +19,9 @@ MFU = model FLOPs per token x tokens/s / peak. Model FLOPs per token (training,
 forward + backward = 3 x forward): 6 x (matmul parameters, LM head included,
 embedding lookup excluded) + 6 x L x T x n_heads x head_dim for causal attention
 (12 x L x T x n_heads x head_dim halved by the mask). Routing is not counted: it is
-the overhead being measured. Peak: 989 TFLOP/s (H100/H200 SXM dense bf16).
+the overhead being measured. Peak: the GPU's dense bf16 peak from :mod:`mhar.gpu_peak`
+(989 TFLOP/s for an H100 or H200 SXM, 312 for an A100, ...), or ``--peak-tflops``; a GPU
+not in that table, or the CPU, gets no MFU ("-") unless one is given.
 
 On a GPU each row also gives the SM clock (median and tenth percentile) and the power
 draw over its timed steps, sampled every 100 ms by ``nvidia-smi`` (``mhar.gpu_clock``;
@@ -83,13 +85,14 @@ import torch
 import torch._dynamo
 
 from mhar.gpu_clock import ClockSampler, summarize
+from mhar.gpu_peak import device_peak_tflops
 from mhar.model import Decoder, get_preset
 from mhar.model.config import SCHEDULES, with_method
 from mhar.model.loss import linear_cross_entropy
 from mhar.train.graphs import GraphedStep
 from mhar.train.trainer import release_memory
 
-PEAK_FLOPS = 989e12
+PEAK_FLOPS = 989e12  # the H200's dense bf16 peak, issue 6's (rows use their own GPU's: mhar.gpu_peak)
 # The issue's reference microbatches (the bench's default): tokens per step = batch x seq.
 PAPER_MICROBATCH = {"paper-100m": (8, 2048), "paper-350m": (16, 1024), "paper-1b": (16, 1024)}
 # The paper's global batch in sequences (SPEC section 4): one optimiser update per this many
@@ -214,23 +217,28 @@ def prepare_step(model: Decoder, batch: int, seq_len: int, warmup: int, compile_
     return step, {"warmup_s": time.perf_counter() - t_compile, "capture_peak": capture_peak}
 
 
-def step_result(model: Decoder, batch: int, seq_len: int, accum: int, times: list[float], peak_bytes: float) -> dict:
-    """A row's numbers from its timed steps (seconds, in order) and its peak memory in bytes."""
+def step_result(model: Decoder, batch: int, seq_len: int, accum: int, times: list[float], peak_bytes: float,
+                peak_tflops: float | None) -> dict:
+    """A row's numbers from its timed steps (seconds, in order), its peak memory in bytes and
+    the device's peak TFLOP/s (None: unknown, and the MFU is NaN)."""
     in_order = [1e3 * t for t in times]  # (a drift across them shows clocks changing under load)
     median = sorted(times)[len(times) // 2]  # (the upper median of an even count, as every row so far)
     tokens = batch * seq_len * accum
     flops = model.flops_per_token(seq_len)
     return {"step_ms": 1e3 * median, "step_times_ms": in_order, "tokens_per_s": tokens / median,
-            "mfu": flops * tokens / median / PEAK_FLOPS, "peak_mem_gb": peak_bytes / 1e9, "flops_per_token": flops,
+            "mfu": flops * tokens / median / (peak_tflops * 1e12) if peak_tflops else float("nan"), "peak_mem_gb": peak_bytes / 1e9, "flops_per_token": flops,
             "accum": accum}
 
 
 def time_step(model: Decoder, batch: int, seq_len: int, steps: int, warmup: int, compile_mode: str,
               loss_chunk: int, device: str, cuda_graphs: bool = False, trace_steps: int = 0,
-              adamw: str = "torch", accum: int = 1) -> dict:
+              adamw: str = "torch", accum: int = 1, peak_tflops: float | None = None) -> dict:
     """Median step time, MFU and peak memory of ``model``'s training step (see
     :func:`prepare_step`) over ``steps`` timed steps. ``trace_steps``: that many more steps
-    run, the same way, under ``torch.profiler`` (returned as "profiler"; bench/profile_step.py)."""
+    run, the same way, under ``torch.profiler`` (returned as "profiler"; bench/profile_step.py).
+    ``peak_tflops``: the MFU's denominator (default: the device's, :mod:`mhar.gpu_peak`)."""
+    if peak_tflops is None:
+        peak_tflops = device_peak_tflops(device)[0]
     step, info = prepare_step(model, batch, seq_len, warmup, compile_mode, loss_chunk, device, cuda_graphs,
                               adamw, accum)
     if device == "cuda":
@@ -255,7 +263,7 @@ def time_step(model: Decoder, batch: int, seq_len: int, steps: int, warmup: int,
     # under a graph the activations were allocated once, at capture: its peak is the step's
     peak = max(torch.cuda.max_memory_allocated(), info["capture_peak"]) if device == "cuda" else float("nan")
     return {
-        **step_result(model, batch, seq_len, accum, times, peak),
+        **step_result(model, batch, seq_len, accum, times, peak, peak_tflops),
         "warmup_s": info["warmup_s"],
         "loss": float(loss.detach()),
         "cuda_graphs": cuda_graphs,
@@ -300,7 +308,7 @@ class _Prepared:
 
 
 def time_interleaved(preset: str, methods: list[str], batch: int, seq_len: int, accum: int, graphs: bool,
-                     args: argparse.Namespace, device: str, adamw: str) -> list[dict]:
+                     args: argparse.Namespace, device: str, adamw: str, peak_tflops: float | None) -> list[dict]:
     """``--interleave``: the baseline's and each other method's steps in turn (one of the
     baseline, one of the method, ``args.steps`` of each), both models alive, so that both
     run under the same clocks: on a power-capped GPU the clock moves from step to step
@@ -328,7 +336,7 @@ def time_interleaved(preset: str, methods: list[str], batch: int, seq_len: int, 
         return _Prepared(model, step, info, before, cuda)
 
     def row(p: _Prepared, times: list[float], samples: list) -> dict:
-        return {**step_result(p.model, batch, seq_len, accum, times, p.peak), "warmup_s": p.info["warmup_s"],
+        return {**step_result(p.model, batch, seq_len, accum, times, p.peak, peak_tflops), "warmup_s": p.info["warmup_s"],
                 "loss": float(p.loss.detach()), "cuda_graphs": graphs, "interleaved": True, **summarize(samples)}
 
     def failed(method: str, err: Exception) -> dict:
@@ -457,8 +465,11 @@ def run_bench_step(args: argparse.Namespace) -> int:
     paper = [p for p in args.preset.split(",") if p in PAPER_MICROBATCH]
     if device == "cpu" and paper:  # runs, but a user may not expect hours on the CPU
         print(f"mhar bench step: no CUDA device, so {', '.join(paper)} runs on the CPU: a step can take "
-              f"minutes, and the MFU column is against an H200's {PEAK_FLOPS / 1e12:.0f} TFLOP/s. "
-              "For a quick check of the bench itself: --preset tiny", file=sys.stderr, flush=True)
+              "minutes. For a quick check of the bench itself: --preset tiny", file=sys.stderr, flush=True)
+    # the MFU's denominator: the GPU's own dense bf16 peak (989 TFLOP/s on an H100 / H200 SXM)
+    peak, peak_source = device_peak_tflops(device, args.peak_tflops)
+    if peak is None and device == "cuda":
+        print(f"mhar bench step: {peak_source}; the MFU column is left empty", file=sys.stderr, flush=True)
     graph_mode = ("on" if device == "cuda" else "off") if args.cuda_graphs == "auto" else args.cuda_graphs
     if graph_mode != "off" and device != "cuda":
         raise SystemExit("--cuda-graphs needs a CUDA device")
@@ -475,7 +486,7 @@ def run_bench_step(args: argparse.Namespace) -> int:
         accum = recipe_accum(preset, batch) if args.accum == "recipe" else int(args.accum)
         if args.interleave:
             graphs = GRAPH_MODES[graph_mode][0]
-            for r in time_interleaved(preset, methods, batch, seq_len, accum, graphs, args, device, adamw):
+            for r in time_interleaved(preset, methods, batch, seq_len, accum, graphs, args, device, adamw, peak):
                 r.update(preset=preset, batch=batch, seq_len=seq_len, cuda_graphs=graphs, accum=accum)
                 results.append(r)
                 print(json.dumps(r), flush=True)
@@ -497,7 +508,7 @@ def run_bench_step(args: argparse.Namespace) -> int:
                 # and be timed as if compiled: that row fails instead (session 8)
                 with fail_on_recompile_limit():
                     r = time_step(model, batch, seq_len, args.steps, args.warmup, args.compile, args.loss_chunk,
-                                  device, cuda_graphs=graphs, adamw=adamw, accum=accum)
+                                  device, cuda_graphs=graphs, adamw=adamw, accum=accum, peak_tflops=peak)
             except (torch.OutOfMemoryError, *_RECOMPILE_LIMIT_ERRORS) as err:
                 r = error_row(err)
             r.update(preset=preset, method=method, batch=batch, seq_len=seq_len, cuda_graphs=graphs, accum=accum)
@@ -517,6 +528,7 @@ def run_bench_step(args: argparse.Namespace) -> int:
         "device": torch.cuda.get_device_name() if device == "cuda" else platform.processor() or "cpu",
         "torch": torch.__version__, "python": platform.python_version(), "commit": _commit(),
         "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "adamw": adamw,
+        "peak_tflops": peak, "peak_from": peak_source,
         **({"interleaved": "each method's steps in turn with the baseline's"} if args.interleave else {}),
     }
     try:
@@ -536,7 +548,7 @@ def run_bench_step(args: argparse.Namespace) -> int:
             lines.append(f"{_row_start(r)} {r['error']} |")
             continue
         lines.append(f"{_row_start(r)} {r['step_ms']:.1f} | "
-                     f"{r['tokens_per_s']:,.0f} | {100 * r['mfu']:.1f}% | {r['peak_mem_gb']:.2f} | "
+                     f"{r['tokens_per_s']:,.0f} | {_percent(r['mfu'])} | {r['peak_mem_gb']:.2f} | "
                      f"{r.get('throughput_vs_baseline', float('nan')):.3f} | "
                      f"{r.get('memory_vs_baseline', float('nan')):.3f} | {_clock_cells(r)} |")
     lines += bar_lines(results)
@@ -550,6 +562,11 @@ def run_bench_step(args: argparse.Namespace) -> int:
 def _label(r: dict) -> str:
     """A row's method as the tables and the plot show it."""
     return r["method"] + (" (graph)" if r["cuda_graphs"] else "")
+
+
+def _percent(x: float) -> str:
+    """A fraction as a percentage with one decimal; "-" for NaN (no MFU without a peak)."""
+    return "-" if x != x else f"{100 * x:.1f}%"
 
 
 def _row_start(r: dict) -> str:
@@ -574,6 +591,8 @@ def bar_lines(results: list[dict]) -> list[str]:
         if memory != memory:  # NaN: no GPU, no memory ratio, and MFU against the GPU's peak means nothing
             continue
         if method == "baseline":
+            if r["mfu"] != r["mfu"]:  # NaN: a GPU whose peak is unknown
+                continue
             add(r, "MFU", f"{100 * r['mfu']:.1f}%", f">= {100 * bars['baseline_mfu']:.0f}%",
                 r["mfu"] >= bars["baseline_mfu"])
             continue
@@ -759,6 +778,9 @@ def register(sub) -> None:
     s.add_argument("--cuda-graphs", choices=("auto", *GRAPH_MODES), default="auto",
                    help="replay each step's forward and backward as a CUDA graph (no host time); "
                         "auto: on with a GPU; both: every method twice, eager then graphed")
+    s.add_argument("--peak-tflops", type=float, default=0.0,
+                   help="the device's peak TFLOP/s for the MFU column (default 0: the GPU's dense bf16 peak from "
+                        "mhar.gpu_peak's table, or MHAR_PEAK_TFLOPS; none on the CPU)")
     s.add_argument("-o", "--out", default="bench/results", help="folder for the step_TAG.* files")
     s.add_argument("--tag", default="", help="TAG in the file names (default: the presets, joined by _)")
     s.add_argument("--processes", type=int, default=1,

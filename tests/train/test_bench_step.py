@@ -423,3 +423,35 @@ def test_pick_config(tmp_path, monkeypatch):
         monkeypatch.setattr("sys.argv", ["pick_config.py", str(md), str(sweep), "512,1", limit, str(out)])
         assert pick.main() == rc
     assert json.loads(out.read_text()) == {"512,1": {"fwd_split_maxnreg": 128}}
+
+
+def test_bench_step_mfu_against_the_devices_peak(tmp_path, monkeypatch):
+    """A row's MFU is its FLOPs a second over the device's peak: --peak-tflops, else
+    MHAR_PEAK_TFLOPS, else the GPU's from mhar.gpu_peak's table; on the CPU none ("-")."""
+    monkeypatch.delenv("MHAR_PEAK_TFLOPS", raising=False)
+    argv = ["bench", "step", "--preset", "tiny", "--methods", "baseline", "--steps", "1", "--warmup", "1",
+            "--compile", "off", "--out", str(tmp_path), *TINY]
+
+    def run(tag, *extra):
+        assert main([*argv, "--tag", tag, *extra]) == 0
+        data = json.loads((tmp_path / f"step_{tag}.json").read_text())
+        return data["meta"], data["results"][0], (tmp_path / f"step_{tag}.md").read_text()
+
+    meta, r, md = run("given", "--peak-tflops", "0.5")
+    assert (meta["peak_tflops"], meta["peak_from"]) == (0.5, "given")
+    assert r["mfu"] == pytest.approx(r["flops_per_token"] * r["tokens_per_s"] / 0.5e12)
+    assert f"| {100 * r['mfu']:.1f}% |" in md
+    monkeypatch.setenv("MHAR_PEAK_TFLOPS", "2")
+    meta, r, _ = run("env")
+    assert (meta["peak_tflops"], meta["peak_from"]) == (2.0, "MHAR_PEAK_TFLOPS")
+    assert r["mfu"] == pytest.approx(r["flops_per_token"] * r["tokens_per_s"] / 2e12)
+    monkeypatch.delenv("MHAR_PEAK_TFLOPS")
+    meta, r, md = run("own")
+    if torch.cuda.is_available():
+        from mhar.gpu_peak import peak_tflops
+
+        assert meta["peak_tflops"] == peak_tflops(torch.cuda.get_device_name())
+    else:
+        assert meta["peak_tflops"] is None and r["mfu"] != r["mfu"]  # NaN
+        row = next(line for line in md.splitlines() if line.startswith("| tiny | baseline |"))
+        assert row.split(" | ")[5] == "-"

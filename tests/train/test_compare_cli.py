@@ -317,3 +317,46 @@ def test_output_and_quiet_options_are_spelled_alike_in_every_command():
     assert len(outs) >= 10 and len(quiet) >= 6
     assert [name for name, a in outs if "-o" not in a.option_strings] == []
     assert [name for name, a in quiet if not {"-q", "--quiet", "--no-progress"} <= set(a.option_strings)] == []
+
+
+def test_train_logs_mfu_against_the_devices_peak(tmp_path, run_cli, monkeypatch):
+    """Each logged step has its MFU (the model's training FLOPs a token, as bench step counts
+    them, x tokens/s over the peak); the summary's is the median step's, without the first
+    step's compiling. The CPU has no peak of its own, so here one is given; without it the
+    run logs none."""
+    import statistics
+
+    from mhar.model import Decoder, ModelConfig
+
+    monkeypatch.delenv("MHAR_PEAK_TFLOPS", raising=False)
+    run = tmp_path / "run"
+    code, out, err = run_cli("train", "--out", run, "--quiet", *SMALL, "steps=4", "eval_every=2",
+                             "peak_tflops=0.001")
+    assert code == 0, err
+    model_cfg = ModelConfig.from_dict(json.loads((run / "config.json").read_text())["model"])
+    flops = Decoder(model_cfg).flops_per_token(16)
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    for r in rows:
+        assert r["mfu"] == pytest.approx(flops * r["tokens_per_s"] / 1e9)
+    s = json.loads((run / "summary.json").read_text())
+    assert s["steady_tokens_per_s"] == pytest.approx(statistics.median(r["tokens_per_s"] for r in rows[1:]))
+    assert s["mfu"] == pytest.approx(flops * s["steady_tokens_per_s"] / 1e9)
+    assert (s["peak_tflops"], s["peak_from"]) == (0.001, "given")
+    assert f"MFU {100 * s['mfu']:.1f}%" in out
+
+    code, out, err = run_cli("train", "--out", tmp_path / "plain", "--quiet", *SMALL, "steps=2", "eval_every=2")
+    assert code == 0, err
+    rows = [json.loads(line) for line in (tmp_path / "plain" / "metrics.jsonl").read_text().splitlines()]
+    s = json.loads((tmp_path / "plain" / "summary.json").read_text())
+    assert all("mfu" not in r for r in rows) and s["mfu"] is None and "MFU" not in out
+    assert run_cli("train", "--out", tmp_path / "bad", *SMALL, "peak_tflops=-1")[0] == 2
+
+
+def test_table_has_mfu_where_a_run_has_one():
+    runs = [{"label": "baseline", "tail_mean_val_loss": 5.0, "tokens_per_s": 1000.0, "mfu": 0.412},
+            {"label": "mhar", "tail_mean_val_loss": 4.9, "tokens_per_s": 900.0, "mfu": None}]
+    lines = comparison_table(runs).splitlines()
+    head = [c.strip() for c in lines[0].strip("|").split("|")]
+    assert head[-3:] == ["tokens/s", "MFU", "train time"]
+    assert "41.2%" in lines[2] and " - |" in lines[3]
+    assert "MFU" not in comparison_table([{**r, "mfu": None} for r in runs])

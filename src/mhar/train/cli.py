@@ -11,7 +11,7 @@ from mhar.cli import stderr_is_terminal
 from mhar.train.compare import DEFAULT_METHODS, comparison_table, default_out, method_config, run_methods, write_report
 from mhar.train.config import TRAIN_PRESETS, TrainConfig, apply_train_overrides, train_preset
 from mhar.train.errors import TrainingError
-from mhar.train.metrics import CONFIG
+from mhar.train.metrics import CONFIG, throughput_text
 
 OVERRIDES_HELP = ("dotted config overrides, e.g. steps=400 lr=1e-3 batch_size=16 stream.heads=4 d_model=256 "
                   "data.source=synthetic (model keys may omit the 'model.' prefix)")
@@ -184,7 +184,7 @@ def cmd_train(args) -> int:
         print(f"\nmhar train: interrupted; continue with: mhar train --out {out} --resume", file=sys.stderr)
         return 130
     print(f"{s['label']}: final val loss {s['final_val_loss']:.4f}, tail-mean {s['tail_mean_val_loss']:.4f} "
-          f"(last {s['tail_k']}), {s['tokens_per_s']:.0f} tokens/s, {s['params'].get('total', 0):,} parameters")
+          f"(last {s['tail_k']}), {throughput_text(s)}, {s['params'].get('total', 0):,} parameters")
     print(f"run folder: {out}")
     return 0
 

@@ -131,7 +131,8 @@ def _heads(summary: dict[str, Any]) -> str:
 
 def comparison_table(results: list[dict[str, Any]]) -> str:
     """A Markdown table: final and tail-mean validation loss, delta to the baseline
-    (tail-means; the first run when there is no 'baseline'), tokens/s, parameters. The
+    (tail-means; the first run when there is no 'baseline'), tokens/s (and MFU where a run
+    has one: on a GPU of known peak), parameters. The
     lowest tail-mean is in bold; the cells are padded so that the columns line up in a
     terminal too (numbers right-aligned)."""
     ref = next((r for r in results if r.get("label") == "baseline"), results[0])
@@ -139,6 +140,9 @@ def comparison_table(results: list[dict[str, Any]]) -> str:
     k = max((r.get("tail_k", 0) for r in results), default=0)
     head = ["method", "H", "params", "routing params", "final val loss", f"tail-mean val loss (last {k})",
             f"delta vs {ref.get('label')}", "tokens/s", "train time"]
+    with_mfu = any(r.get("mfu") for r in results)
+    if with_mfu:
+        head.insert(-1, "MFU")
     tails = [r.get("tail_mean_val_loss", math.nan) for r in results]
     finite = [t for t in tails if t is not None and math.isfinite(t)]
     best = min(finite) if len(results) > 1 and finite else None
@@ -150,6 +154,8 @@ def comparison_table(results: list[dict[str, Any]]) -> str:
                      f"{p.get('routing', 0):,} ({p.get('routing_pct', 0.0):.2f}%)", _fmt(r.get("final_val_loss")),
                      f"**{_fmt(tail)}**" if best is not None and tail == best else _fmt(tail), delta,
                      f"{r.get('tokens_per_s', 0):,.0f}", f"{r.get('train_time_s', 0):.1f} s"])
+        if with_mfu:
+            body[-1].insert(-1, f"{100 * r['mfu']:.1f}%" if r.get("mfu") else "-")
     widths = [max(len(row[i]) for row in [head] + body) for i in range(len(head))]
     right = [False, False] + [True] * (len(head) - 2)  # numbers line up on their last digit
 

@@ -118,6 +118,9 @@ class TrainConfig:
     threads: int = 0  # >0: torch.set_num_threads on the CPU
     vocab_from_data: bool = True  # set model.vocab_size to the dataset's vocabulary
     parallel: str = "none"  # ddp | fsdp: one process per GPU under torchrun (docs/distributed.md)
+    # the device's peak TFLOP/s for the logged MFU; 0: the GPU's dense bf16 peak from
+    # mhar.gpu_peak's table (or MHAR_PEAK_TFLOPS), none on the CPU
+    peak_tflops: float = 0.0
 
     def __post_init__(self):
         if isinstance(self.model, dict):
@@ -147,6 +150,8 @@ class TrainConfig:
                 raise ValueError(f"{name}={getattr(self, name)} must be in [0, 1)")
         if not 0 <= self.eps < math.inf:
             raise ValueError(f"eps={self.eps} must be >= 0 and finite")
+        if not 0 <= self.peak_tflops < math.inf:
+            raise ValueError(f"peak_tflops={self.peak_tflops} must be >= 0 and finite (0: the device's own)")
         if not self.grad_clip >= 0:  # inf: no clipping, as 0
             raise ValueError(f"grad_clip={self.grad_clip} must be >= 0 (0: no clipping)")
         if self.device not in DEVICES:

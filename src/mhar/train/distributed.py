@@ -349,6 +349,7 @@ def train_distributed(cfg: TrainConfig, out: Path | None, *, resume: bool, quiet
     """Body of ``mhar train`` for ``parallel=ddp|fsdp`` (one call per process)."""
     from mhar.train.compare import default_out
     from mhar.train.errors import TrainingError
+    from mhar.train.metrics import throughput_text
 
     info = init_distributed(cfg.device)
     try:
@@ -365,7 +366,7 @@ def train_distributed(cfg: TrainConfig, out: Path | None, *, resume: bool, quiet
             return 1
         if main:
             print(f"{s['label']}: final val loss {s['final_val_loss']:.4f}, tail-mean {s['tail_mean_val_loss']:.4f} "
-                  f"(last {s['tail_k']}), {s['tokens_per_s']:.0f} tokens/s on {info.world_size} process(es) "
+                  f"(last {s['tail_k']}), {throughput_text(s)} on {info.world_size} process(es) "
                   f"({cfg.parallel}), {s['params'].get('total', 0):,} parameters")
             print(f"run folder: {out}")
         return 0

@@ -91,9 +91,18 @@ class MetricsLog:
             self.tb.close()
 
 
+def throughput_text(summary: dict[str, Any]) -> str:
+    """A run summary's speed for one line: tokens/s over the whole run, then the median
+    step's rate (no compiling) and its MFU where the summary has them."""
+    text = f"{summary.get('tokens_per_s', 0):.0f} tokens/s"
+    steady, mfu = summary.get("steady_tokens_per_s"), summary.get("mfu")
+    extra = ([f"{steady:.0f} a median step"] if steady else []) + ([f"MFU {100 * mfu:.1f}%"] if mfu else [])
+    return text + (f" ({', '.join(extra)})" if extra else "")
+
+
 def _tb_name(key: str) -> str:
     return {"loss": "train/loss", "val_loss": "val/loss", "lr": "train/lr", "grad_norm": "train/grad_norm",
-            "tokens_per_s": "perf/tokens_per_s", "memory_mb": "perf/memory_mb",
+            "tokens_per_s": "perf/tokens_per_s", "memory_mb": "perf/memory_mb", "mfu": "perf/mfu",
             "tokens": "train/tokens"}.get(key, f"misc/{key}")
 
 

@@ -24,6 +24,7 @@ import errno
 import gc
 import math
 import random
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -33,6 +34,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from mhar.gpu_peak import device_peak_tflops
 from mhar.model import Decoder, ModelConfig, StreamConfig
 from mhar.train import checkpoint as ckpt
 from mhar.train import dcp as dcpio
@@ -149,6 +151,11 @@ class Trainer:
         seed_everything(cfg.seed)
         self.model = self.build_model().to(self.device)
         self.model.activation_checkpointing = cfg.activation_checkpointing
+        # MFU: the model's training FLOPs a token (bench step's count) against the device's peak
+        flops = getattr(self.model, "flops_per_token", None)
+        self.flops_per_token = flops(cfg.seq_len) if flops is not None else None
+        self.peak_tflops, self.peak_from = device_peak_tflops(self.device, cfg.peak_tflops)
+        self.step_seconds: list[float] = []  # this process's steps, for the summary's steady rate
         self.loss_module = self.wrap_model(LossModule(self.model, cfg.loss_chunk))
         one_cuda_process = self.device.type == "cuda" and cfg.parallel == "none" and world_size == 1
         # the optimiser this run uses: "auto" is the Triton kernel for one process on CUDA
@@ -430,6 +437,8 @@ class Trainer:
             peak = lr_at(c.steps - 1, c.lr, c.warmup, c.steps, c.min_lr_ratio)
             print(f"[{self.label}] note: warmup={c.warmup} >= steps={c.steps}: the learning rate rises for "
                   f"the whole run, to {peak:.3g} of lr={c.lr:g}, with no decay", file=sys.stderr)
+        if self.device.type == "cuda" and self.peak_tflops is None and self.step < c.steps and self.is_main():
+            print(f"[{self.label}] note: no MFU is logged: {self.peak_from}", file=sys.stderr)
         bar = self._progress_bar()
         try:
             while self.step < c.steps:
@@ -442,8 +451,12 @@ class Trainer:
                 step_tokens = c.tokens_per_step * self.world_size
                 self.tokens += step_tokens
                 self.train_time += dt
+                self.step_seconds.append(dt)
                 row = {"step": self.step, "tokens": self.tokens, "loss": loss, "lr": lr, "grad_norm": grad_norm,
                        "tokens_per_s": step_tokens / dt if dt > 0 else 0.0, "memory_mb": memory_mb(self.device)}
+                mfu = self.mfu(row["tokens_per_s"])
+                if mfu is not None:
+                    row["mfu"] = mfu
                 last = self.step == c.steps
                 if self.step % c.eval_every == 0 or last:
                     val = self.evaluate()
@@ -476,8 +489,27 @@ class Trainer:
                       methods={self.label: self.cfg.method})
         return summary
 
+    def mfu(self, tokens_per_s: float) -> float | None:
+        """Model FLOPs utilisation of each device at ``tokens_per_s`` (all processes' tokens):
+        the model's training FLOPs a token (``Decoder.flops_per_token``, as ``mhar bench
+        step``; routing not counted) over the device's peak (``mhar.gpu_peak``); None
+        without a peak or a FLOP count."""
+        if not self.peak_tflops or self.flops_per_token is None:
+            return None
+        return self.flops_per_token * tokens_per_s / (self.peak_tflops * 1e12 * self.world_size)
+
+    def steady_tokens_per_s(self) -> float | None:
+        """The median step's tokens/s over this process's steps after its first (which
+        compiles and captures); None before two steps."""
+        if len(self.step_seconds) < 2:
+            return None
+        median = statistics.median(self.step_seconds[1:])
+        return self.cfg.tokens_per_step * self.world_size / median if median > 0 else None
+
     def summary(self) -> dict[str, Any]:
         vals = [v for _, v in self.evals]
+        steady = self.steady_tokens_per_s()
+        mfu = self.mfu(steady) if steady is not None else None
         k = self.cfg.tail_k
         counts = self.model.parameter_counts() if hasattr(self.model, "parameter_counts") else {}
         return {
@@ -493,6 +525,9 @@ class Trainer:
             "evals": [list(e) for e in self.evals],
             "tokens_per_s": self.tokens / self.train_time if self.train_time > 0 else 0.0,
             "train_time_s": self.train_time,
+            # the median step's rate, without the first step's compiling (None before two steps)
+            "steady_tokens_per_s": steady,
+            "mfu": mfu, "peak_tflops": self.peak_tflops, "peak_from": self.peak_from,
             "params": counts,
             "device": str(self.device),
             "dtype": str(self.amp_dtype or torch.float32).replace("torch.", ""),
@@ -515,6 +550,8 @@ class Trainer:
             return
         if bar is not None:
             post = {"loss": f"{row['loss']:.3f}", "tok/s": f"{self.tokens / max(self.train_time, 1e-9):.0f}"}
+            if "mfu" in row:
+                post["MFU"] = f"{100 * row['mfu']:.1f}%"
             if self.evals:
                 post["val"] = f"{self.evals[-1][1]:.3f}"
             bar.set_postfix(post, refresh=False)
