@@ -12,6 +12,8 @@ every step as ``Trainer.fit`` does):
 - ``trainer, uniform``: the same trainer and model, its loader swapped for uniformly
   random token ids, as the bench feeds;
 - ``bench``: ``mhar bench step``'s ``time_step`` for a fresh model of the same config.
+With ``--fit N`` first a row ``trainer, fit``: ``Trainer.fit`` for N steps (as ``mhar
+train`` runs them, each logged), its steps after the first.
 Then ``--profile`` steps of each under torch.profiler: kernel ms per step by kind
 (bench/profile_step.py's kinds) and the step's wall time less its kernels. Writes
 ``<out>/trainer_probe_<preset>_<method>.json`` / ``.txt``.
@@ -34,6 +36,7 @@ from profile_step import kernel_kinds, top_names  # noqa: E402
 
 from mhar.bench_cli import build, time_step  # noqa: E402
 from mhar.train import Trainer, apply_train_overrides, train_preset  # noqa: E402
+from mhar.train.metrics import read_metrics  # noqa: E402
 
 
 class UniformLoader:
@@ -81,6 +84,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--profile", type=int, default=3)
+    ap.add_argument("--fit", type=int, default=0, help="first run Trainer.fit for this many steps")
     ap.add_argument("--out", default=".")
     args = ap.parse_args()
     out = Path(args.out)
@@ -88,10 +92,18 @@ def main() -> None:
     cfg = train_preset(args.preset, args.method)
     seq = args.seq_len or cfg.seq_len
     cfg = apply_train_overrides(cfg, ["data.source=synthetic", f"data.vocab_size={cfg.model.vocab_size}",
-                                      f"batch_size={args.batch}", f"seq_len={seq}", "steps=100000"])
+                                      f"batch_size={args.batch}", f"seq_len={seq}",
+                                      f"steps={args.fit or 100000}", "log_every=1", "checkpoint_every=100000"])
     rows, report = {}, []
     with tempfile.TemporaryDirectory() as run:
         trainer = Trainer(cfg, run, quiet=True, progress=False)
+        if args.fit:
+            trainer.fit()
+            rates = [r["tokens_per_s"] for r in read_metrics(run)][1:]
+            ms = [1e3 * cfg.tokens_per_step / r for r in rates]
+            rows["trainer, fit"] = {"step_ms": statistics.median(ms), "steps_ms": ms,
+                                    "kinds": {}, "top": ""}
+            print(f"trainer, fit: {statistics.median(ms):.2f} ms", flush=True)
         step = trainer.train_step
         timed_steps(step, args.warmup)
         for data in ("synthetic", "uniform"):
@@ -119,7 +131,7 @@ def main() -> None:
     report.append("|---|---|---|" + "---|" * len(kinds_order))
     for name, row in rows.items():
         report.append(f"| {name} | {row['step_ms']:.2f} | {row.get('wall_ms', float('nan')):.2f} | "
-                      + " | ".join(f"{row['kinds'][k]:.2f}" for k in kinds_order) + " |")
+                      + " | ".join(f"{row['kinds'].get(k, float('nan')):.2f}" for k in kinds_order) + " |")
     for name, row in rows.items():
         report += ["", f"{name}: top kernels (ms a step)", row["top"]]
     text = "\n".join(report)
