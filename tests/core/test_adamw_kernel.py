@@ -200,6 +200,51 @@ def test_interp_trainer_stops_before_the_update_on_a_nan_loss(tmp_path):
             assert torch.equal(now["state"][i][key], s[key]), key
 
 
+def _check_fit_stops_with_a_step_in_flight(tmp_path) -> None:
+    """fit with adamw=triton queues step 4 before it reads step 3's loss; step 3's loss is
+    NaN. The run stops at step 3 with the weights, moments and step counts of step 2: the
+    device skipped both updates (the CPU's torch fallback skips them on the host)."""
+    from mhar.train import DivergenceError, Trainer, apply_train_overrides, train_preset
+
+    seen = {}
+
+    class NanAtThirdStep(Trainer):
+        def compute_loss(self, x, y):
+            loss = super().compute_loss(x, y)
+            return loss * float("nan") if self.steps_launched == 2 else loss
+
+        def finish_step(self, launched):
+            if launched.index == 2:  # step 3, with step 4 queued behind it
+                seen["in_flight"] = self._in_flight
+            out = super().finish_step(launched)
+            if launched.index == 1:  # step 2 finished (step 3 is queued; its update was skipped)
+                seen["weights"] = copy.deepcopy(self.model.state_dict())
+                seen["state"] = copy.deepcopy(self.optimizer.state_dict())
+            return out
+
+    cfg = apply_train_overrides(train_preset("tiny", "mhar"), SMALL_RUN + [
+        "device=cpu", "adamw=triton", "steps=8", "eval_every=100", "checkpoint_every=100"])
+    t = NanAtThirdStep(cfg, tmp_path, progress=False)
+    with pytest.raises(DivergenceError, match="loss is nan at step 3"):
+        t.fit()
+    assert seen["in_flight"] == 2 and t.step == 2 and t.steps_launched == 2
+    assert all(torch.equal(a, b) for a, b in zip(seen["weights"].values(), t.model.state_dict().values()))
+    now = t.optimizer.state_dict()
+    for i, s in seen["state"]["state"].items():  # (its counts already had step 3's, on the kernel's path)
+        for key in ("exp_avg", "exp_avg_sq"):
+            assert torch.equal(now["state"][i][key], s[key]), key
+    assert all(float(s["step"]) == 2 for s in now["state"].values())
+
+
+def test_fit_stops_with_a_step_in_flight(tmp_path):
+    _check_fit_stops_with_a_step_in_flight(tmp_path)
+
+
+@interp
+def test_interp_fit_stops_with_a_step_in_flight(tmp_path):
+    _check_fit_stops_with_a_step_in_flight(tmp_path)
+
+
 @interp
 def test_interp_trainer_with_the_kernel_follows_torch(tmp_path):
     _check_trainer_follows_torch(tmp_path, "cpu", "triton")

@@ -208,17 +208,17 @@ def test_midtrain_resume_keeps_the_ema(converted, tmp_path, monkeypatch):
     opts = dict(FAST, steps=6, checkpoint_every=3, control=False, save_models=False)
     full = midtrain(folder, tmp_path / "full", MidtrainOptions(**opts), progress=False, log=lambda *a: None)
 
-    real_step = trainer_mod.Trainer.train_step
+    real_step = trainer_mod.Trainer.launch_step
 
     def crash_at_5(self):
         if self.step == 4:
             raise KeyboardInterrupt("simulated crash")
         return real_step(self)
 
-    monkeypatch.setattr(trainer_mod.Trainer, "train_step", crash_at_5)
+    monkeypatch.setattr(trainer_mod.Trainer, "launch_step", crash_at_5)
     with pytest.raises(KeyboardInterrupt):
         midtrain(folder, tmp_path / "cut", MidtrainOptions(**opts), progress=False, log=lambda *a: None)
-    monkeypatch.setattr(trainer_mod.Trainer, "train_step", real_step)
+    monkeypatch.setattr(trainer_mod.Trainer, "launch_step", real_step)
     resumed = midtrain(folder, tmp_path / "cut", MidtrainOptions(**opts), resume=True, progress=False,
                        log=lambda *a: None)
     a, b = full["runs"][0], resumed["runs"][0]

@@ -121,10 +121,10 @@ def test_compare_resume_continues_an_interrupted_extension(tmp_path, run_cli, sm
     from mhar.train import Trainer
 
     class StopAtThree(Trainer):
-        def train_step(self):
+        def launch_step(self):
             if self.step == 3:
                 raise KeyboardInterrupt
-            return super().train_step()
+            return super().launch_step()
 
     out_dir = tmp_path / "cmp"
     opts = [*SMALL, "eval_every=1", "checkpoint_every=1"]

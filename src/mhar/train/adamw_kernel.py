@@ -130,7 +130,8 @@ class TritonAdamW(torch.optim.AdamW):
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
         self._chunks: dict = {}  # (device, numels) -> chunk tensor index, chunk start and numel tables
         self._ptr_tables: dict = {}  # (device, data pointers) -> the four pointer tables
-        self._stepped: list[Tensor] = []  # the parameters whose count the last kernel step advanced
+        # per step not yet rewound (the last two), the parameters whose count its kernel advanced
+        self._stepped: list[list[Tensor]] = []
 
     def __setstate__(self, state: dict) -> None:  # copies and unpickled optimisers: a fresh cache
         super().__setstate__(state)
@@ -152,7 +153,8 @@ class TritonAdamW(torch.optim.AdamW):
         """grad_scale: what to multiply the gradients by (the clip's scale), a number or a
         one-element tensor (left on the device, so that forming it needs no host sync).
         A NaN scale skips the update; :meth:`rewind_step` then takes back the step count."""
-        self._stepped = []
+        stepped: list[Tensor] = []
+        self._stepped = [*self._stepped[-1:], stepped]  # a trainer may queue one step ahead of its checks
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -175,7 +177,7 @@ class TritonAdamW(torch.optim.AdamW):
                 elif state["step"].device.type != "cpu":  # from torch's fused AdamW: one read, not one a step
                     state["step"] = state["step"].float().cpu()
                 state["step"] += 1
-                self._stepped.append(p)
+                stepped.append(p)
                 by_step.setdefault(float(state["step"]), []).append(p)
             for step, ps in by_step.items():
                 self._launch(ps, group, step, grad_scale)
@@ -222,10 +224,10 @@ class TritonAdamW(torch.optim.AdamW):
 
     def rewind_step(self) -> None:
         """Take back the last step's count where a NaN scale skipped its update (parameters,
-        moments and counts are then as before that step)."""
-        for p in self._stepped:
+        moments and counts are then as before that step). Called again, the step before
+        it (a trainer that queued one step ahead of its checks skipped both)."""
+        for p in (self._stepped.pop() if self._stepped else []):
             self.state[p]["step"] -= 1
-        self._stepped = []
 
     def _torch_step(self, groups: list[dict], grad_scale: float | Tensor) -> None:
         """torch's AdamW step for these groups only, the gradients scaled first (none for

@@ -207,15 +207,17 @@ def _trainer_class():
         def wrap_model(self, module: nn.Module) -> nn.Module:
             return super().wrap_model(_ZLossModule(module.model, module.chunk_size, self.z_loss))
 
-        def train_step(self):
-            out = super().train_step()
+        def launch_step(self):
+            launched = super().launch_step()
             if self._ema_state is not None:
-                t = self.step  # steps completed before this one
-                decay = min(self.ema_decay, (1.0 + t) / (10.0 + t))
+                t = launched.index  # steps completed before this one
+                weight = 1.0 - min(self.ema_decay, (1.0 + t) / (10.0 + t))
+                if self._healthy is not None:  # queued ahead of its checks: no move where the update was skipped
+                    weight = torch.where(self._healthy, weight, 0.0)
                 with torch.no_grad():
                     for n, p in self.model.named_parameters():
-                        self._ema_state[n].lerp_(p.detach(), 1.0 - decay)
-            return out
+                        self._ema_state[n].lerp_(p.detach(), weight)
+            return launched
 
         def swap_ema(self) -> None:
             """Exchange the live weights and the EMA weights (call twice to undo)."""

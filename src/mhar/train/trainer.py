@@ -8,6 +8,10 @@ benchmarks) instead of copying the loop:
 * :meth:`Trainer.wrap_model` - the parallel / compiled wrapper around the loss
   module (default: regional compilation of the decoder on CUDA, see ``cfg.compile``);
 * :meth:`Trainer.compute_loss` - one micro-batch's loss;
+* :meth:`Trainer.launch_step` - queue one optimiser step (data, forward, backward,
+  update); :meth:`Trainer.finish_step` reads its loss and norm. With ``adamw=triton``
+  :meth:`Trainer.fit` queues a step before it finishes the one before (hooks that count
+  steps read :attr:`Trainer.steps_launched`);
 * :meth:`Trainer.build_data` - loader, validation windows and vocabulary;
 * ``rank`` / ``world_size`` and :meth:`Trainer.is_main` - who logs and checkpoints.
 
@@ -27,6 +31,7 @@ import random
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +112,19 @@ def _is_disk_full(err: BaseException) -> bool:
     return isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
+@dataclass
+class LaunchedStep:
+    """A step queued by :meth:`Trainer.launch_step`: its index (steps before it) and lr, and
+    either its checked ``values`` (loss, grad norm) or the two numbers still on their way to
+    the host (``host``, valid once ``ready`` has happened)."""
+
+    index: int
+    lr: float
+    values: tuple[float, float] | None = None
+    host: Tensor | None = None
+    ready: torch.cuda.Event | None = None
+
+
 class Trainer:
     """Train ``cfg`` into the run folder ``run_dir``.
 
@@ -156,6 +174,9 @@ class Trainer:
         self.flops_per_token = flops(cfg.seq_len) if flops is not None else None
         self.peak_tflops, self.peak_from = device_peak_tflops(self.device, cfg.peak_tflops)
         self.step_seconds: list[float] = []  # this process's steps, for the summary's steady rate
+        # steps launched and not yet finished (launch_step / finish_step), and the device's
+        # flag that every launched step was finite (adamw=triton)
+        self._in_flight, self._healthy = 0, None
         self.loss_module = self.wrap_model(LossModule(self.model, cfg.loss_chunk))
         one_cuda_process = self.device.type == "cuda" and cfg.parallel == "none" and world_size == 1
         # the optimiser this run uses: "auto" is the Triton kernel for one process on CUDA
@@ -356,8 +377,17 @@ class Trainer:
         """One optimiser step (with gradient accumulation). Returns (loss, grad norm, lr).
         Raises :class:`DivergenceError` before touching the weights if the loss or the
         gradient norm is not finite."""
+        return self.finish_step(self.launch_step())
+
+    def launch_step(self) -> LaunchedStep:
+        """Queue one optimiser step: its data, forward and backward, and the update. With
+        ``adamw=triton`` nothing waits for the device, so :meth:`fit` can queue the next
+        step before it reads this one's loss (:meth:`finish_step`); otherwise the loss and
+        norm are checked here, before the update. The step queued is number
+        ``steps_launched + 1``."""
         c = self.cfg
-        lr = lr_at(self.step, c.lr, c.warmup, c.steps, c.min_lr_ratio)
+        index = self.steps_launched  # the steps before this one
+        lr = lr_at(index, c.lr, c.warmup, c.steps, c.min_lr_ratio)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         loss_sum = torch.zeros((), device=self.device)
@@ -374,7 +404,7 @@ class Trainer:
         loss_sum = self.reduce_loss(loss_sum)
         max_norm = c.grad_clip if c.grad_clip > 0 else math.inf
         if self.adamw == "triton":
-            loss_value, grad_norm = self._kernel_update(loss_sum, max_norm)
+            launched = self._kernel_update(loss_sum, max_norm, index, lr)
         else:
             loss_value = float(loss_sum) / c.grad_accum
             if not math.isfinite(loss_value):
@@ -385,28 +415,66 @@ class Trainer:
                 self.zero_grad()
                 raise DivergenceError(self._divergence_message("gradient norm", grad_norm))
             self.optimizer.step()
+            launched = LaunchedStep(index, lr, values=(loss_value, grad_norm))
         self.zero_grad()
-        return loss_value, grad_norm, lr
+        self._in_flight += 1
+        return launched
 
-    def _kernel_update(self, loss_sum: Tensor, max_norm: float) -> tuple[float, float]:
-        """The update with adamw=triton, queued before the host first waits for the device,
-        so that the host's part of it runs while the device still computes the gradients.
-        The clip's scale (clip_grad_norm_'s) stays on the device; a loss or norm that is not
-        finite makes it NaN, which the kernel takes as no update, and the run stops here
-        with the weights and moments as they were (the step count taken back)."""
+    def finish_step(self, launched: LaunchedStep) -> tuple[float, float, float]:
+        """Wait for a launched step's loss and gradient norm: (loss, grad norm, lr). A loss
+        or norm that is not finite raises :class:`DivergenceError`, with the weights,
+        moments and step counts as before it (and before any step queued after it)."""
+        self._in_flight -= 1
+        if launched.values is not None:
+            return (*launched.values, launched.lr)
+        if launched.ready is not None:
+            launched.ready.synchronize()
+        loss_value, grad_norm = float(launched.host[0]) / self.cfg.grad_accum, float(launched.host[1])
+        for what, value in (("loss", loss_value), ("gradient norm", grad_norm)):
+            if not math.isfinite(value):
+                # the device skipped this update and every one queued after it (_kernel_update)
+                for _ in range(self._in_flight + 1):
+                    self.optimizer.rewind_step()
+                self._in_flight, self._healthy = 0, None
+                self.zero_grad()
+                raise DivergenceError(self._divergence_message(what, value))
+        return loss_value, grad_norm, launched.lr
+
+    def _kernel_update(self, loss_sum: Tensor, max_norm: float, index: int, lr: float) -> LaunchedStep:
+        """The update with adamw=triton, queued without waiting for the device. The clip's
+        scale (clip_grad_norm_'s) stays on the device; a loss or norm that is not finite
+        makes it NaN, which the kernel takes as no update, for this step and every step
+        queued after it (``_healthy``), so that :meth:`finish_step` can stop the run with the
+        weights as they were. The loss and norm are copied to the host behind this step's
+        work alone: a step queued after it does not delay them."""
         from mhar.train.adamw_kernel import clip_scale
 
         norm = self.gradient_norm()
         finite = torch.isfinite(norm) & torch.isfinite(loss_sum)
-        scale = torch.where(finite, clip_scale(norm, max_norm), math.nan)
+        self._healthy = finite if self._healthy is None else self._healthy & finite
+        scale = torch.where(self._healthy, clip_scale(norm, max_norm), math.nan)
         self.optimizer.step(grad_scale=scale)
-        loss_value, grad_norm = float(loss_sum) / self.cfg.grad_accum, float(norm)
-        for what, value in (("loss", loss_value), ("gradient norm", grad_norm)):
-            if not math.isfinite(value):
-                self.optimizer.rewind_step()
-                self.zero_grad()
-                raise DivergenceError(self._divergence_message(what, value))
-        return loss_value, grad_norm
+        values = torch.stack([loss_sum.float(), norm.float()])
+        if self.device.type != "cuda":
+            return LaunchedStep(index, lr, host=values)
+        host = torch.empty(2, dtype=torch.float32, pin_memory=True)
+        host.copy_(values, non_blocking=True)
+        ready = torch.cuda.Event()
+        ready.record()
+        return LaunchedStep(index, lr, host=host, ready=ready)
+
+    @property
+    def steps_launched(self) -> int:
+        """Steps finished (``step``) and queued but not yet finished (at most one, in
+        :meth:`fit` with ``adamw=triton``). While a step is being launched (its data, its
+        ``compute_loss``), the steps before it."""
+        return self.step + self._in_flight
+
+    def _pauses_after(self, step: int) -> bool:
+        """Whether fit evaluates, checkpoints or ends after ``step`` (1-based): then the step
+        after it must not be in flight yet."""
+        c = self.cfg
+        return step >= c.steps or step % c.eval_every == 0 or step % c.checkpoint_every == 0
 
     def zero_grad(self) -> None:
         # under CUDA graphs the gradients stay: the next step's first replay overwrites them
@@ -440,15 +508,26 @@ class Trainer:
         if self.device.type == "cuda" and self.peak_tflops is None and self.step < c.steps and self.is_main():
             print(f"[{self.label}] note: no MFU is logged: {self.peak_from}", file=sys.stderr)
         bar = self._progress_bar()
+        # adamw=triton: the next step is queued before this one's loss is read, so the host's
+        # work (data, launches, logging) runs while the device computes, except before an
+        # evaluation, a checkpoint or the end, which must see this step's weights alone
+        ahead_ok = self.adamw == "triton"
+        flight: list[LaunchedStep] = []  # launched, not finished: step + 1 (and step + 2)
+        clock = time.perf_counter()
+        step_tokens = c.tokens_per_step * self.world_size
         try:
             while self.step < c.steps:
-                t0 = time.perf_counter()
-                loss, grad_norm, lr = self.train_step()
-                if self.device.type == "cuda":
+                if not flight:
+                    clock = time.perf_counter()  # nothing in flight: this step's time starts here
+                    flight.append(self.launch_step())
+                if ahead_ok and not self._pauses_after(self.step + 1):
+                    flight.append(self.launch_step())
+                loss, grad_norm, lr = self.finish_step(flight.pop(0))
+                if self.device.type == "cuda" and not flight:
                     torch.cuda.synchronize(self.device)
-                dt = time.perf_counter() - t0
+                now = time.perf_counter()
+                dt, clock = now - clock, now  # with a step in flight: the time since the last one ended
                 self.step += 1
-                step_tokens = c.tokens_per_step * self.world_size
                 self.tokens += step_tokens
                 self.train_time += dt
                 self.step_seconds.append(dt)
@@ -474,11 +553,27 @@ class Trainer:
                                     f"last good checkpoint: {last or 'none'}") from err
             raise
         finally:
+            self._settle(flight, step_tokens)
             if bar is not None:
                 bar.close()
             if self.log is not None:
                 self.log.close()
         return self.finish()
+
+    def _settle(self, flight: list[LaunchedStep], step_tokens: int) -> None:
+        """Steps still in flight when fit stops on an exception (an interrupt with a step
+        queued ahead): each finishes and counts, unlogged, so that ``step`` says what the
+        weights have taken; one that diverged takes back itself and those after it."""
+        for launched in flight:
+            if not self._in_flight:  # a divergence already took these back
+                break
+            try:
+                self.finish_step(launched)
+            except DivergenceError:
+                break
+            self.step += 1
+            self.tokens += step_tokens
+        flight.clear()
 
     def finish(self) -> dict[str, Any]:
         self.graphed = None  # the graph's memory pool holds a step's activations; a later step captures again
