@@ -4,6 +4,7 @@ import json
 import sys
 
 import pytest
+import torch
 
 from mhar.train.compare import comparison_table
 from train_helpers import SMALL
@@ -348,7 +349,13 @@ def test_train_logs_mfu_against_the_devices_peak(tmp_path, run_cli, monkeypatch)
     assert code == 0, err
     rows = [json.loads(line) for line in (tmp_path / "plain" / "metrics.jsonl").read_text().splitlines()]
     s = json.loads((tmp_path / "plain" / "summary.json").read_text())
-    assert all("mfu" not in r for r in rows) and s["mfu"] is None and "MFU" not in out
+    if s["device"] == "cpu":  # no peak of its own
+        assert all("mfu" not in r for r in rows) and s["mfu"] is None and "MFU" not in out
+    else:  # a GPU: its own peak where mhar.gpu_peak knows it
+        from mhar.gpu_peak import peak_tflops
+
+        assert s["peak_tflops"] == peak_tflops(torch.cuda.get_device_name())
+        assert all(("mfu" in r) == (s["peak_tflops"] is not None) for r in rows)
     assert run_cli("train", "--out", tmp_path / "bad", *SMALL, "peak_tflops=-1")[0] == 2
 
 
