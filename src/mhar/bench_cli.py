@@ -225,9 +225,9 @@ def step_result(model: Decoder, batch: int, seq_len: int, accum: int, times: lis
     median = sorted(times)[len(times) // 2]  # (the upper median of an even count, as every row so far)
     tokens = batch * seq_len * accum
     flops = model.flops_per_token(seq_len)
-    return {"step_ms": 1e3 * median, "step_times_ms": in_order, "tokens_per_s": tokens / median,
-            "mfu": flops * tokens / median / (peak_tflops * 1e12) if peak_tflops else float("nan"), "peak_mem_gb": peak_bytes / 1e9, "flops_per_token": flops,
-            "accum": accum}
+    mfu = flops * tokens / median / (peak_tflops * 1e12) if peak_tflops else float("nan")
+    return {"step_ms": 1e3 * median, "step_times_ms": in_order, "tokens_per_s": tokens / median, "mfu": mfu,
+            "peak_mem_gb": peak_bytes / 1e9, "flops_per_token": flops, "accum": accum}
 
 
 def time_step(model: Decoder, batch: int, seq_len: int, steps: int, warmup: int, compile_mode: str,
@@ -336,8 +336,9 @@ def time_interleaved(preset: str, methods: list[str], batch: int, seq_len: int, 
         return _Prepared(model, step, info, before, cuda)
 
     def row(p: _Prepared, times: list[float], samples: list) -> dict:
-        return {**step_result(p.model, batch, seq_len, accum, times, p.peak, peak_tflops), "warmup_s": p.info["warmup_s"],
-                "loss": float(p.loss.detach()), "cuda_graphs": graphs, "interleaved": True, **summarize(samples)}
+        return {**step_result(p.model, batch, seq_len, accum, times, p.peak, peak_tflops),
+                "warmup_s": p.info["warmup_s"], "loss": float(p.loss.detach()), "cuda_graphs": graphs,
+                "interleaved": True, **summarize(samples)}
 
     def failed(method: str, err: Exception) -> dict:
         return {"method": method, **error_row(err, " (--interleave holds two models at once)")}

@@ -278,3 +278,16 @@ def test_midtrain_refuses_a_control_that_is_another_function(converted, tmp_path
                                                                    "save_models": False}),
                           progress=False, log=lambda *a: None)
         assert [r["run"] for r in result["runs"]] == ["delta"]
+
+
+def test_ema_with_a_step_queued_ahead(converted, tmp_path):
+    """adamw=triton: fit queues each step before it reads the last one's loss, and the EMA
+    moves by a weight the device zeroes after a skipped update. The EMA and the raw weights
+    evaluate as with adamw=torch, to rounding."""
+    hf, folder = converted
+    opts = MidtrainOptions(**{**FAST, "control": False, "save_models": False, "eval_every": 100})
+    runs = {impl: midtrain(folder, tmp_path / impl, opts, overrides=[f"adamw={impl}"], progress=False,
+                           log=lambda *a: None)["runs"][0] for impl in ("torch", "triton")}
+    for key in ("final_val_loss", "final_raw_val_loss"):
+        assert runs["triton"][key] == pytest.approx(runs["torch"][key], abs=1e-5), key
+    assert runs["triton"]["final_val_loss"] != pytest.approx(runs["triton"]["start_val_loss"], abs=1e-3)
