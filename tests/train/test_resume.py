@@ -52,10 +52,16 @@ def test_resume_is_bit_exact(tmp_path, small_cfg, method, extra):
     assert full.summary()["tail_mean_val_loss"] == resumed.summary()["tail_mean_val_loss"]
 
 
-def test_resume_keeps_the_checkpoint_steps_tensorboard_scalars(tmp_path, small_cfg):
+def test_resume_keeps_the_checkpoint_steps_tensorboard_scalars(tmp_path, small_cfg, monkeypatch):
     """TensorBoard drops the events a resumed run will log again, from the step after the
     checkpoint on; the checkpoint's own step (often an evaluation) is not logged again."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.summary.writer import event_file_writer
+
+    # Event files are read in name order; a name ends in a per-process count of writers, not
+    # zero-padded, so in one process the 10th writer's file sorts before the 9th's. (A
+    # resume is a new process, whose later start time orders its file.) Count from 0 here.
+    monkeypatch.setattr(event_file_writer, "_global_uid", event_file_writer.AtomicCounter(0))
 
     opts = ["steps=4", "checkpoint_every=2", "eval_every=2"]
     StopAfter.stop_at = 3
@@ -235,4 +241,21 @@ def test_fit_stopped_with_a_step_in_flight_counts_it(tmp_path, small_cfg):
         by_hand.train_step()
         by_hand.step += 1
     for (name, a), b in zip(by_hand.model.state_dict().items(), cut.model.state_dict().values()):
+        assert torch.equal(a, b), name
+
+    class StopWhileAwaited(Trainer):  # (as Ctrl-C, which mostly lands while the host waits for a step)
+        stopped = False
+
+        def finish_step(self, launched):
+            if launched.index == 3 and not self.stopped:  # step 4, with step 5 queued behind it
+                self.stopped = True
+                raise Interrupted
+            return super().finish_step(launched)
+
+    awaited = StopWhileAwaited(small_cfg("mhar-h2", *opts), tmp_path / "awaited", progress=False)
+    with pytest.raises(Interrupted):
+        awaited.fit()
+    assert (awaited.step, awaited.steps_launched) == (5, 5) and _seq(tmp_path / "awaited", "step") == [1, 2, 3]
+    by_hand.train_step()
+    for (name, a), b in zip(by_hand.model.state_dict().items(), awaited.model.state_dict().values()):
         assert torch.equal(a, b), name

@@ -423,21 +423,23 @@ class Trainer:
     def finish_step(self, launched: LaunchedStep) -> tuple[float, float, float]:
         """Wait for a launched step's loss and gradient norm: (loss, grad norm, lr). A loss
         or norm that is not finite raises :class:`DivergenceError`, with the weights,
-        moments and step counts as before it (and before any step queued after it)."""
-        self._in_flight -= 1
+        moments and step counts as before it (and before any step queued after it). Steps
+        finish in the order they were launched."""
         if launched.values is not None:
-            return (*launched.values, launched.lr)
-        if launched.ready is not None:
-            launched.ready.synchronize()
-        loss_value, grad_norm = float(launched.host[0]) / self.cfg.grad_accum, float(launched.host[1])
-        for what, value in (("loss", loss_value), ("gradient norm", grad_norm)):
-            if not math.isfinite(value):
-                # the device skipped this update and every one queued after it (_kernel_update)
-                for _ in range(self._in_flight + 1):
-                    self.optimizer.rewind_step()
-                self._in_flight, self._healthy = 0, None
-                self.zero_grad()
-                raise DivergenceError(self._divergence_message(what, value))
+            loss_value, grad_norm = launched.values
+        else:
+            if launched.ready is not None:
+                launched.ready.synchronize()
+            loss_value, grad_norm = float(launched.host[0]) / self.cfg.grad_accum, float(launched.host[1])
+            for what, value in (("loss", loss_value), ("gradient norm", grad_norm)):
+                if not math.isfinite(value):
+                    # the device skipped this update and every one queued after it (_kernel_update)
+                    for _ in range(self._in_flight):
+                        self.optimizer.rewind_step()
+                    self._in_flight, self._healthy = 0, None
+                    self.zero_grad()
+                    raise DivergenceError(self._divergence_message(what, value))
+        self._in_flight -= 1  # (only now: a step interrupted while it is awaited is still in flight)
         return loss_value, grad_norm, launched.lr
 
     def _kernel_update(self, loss_sum: Tensor, max_norm: float, index: int, lr: float) -> LaunchedStep:
@@ -522,7 +524,8 @@ class Trainer:
                     flight.append(self.launch_step())
                 if ahead_ok and not self._pauses_after(self.step + 1):
                     flight.append(self.launch_step())
-                loss, grad_norm, lr = self.finish_step(flight.pop(0))
+                loss, grad_norm, lr = self.finish_step(flight[0])
+                flight.pop(0)
                 if self.device.type == "cuda" and not flight:
                     torch.cuda.synchronize(self.device)
                 now = time.perf_counter()
