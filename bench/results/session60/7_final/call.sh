@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Session 60, call 7: the trainer against the bench on the bars' GPU (an H200), 100M baseline, 8 x 2048.
-# run: C=<commit> OUT=$OUT bash bench/results/session60/7_h200/call.sh
+# Session 60, call 7: the trainer against the bench at the final code, 100M baseline, 8 x 2048 (asked for an H200; an H100 came).
+# run: C=<commit> OUT=$OUT bash bench/results/session60/7_final/call.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1 MHAR_COMMIT=$C PYTHONPATH=$PWD/src
 R=$OUT/r; mkdir -p $R
