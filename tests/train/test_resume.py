@@ -27,7 +27,7 @@ def _seq(run_dir, key):
 
 
 @pytest.mark.parametrize("method, extra", [("mhar-h2", ["grad_accum=2"]), ("hyper", []),
-                                           ("mhar-h2", ["adamw=triton"])])
+                                           ("mhar-h2", ["adamw=triton"]), ("hyper", ["adamw=triton", "grad_accum=2"])])
 def test_resume_is_bit_exact(tmp_path, small_cfg, method, extra):
     """adamw=triton: fit queues a step before it reads the last one's loss, except before an
     evaluation, a checkpoint or the end (on the CPU its update is torch's, the control flow
