@@ -253,3 +253,24 @@ def test_a_method_has_one_colour_in_every_plot(runs, tmp_path, monkeypatch):
     b = colours(report.axes[0], strip=lambda label: label.split(" (")[0])
     assert set(a) == set(b) == set(METHODS) and a == b
     assert len(set(a.values())) == len(METHODS)
+
+
+def test_report_has_mfu_where_a_run_has_one(runs, tmp_path):
+    """A run trained on a GPU of known peak has an MFU in its summary: the table gets the
+    column, and "n/a" for runs without one (the CPU's, as here until one is edited in)."""
+    import shutil
+
+    gpu = tmp_path / "gpu-run"
+    shutil.copytree(runs / "mhar-h2", gpu, ignore=shutil.ignore_patterns("*.pt", "analysis"))
+    summary = json.loads((gpu / "summary.json").read_text())
+    assert summary["mfu"] is None  # trained on the CPU, no peak given
+    (gpu / "summary.json").write_text(json.dumps({**summary, "mfu": 0.412}))
+    for folders, column in (([runs / "baseline"], False), ([runs / "baseline", gpu], True)):
+        out = tmp_path / f"r-{column}"
+        assert main(["report", *map(str, folders), "--out", str(out), "--no-probe", "--no-maps"]) == 0
+        md = (out / "report.md").read_text()
+        head = next(line for line in md.splitlines() if line.startswith("| run |"))
+        assert head.rstrip(" |").endswith("MFU") == column
+        if column:
+            assert next(line for line in md.splitlines() if line.startswith("| gpu-run |")).endswith("| 41.2% |")
+            assert next(line for line in md.splitlines() if line.startswith("| baseline |")).endswith("| n/a |")

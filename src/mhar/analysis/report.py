@@ -142,6 +142,9 @@ def _baseline(runs: Sequence[RunSummary], like: RunSummary | None = None) -> Run
 def comparison_table(runs: Sequence[RunSummary]) -> Table:
     header = ["run", "method", "params", "routing params", "last step", "final val loss",
               "tail-mean val loss", "vs baseline", "tokens/s"]
+    with_mfu = any(s.mfu for s in runs)  # runs on a GPU of known peak
+    if with_mfu:
+        header.append("MFU")
     rows = []
     for s in runs:
         p = s.params
@@ -151,6 +154,8 @@ def comparison_table(runs: Sequence[RunSummary]) -> Table:
                      f"{p['routing']:,} ({p['routing_pct']:.3f}%)" if p else "n/a", str(s.last_step),
                      _f(s.final_val), _f(s.tail_mean) + (f" (last {min(s.tail_k, len(s.val))})" if s.val else ""),
                      delta, f"{s.tokens_per_s:,.0f}" if s.tokens_per_s else "n/a"])
+        if with_mfu:
+            rows[-1].append(f"{100 * s.mfu:.1f}%" if s.mfu else "n/a")
     cap = ("Tail-mean: the mean of the last tail_k validation evaluations (SPEC.md section 4). "
            "'vs baseline': tail-mean minus that of the baseline run with the same setup (shape, data, "
            "budget, seed; blank when there is none); negative is better.")

@@ -98,6 +98,7 @@ class RunSummary:
     steps: int = 0  # the configured training budget
     setup: str = ""  # the config without the method: runs with equal setups are paired comparisons
     tokens_per_s: float | None = None  # from the trainer's summary.json, once the run finished
+    mfu: float | None = None  # the summary's (its median step's), where the device's peak was known
 
     @property
     def heads(self) -> int:
@@ -149,8 +150,10 @@ def summarize_run(run: str | Path) -> RunSummary:
     summary = p / "summary.json"
     if summary.is_file():
         try:
-            tps = json.loads(summary.read_text()).get("tokens_per_s")
+            data = json.loads(summary.read_text())
+            tps, mfu = data.get("tokens_per_s"), data.get("mfu")
             s.tokens_per_s = float(tps) if isinstance(tps, (int, float)) else None
+            s.mfu = float(mfu) if isinstance(mfu, (int, float)) else None
         except ValueError:
             pass
     for rec in read_metrics(p):
