@@ -515,7 +515,6 @@ class Trainer:
         # evaluation, a checkpoint or the end, which must see this step's weights alone
         ahead_ok = self.adamw == "triton"
         flight: list[LaunchedStep] = []  # launched, not finished: step + 1 (and step + 2)
-        clock = time.perf_counter()
         step_tokens = c.tokens_per_step * self.world_size
         try:
             while self.step < c.steps:
