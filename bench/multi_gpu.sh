@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Multi-GPU scaling at paper-350m: tokens/s of the trainer's step on 1 GPU (plain
 # Trainer) and on 2 GPUs (torchrun: DDP, then FSDP2), for baseline and mhar.
-# Random tokens, the paper's 350M micro-batch (16 x 1024) per GPU, bf16 autocast,
-# torch.compile off, 3 untimed + 8 timed steps. One torchrun job measures
+# Random tokens, the paper's 350M micro-batch (16 x 1024) per GPU, bf16 autocast, the
+# trainer's defaults (compile, AdamW, CUDA graphs: see the table's column; before
+# session 61 compile was off here), Trainer.fit's own step times, 3 untimed + 8 timed
+# steps. One torchrun job measures
 # everything (processes start and kernels compile once), in this order:
 # baseline/mhar on 1 GPU, baseline/mhar DDP x2, baseline/mhar FSDP2 x2.
 # Results are written as they come: $OUT/<method>_<parallel><gpus>.json and
@@ -10,7 +12,7 @@
 # Usage (repository root, a machine with >= 2 GPUs):
 #   OUT=bench/results/multi_gpu_local bash bench/multi_gpu.sh
 # SUITE_TIMEOUT_S (default 380) caps the job; what finished before is kept. MODES (default
-# ddp,fsdp) and BENCH_ARGS (preset, batch, steps) can be changed.
+# none,ddp,fsdp) and BENCH_ARGS (preset, batch, steps) can be changed.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # NVLink multicast stays off
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-8}
@@ -19,7 +21,7 @@ OUT=${OUT:-bench/results/multi_gpu_local}
 PY=${PYTHON:-python3}
 NGPU=${NGPU:-2}
 SUITE_TIMEOUT_S=${SUITE_TIMEOUT_S:-380}
-MODES=${MODES:-ddp,fsdp}  # MODES=ddp: skip FSDP2 when device time is short
+MODES=${MODES:-none,ddp,fsdp}  # MODES=none,ddp: skip FSDP2 when device time is short
 ARGS=${BENCH_ARGS:-"--preset paper-350m --batch 16 --seq 1024 --warmup 3 --steps 8"}
 export MHAR_COMMIT=${MHAR_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 mkdir -p "$OUT"

@@ -167,8 +167,9 @@ class TrainConfig:
             raise ValueError(f"cuda_graphs={self.cuda_graphs!r} is not one of {', '.join(CUDA_GRAPHS)}")
         if self.adamw not in ADAMW:
             raise ValueError(f"adamw={self.adamw!r} is not one of {', '.join(ADAMW)}")
-        if self.adamw == "triton" and self.parallel != "none":
-            raise ValueError(f"adamw=triton runs in one process; parallel={self.parallel!r} needs adamw=torch")
+        if self.adamw == "triton" and self.parallel == "fsdp":
+            raise ValueError("adamw=triton updates plain tensors; parallel=fsdp shards them (DTensors): "
+                             "use adamw=torch or auto")
         if self.cuda_graphs == "on" and self.parallel != "none":
             raise ValueError(f"cuda_graphs=on runs in one process; parallel={self.parallel!r} is not supported "
                              "with it (use cuda_graphs=auto or off)")

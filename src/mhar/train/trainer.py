@@ -179,8 +179,10 @@ class Trainer:
         self._in_flight, self._healthy = 0, None
         self.loss_module = self.wrap_model(LossModule(self.model, cfg.loss_chunk))
         one_cuda_process = self.device.type == "cuda" and cfg.parallel == "none" and world_size == 1
-        # the optimiser this run uses: "auto" is the Triton kernel for one process on CUDA
-        self.adamw = cfg.adamw if cfg.adamw != "auto" else ("triton" if one_cuda_process else "torch")
+        # the optimiser this run uses: "auto" is the Triton kernel on CUDA where the parameters
+        # are plain tensors (one process or DDP; FSDP2 shards them into DTensors)
+        triton_ok = self.device.type == "cuda" and cfg.parallel != "fsdp"
+        self.adamw = cfg.adamw if cfg.adamw != "auto" else ("triton" if triton_ok else "torch")
         self.optimizer = build_optimizer(self.model, cfg.lr, cfg.weight_decay, (cfg.beta1, cfg.beta2), cfg.eps,
                                          cfg.decay_all, impl=self.adamw)
         self.use_graphs = cfg.cuda_graphs == "on" or (cfg.cuda_graphs == "auto" and one_cuda_process)
@@ -206,11 +208,12 @@ class Trainer:
         return Decoder(self.cfg.model)
 
     def compile_mode(self) -> str:
-        """The resolved ``compile`` setting: 'auto' is regions for one process on CUDA."""
+        """The resolved ``compile`` setting: 'auto' is regions on CUDA (one process, DDP or
+        FSDP2: the regions sit inside the wrappers' hooks), off on the CPU."""
         if self.cfg.compile != "auto":
             return self.cfg.compile
         regional = hasattr(self.model, "compile_regions")
-        return "regions" if regional and self.device.type == "cuda" and self.cfg.parallel == "none" else "off"
+        return "regions" if regional and self.device.type == "cuda" else "off"
 
     def compile_module(self, module: nn.Module) -> nn.Module:
         """Compile as ``compile_mode()`` says: the decoder's regions in place, or the
