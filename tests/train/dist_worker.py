@@ -48,6 +48,8 @@ def main(spec_path):
                           "grad_norm": [r["grad_norm"] for r in rows],
                           "val": [r["val_loss"] for r in rows if "val_loss" in r],
                           "world_size": info.world_size, "parallel": trainer.parallel,
+                          "cuda_graphs": trainer.use_graphs, "adamw": trainer.adamw,
+                          "ddp_wrapper": trainer._ddp is not None,
                           # name -> is a DTensor; names whose local shard is smaller than the parameter
                           "params": {n: hasattr(p, "to_local") for n, p in trainer.model.named_parameters()},
                           "sharded": [n for n, p in trainer.model.named_parameters()

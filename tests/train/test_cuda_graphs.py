@@ -1,8 +1,9 @@
 """CUDA-graph training steps (mhar.train.graphs): a replayed step gives the eager
 step's loss and gradients, for the baseline and for routed streams (fused routing
-kernels, gradient sink, both schedules); the Trainer with cuda_graphs=on follows the
-eager run's losses (cuda_graphs=off), compiled or not. The CUDA cases skip without a
-GPU; the errors are checked anywhere."""
+kernels, gradient sink, both schedules), also with the gradients in one flat buffer (as
+DDP's graphed step keeps them); the Trainer with cuda_graphs=on follows the eager run's
+losses (cuda_graphs=off), compiled or not, and DDP with graphs on one rank follows one
+process. The CUDA cases skip without a GPU; the errors are checked anywhere."""
 
 import pytest
 import torch
@@ -91,6 +92,69 @@ def test_replay_matches_eager(method, schedule):
 
 @cuda
 @pytest.mark.cuda
+@pytest.mark.parametrize("method", ["baseline", "mhar"])
+def test_flat_gradients_replay_as_the_default_graphs(method):
+    """flat_grads (DDP's graphed step): every gradient a view of one buffer, zeroed by the
+    first graph and added into by both; the same gradients as the default graphs, which
+    write them, through accumulation and a second step."""
+    batches = None
+    got = {}
+    for flat in (False, True):
+        model = _model(method, "two-phase")
+        if batches is None:
+            batches = [torch.randint(0, model.config.vocab_size, (2, 33), device="cuda") for _ in range(2)]
+        graphed = GraphedStep(_loss_fn(model, cache_enabled=False), model.parameters(), batches[0][:, :-1],
+                              batches[0][:, 1:], scale=0.5, flat_grads=flat)
+        for _ in range(2):  # the second step's first replay must start the sums again
+            for i, b in enumerate(batches):
+                graphed.run(b[:, :-1], b[:, 1:], accumulate=i > 0)
+        got[flat] = [p.grad.clone() for p in model.parameters()]
+        if flat:
+            base = graphed.flat_grad.untyped_storage().data_ptr()
+            assert all(p.grad.untyped_storage().data_ptr() == base for p in model.parameters())
+            assert all(p.grad.data_ptr() % 16 == 0 for p in model.parameters())
+            assert graphed.flat_grad.numel() >= sum(p.numel() for p in model.parameters())
+    for a, b in zip(got[True], got[False]):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert any(float(g.abs().max()) > 0 for g in got[True])
+
+
+@cuda
+@pytest.mark.cuda
+def test_ddp_with_cuda_graphs_follows_one_process(tmp_path):
+    """parallel=ddp with cuda_graphs=on under torchrun, one rank (two GPUs: the 2-GPU
+    file): no DDP wrapper, the graphed step's flat gradients all-reduced after the step,
+    the Triton AdamW with a step queued ahead; fp32, so the losses are the one-process
+    graphed run's."""
+    import json
+    import os
+    import subprocess
+
+    from train_helpers import PYTHON, subprocess_env
+
+    run = ["steps=4", "grad_accum=2", "eval_every=2", "checkpoint_every=2", "device=cuda", "dtype=float32",
+           "cuda_graphs=on", "stream.schedule=two-phase", "stream.chunk=2"]
+    cfg = apply_train_overrides(train_preset("tiny", "mhar"), SMALL + run)
+    Trainer(cfg, tmp_path / "one", progress=False).fit()
+    want = [r["loss"] for r in read_metrics(tmp_path / "one")]
+    (tmp_path / "out").mkdir()
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"out": str(tmp_path / "out"), "device": "cuda", "scenarios": [
+        dict(name="ddp", method="mhar", run_dir=str(tmp_path / "ddp"), overrides=run + ["parallel=ddp"])]}))
+    worker = os.path.join(os.path.dirname(__file__), "dist_worker.py")
+    env = dict(subprocess_env(), NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1")
+    proc = subprocess.run([PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1", worker,
+                           str(spec)], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-8000:]
+    got = json.loads((tmp_path / "out" / "ddp.json").read_text())
+    assert got["world_size"] == 1 and len(got["loss"]) == len(want) == 4
+    assert got["cuda_graphs"] and got["adamw"] == "triton" and not got["ddp_wrapper"]
+    for a, b in zip(got["loss"], want):
+        assert abs(a - b) <= 1e-5 * abs(b), (got["loss"], want)
+
+
+@cuda
+@pytest.mark.cuda
 # baseline with regions: its final norm compiled with the sublayers and its fp32 stream
 # (session 26: the checkpointed baseline under graphs failed with regions; this separates
 # the graphs and regions from the checkpointing)
@@ -157,8 +221,9 @@ def test_replayed_routing_survives_pointer_table_churn():
 
 
 def test_cuda_graphs_errors(tmp_path):
-    with pytest.raises(ValueError, match="one process"):
-        apply_train_overrides(train_preset("tiny", "baseline"), SMALL + ["cuda_graphs=on", "parallel=ddp"])
+    with pytest.raises(ValueError, match="one process or under DDP"):
+        apply_train_overrides(train_preset("tiny", "baseline"), SMALL + ["cuda_graphs=on", "parallel=fsdp"])
+    apply_train_overrides(train_preset("tiny", "baseline"), SMALL + ["cuda_graphs=on", "parallel=ddp"])
     with pytest.raises(ValueError, match="is not one of"):
         apply_train_overrides(train_preset("tiny", "baseline"), SMALL + ["cuda_graphs=yes"])
     if not torch.cuda.is_available():

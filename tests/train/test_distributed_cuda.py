@@ -35,6 +35,9 @@ def test_two_gpus_follow_one_gpu(tmp_path, dtype, rtol):
     ref = _losses(tmp_path / "one")
     scenarios = [dict(name=mode, method="mhar", run_dir=str(tmp_path / mode), overrides=extra + [f"parallel={mode}"])
                  for mode in ("ddp", "fsdp")]
+    # DDP's graphed step: no DDP wrapper, the flat gradients all-reduced after the step
+    scenarios.append(dict(name="ddp_graphs", method="mhar", run_dir=str(tmp_path / "ddp_graphs"),
+                          overrides=extra + ["parallel=ddp", "cuda_graphs=on"]))
     (tmp_path / "out").mkdir()
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps({"out": str(tmp_path / "out"), "device": "cuda", "scenarios": scenarios}))
@@ -42,7 +45,8 @@ def test_two_gpus_follow_one_gpu(tmp_path, dtype, rtol):
     proc = subprocess.run([PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", WORKER,
                            str(spec)], env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-8000:]
-    for mode in ("ddp", "fsdp"):
+    assert json.loads((tmp_path / "out" / "ddp_graphs.json").read_text())["cuda_graphs"]
+    for mode in ("ddp", "fsdp", "ddp_graphs"):
         got = json.loads((tmp_path / "out" / f"{mode}.json").read_text())["loss"]
         assert len(got) == len(ref)
         for a, b in zip(got, ref):

@@ -170,8 +170,8 @@ class TrainConfig:
         if self.adamw == "triton" and self.parallel == "fsdp":
             raise ValueError("adamw=triton updates plain tensors; parallel=fsdp shards them (DTensors): "
                              "use adamw=torch or auto")
-        if self.cuda_graphs == "on" and self.parallel != "none":
-            raise ValueError(f"cuda_graphs=on runs in one process; parallel={self.parallel!r} is not supported "
+        if self.cuda_graphs == "on" and self.parallel == "fsdp":
+            raise ValueError("cuda_graphs=on runs in one process or under DDP; parallel='fsdp' is not supported "
                              "with it (use cuda_graphs=auto or off)")
         if self.seq_len > self.model.max_seq_len:
             raise ValueError(f"seq_len={self.seq_len} exceeds model.max_seq_len={self.model.max_seq_len}")

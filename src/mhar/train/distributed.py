@@ -181,7 +181,12 @@ class DistributedTrainer(Trainer):
         return data if first else super().build_data()
 
     def wrap_model(self, module: nn.Module) -> nn.Module:
-        if self.parallel == "ddp":
+        if self.parallel == "ddp" and self.use_graphs:
+            # no DDP wrapper: the graphed step leaves this rank's gradients in one buffer and
+            # sync_gradients sums it across ranks; DDP's start, rank 0's weights everywhere, is kept
+            for t in [*self.model.parameters(), *self.model.buffers()]:
+                dist.broadcast(t.data, src=0)
+        elif self.parallel == "ddp":
             from torch.nn.parallel import DistributedDataParallel as DDP
 
             ids = [self.device.index if self.device.index is not None else torch.cuda.current_device()] \
@@ -195,8 +200,10 @@ class DistributedTrainer(Trainer):
         """Gradients are synchronised on the last micro-batch of a step only."""
         sync = (self._micro % self.cfg.grad_accum) == self.cfg.grad_accum - 1
         self._micro += 1
-        if self.parallel == "ddp":
+        if self._ddp is not None:
             self._ddp.require_backward_grad_sync = sync
+        elif self.parallel == "ddp":
+            pass  # graphed: sync_gradients sums the gradients after the step's last micro-batch
         else:
             self.model.set_requires_gradient_sync(sync)
         return self.loss_module(x, y)
@@ -223,6 +230,17 @@ class DistributedTrainer(Trainer):
         dist.all_reduce(total)
         self.model.train()
         return float(total[0] / total[1])
+
+    def flat_gradients(self) -> bool:
+        return self.parallel == "ddp"
+
+    def graph_loss_scale(self) -> float:
+        # sync_gradients sums the ranks' gradients: each rank's backward takes its share of the mean
+        return super().graph_loss_scale() / (self.world_size if self.parallel == "ddp" else 1)
+
+    def sync_gradients(self) -> None:
+        if self.parallel == "ddp" and self.graphed is not None:
+            dist.all_reduce(self.graphed.flat_grad)
 
     def reduce_loss(self, loss: Tensor) -> Tensor:
         loss = loss.detach().clone()

@@ -19,6 +19,10 @@ What the capture needs, and how it is met here:
   stream before the capture (as the PyTorch CUDA-graph recipe does);
 * no host synchronisation inside: the forward, the loss and the backward have none
   (the optimiser step and any check of the loss run outside the graph);
+* with ``flat_grads`` (multi-process data parallelism, where the ranks' gradients are
+  summed after the replay), the gradients are views of one flat buffer, so that one
+  all-reduce sums them all: the first graph zeroes the buffer, then its backward adds
+  into it (a write and a read of the gradients more than the default);
 * host memory the graph reads stays put: the routing kernels' pointer tables made in
   the capture are copied from pinned host buffers by graph nodes on every replay, so
   the graph keeps them (``routing.op.take_captured_tables``).
@@ -47,10 +51,12 @@ class GraphedStep:
     parameters' gradients with this batch's; ``run(x, y, accumulate=True)`` adds this
     batch's into them instead (gradient accumulation's later micro-batches). The
     gradients keep their addresses for the graphs' lifetime: never set them to None.
+    ``flat_grads=True``: every gradient is a view of :attr:`flat_grad` (the parameters
+    must share one dtype).
     """
 
     def __init__(self, loss_fn: Callable[[Tensor, Tensor], Tensor], params: Iterable[torch.nn.Parameter],
-                 x: Tensor, y: Tensor, scale: float = 1.0, warmup: int = 3):
+                 x: Tensor, y: Tensor, scale: float = 1.0, warmup: int = 3, flat_grads: bool = False):
         if not x.is_cuda:
             raise ValueError("CUDA graphs need a CUDA device; this batch is on " + str(x.device))
         self.params = [p for p in params if p.requires_grad]
@@ -64,8 +70,10 @@ class GraphedStep:
             for _ in range(warmup):
                 (loss_fn(self.x, self.y) * scale).backward()
         torch.cuda.current_stream().wait_stream(side)
-        for p in self.params:  # so that the capture allocates them in its pool, and replays write them
-            p.grad = None
+        self.flat_grad = _flat_gradients(self.params) if flat_grads else None
+        if self.flat_grad is None:
+            for p in self.params:  # so that the capture allocates them in its pool, and replays write them
+                p.grad = None
 
         torch.cuda.synchronize()
         torch.cuda.empty_cache()  # the warm-up's cached blocks: the capture allocates from its own pool
@@ -79,6 +87,8 @@ class GraphedStep:
     def _capture(self, pool) -> tuple[torch.cuda.CUDAGraph, Tensor]:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=pool):
+            if self.flat_grad is not None and pool is None:  # the first graph starts the step's sum
+                self.flat_grad.zero_()
             loss = self.loss_fn(self.x, self.y)
             (loss * self.scale).backward()
         torch.cuda.synchronize()
@@ -100,6 +110,24 @@ class GraphedStep:
             return self.accumulate_loss
         self.graph.replay()
         return self.loss
+
+
+# each gradient's view starts at a multiple of this many elements (aligned vector loads)
+FLAT_ALIGN = 64
+
+
+def _flat_gradients(params: list[torch.nn.Parameter]) -> Tensor:
+    """One zeroed buffer for all of ``params``' gradients, each ``p.grad`` set to its view."""
+    dtypes = {p.dtype for p in params}
+    if len(dtypes) != 1:
+        raise ValueError(f"flat gradients need one parameter dtype; these have {sorted(map(str, dtypes))}")
+    sizes = [-(-p.numel() // FLAT_ALIGN) * FLAT_ALIGN for p in params]
+    flat = torch.zeros(sum(sizes), dtype=params[0].dtype, device=params[0].device)
+    start = 0
+    for p, size in zip(params, sizes):
+        p.grad = flat[start:start + p.numel()].view_as(p)
+        start += size
+    return flat
 
 
 __all__ = ["GraphedStep"]

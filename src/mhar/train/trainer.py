@@ -177,16 +177,17 @@ class Trainer:
         # steps launched and not yet finished (launch_step / finish_step), and the device's
         # flag that every launched step was finite (adamw=triton)
         self._in_flight, self._healthy = 0, None
-        self.loss_module = self.wrap_model(LossModule(self.model, cfg.loss_chunk))
         one_cuda_process = self.device.type == "cuda" and cfg.parallel == "none" and world_size == 1
+        # (known before wrap_model: under DDP, graphed steps sum the ranks' gradients themselves)
+        self.use_graphs = cfg.cuda_graphs == "on" or (cfg.cuda_graphs == "auto" and one_cuda_process)
+        self.graphed: GraphedStep | None = None  # captured on the first step when use_graphs
+        self.loss_module = self.wrap_model(LossModule(self.model, cfg.loss_chunk))
         # the optimiser this run uses: "auto" is the Triton kernel on CUDA where the parameters
         # are plain tensors (one process or DDP; FSDP2 shards them into DTensors)
         triton_ok = self.device.type == "cuda" and cfg.parallel != "fsdp"
         self.adamw = cfg.adamw if cfg.adamw != "auto" else ("triton" if triton_ok else "torch")
         self.optimizer = build_optimizer(self.model, cfg.lr, cfg.weight_decay, (cfg.beta1, cfg.beta2), cfg.eps,
                                          cfg.decay_all, impl=self.adamw)
-        self.use_graphs = cfg.cuda_graphs == "on" or (cfg.cuda_graphs == "auto" and one_cuda_process)
-        self.graphed: GraphedStep | None = None  # captured on the first step when use_graphs
         if resume_state is not None:
             self.load_state_dict(resume_state)
             if self.is_main():  # only once the checkpoint has loaded: a refused resume keeps the folder's config
@@ -239,6 +240,19 @@ class Trainer:
         return self.rank == 0
 
     # hooks for multi-process training (mhar.train.distributed overrides them)
+    def sync_gradients(self) -> None:
+        """After a step's last backward: nothing here; under DDP with CUDA graphs, the sum
+        of the ranks' gradients (the graphs leave each rank's own)."""
+
+    def flat_gradients(self) -> bool:
+        """Whether a graphed step keeps the gradients in one buffer (for one all-reduce)."""
+        return False
+
+    def graph_loss_scale(self) -> float:
+        """What a graphed backward multiplies the loss by: the mean over micro-batches (and,
+        where :meth:`sync_gradients` sums the ranks' gradients, over ranks)."""
+        return 1.0 / self.cfg.grad_accum
+
     def reduce_loss(self, loss: Tensor) -> Tensor:
         """The step's summed micro-batch loss as logged: identity here, the mean over
         ranks under DDP / FSDP2."""
@@ -404,6 +418,7 @@ class Trainer:
                     loss = self.compute_loss(x, y)
                 (loss / c.grad_accum).backward()
             loss_sum += loss.detach().float()
+        self.sync_gradients()
         loss_sum = self.reduce_loss(loss_sum)
         max_norm = c.grad_clip if c.grad_clip > 0 else math.inf
         if self.adamw == "triton":
@@ -494,7 +509,8 @@ class Trainer:
                 with torch.autocast("cuda", dtype=self.amp_dtype, enabled=self.amp_dtype is not None,
                                     cache_enabled=False):
                     return self.compute_loss(xb, yb)
-            self.graphed = GraphedStep(loss_fn, self.model.parameters(), x, y, scale=1.0 / self.cfg.grad_accum)
+            self.graphed = GraphedStep(loss_fn, self.model.parameters(), x, y, scale=self.graph_loss_scale(),
+                                       flat_grads=self.flat_gradients())
         return self.graphed
 
     def _divergence_message(self, what: str, value: float) -> str:
