@@ -317,12 +317,13 @@ def test_adamw_config_is_checked():
 
     with pytest.raises(ValueError, match="adamw='lion' is not one of auto, torch, triton"):
         apply_train_overrides(train_preset("tiny", "mhar"), ["adamw=lion"])
-    with pytest.raises(ValueError, match="adamw=triton runs in one process"):
-        apply_train_overrides(train_preset("tiny", "mhar"), ["adamw=triton", "parallel=ddp"])
+    with pytest.raises(ValueError, match="adamw=triton updates plain tensors; parallel=fsdp shards them"):
+        apply_train_overrides(train_preset("tiny", "mhar"), ["adamw=triton", "parallel=fsdp"])
+    apply_train_overrides(train_preset("tiny", "mhar"), ["adamw=triton", "parallel=ddp"])  # DDP's are plain
 
 
-def test_auto_is_torch_off_one_cuda_process(tmp_path):
-    """adamw=auto (the default) picks the kernel only for one process on CUDA."""
+def test_auto_is_torch_on_the_cpu(tmp_path):
+    """adamw=auto (the default) picks the kernel only on CUDA (one process or DDP)."""
     from mhar.train import Trainer, apply_train_overrides, train_preset
 
     cfg = apply_train_overrides(train_preset("tiny", "mhar"), ["device=cpu", "data.source=synthetic",

@@ -1,6 +1,7 @@
 """DDP and FSDP2 on the CPU (gloo, two processes started by torchrun): the loss
 sequence equals the single-process run with the same global batch (fp32, 1e-5
-relative), for every stream method; sharded (DCP) checkpoints resume at another
+relative), for every stream method, with the decoder's regions compiled, and under DDP
+with the Triton AdamW's step queued ahead; sharded (DCP) checkpoints resume at another
 world size, in another parallel mode, in one process, and through a consolidated
 single file."""
 
@@ -80,6 +81,16 @@ def runs(tmp_path_factory):
         for m, extra in METHODS.items():
             scenarios.append(dict(name=f"{mode}_{m}", method="mhar" if m.startswith("mhar") else m,
                                   run_dir=str(root / f"{mode}_{m}"), overrides=SHORT + extra + [f"parallel={mode}"]))
+        # the CUDA defaults' compiled regions inside DDP's / FSDP2's hooks
+        scenarios.append(dict(name=f"{mode}_regions", method="mhar", run_dir=str(root / f"{mode}_regions"),
+                              overrides=LONG + [f"parallel={mode}", "compile=regions"]))
+    # DDP's CUDA default, the Triton AdamW (its torch fallback on the CPU): fit queues a step
+    # ahead, its collectives in flight; then resumed from its step-2 checkpoint
+    scenarios.append(dict(name="ddp_triton", method="mhar", run_dir=str(root / "ddp_triton"),
+                          overrides=LONG + ["parallel=ddp", "adamw=triton"]))
+    scenarios.append(dict(name="ddp_triton_resumed", method="mhar", run_dir=str(root / "ddp_triton_resumed"),
+                          resume=True, overrides=LONG + ["parallel=ddp", "adamw=triton"],
+                          copy=[str(root / "ddp_triton"), "checkpoints/step_00000004"]))
     scenarios.append(dict(name="fsdp_from_single", method="mhar", run_dir=str(single), resume=True,
                           overrides=LONG + ["parallel=fsdp"]))
     # the DDP run's step-2 checkpoint (plain tensors, written once) resumed under FSDP2 (DTensor shards)
@@ -109,6 +120,22 @@ def test_loss_equals_single_process_with_accumulation(runs, mode):
     assert r["world_size"] == 2 and len(r["loss"]) == 4
     _close(r["loss"], ref["mhar"])
     _close(r["val"], ref["mhar_val"])  # validation split across the ranks
+
+
+@pytest.mark.parametrize("mode", ["ddp", "fsdp"])
+def test_compiled_regions_follow_single_process(runs, mode):
+    _, ref, dist = runs
+    _close(dist[f"{mode}_regions"]["loss"], ref["mhar"])
+    _close(dist[f"{mode}_regions"]["val"], ref["mhar_val"])
+
+
+def test_ddp_with_the_triton_adamw_follows_single_process_and_resumes(runs):
+    _, ref, dist = runs
+    run, resumed = dist["ddp_triton"], dist["ddp_triton_resumed"]
+    assert run["adamw"] == "triton" and run["ddp_wrapper"]
+    _close(run["loss"], ref["mhar"])
+    assert resumed["start"] == 2
+    _close(resumed["loss"], ref["mhar"])
 
 
 @pytest.mark.parametrize("mode", ["ddp", "fsdp"])

@@ -96,18 +96,19 @@ class TrainConfig:
     log_every: int = 1
     device: str = "auto"
     dtype: str = "auto"  # auto: bf16 autocast on CUDA, fp32 on CPU
-    # auto: regions for one process on CUDA, off otherwise; regions: each sublayer kind
+    # auto: regions on CUDA (one process, DDP or FSDP2), off on the CPU; regions: each sublayer kind
     # compiled once (Decoder.compile_regions); full: the whole loss module (slow to compile
     # at depth, measured no faster); off. true / false (older configs) mean full / off.
     compile: str = "auto"
     # replay each micro-batch's forward+backward as a CUDA graph (mhar.train.graphs):
-    # auto = on for one process on a CUDA device, off otherwise
+    # auto = on for one process on a CUDA device, off otherwise; on: also under DDP (no DDP
+    # wrapper: the gradients are summed across ranks after the step, docs/distributed.md)
     cuda_graphs: str = "auto"
     # torch: torch's AdamW (fused on CUDA) after clip_grad_norm_; triton: one Triton
-    # kernel with the clip's scale folded in (mhar.train.adamw_kernel; one process);
-    # auto = triton for one process on a CUDA device (on an H200 the baseline's steps were
-    # 1.5-2.6% shorter with it at 350M and 1B: bench/results/step_h200.md, session 10),
-    # torch otherwise
+    # kernel with the clip's scale folded in (mhar.train.adamw_kernel; plain tensors: one
+    # process or DDP, not FSDP2); auto = triton on CUDA except under FSDP2 (on an H200 the
+    # baseline's steps were 1.5-2.6% shorter with it at 350M and 1B:
+    # bench/results/step_h200.md, session 10), torch otherwise
     adamw: str = "auto"
     # recompute each sublayer in backward instead of keeping its activations: less
     # memory for about a third more compute (the stream's sources are kept either way).
