@@ -63,7 +63,7 @@ def measure(args, method: str, parallel: str) -> dict | None:
 
     from mhar.train import apply_train_overrides, train_preset
     from mhar.train.metrics import read_metrics
-    from mhar.train.trainer import Trainer
+    from mhar.train.trainer import Trainer, release_memory
 
     total = args.warmup + args.steps
     over = [f"batch_size={args.batch}", f"seq_len={args.seq}", f"grad_accum={args.accum}", "data.source=synthetic",
@@ -115,8 +115,7 @@ def measure(args, method: str, parallel: str) -> dict | None:
     peak = torch.cuda.max_memory_allocated(dev) / 2**30 if cuda else 0.0
     settings = {"compile": trainer.compile_mode(), "adamw": trainer.adamw, "cuda_graphs": trainer.use_graphs}
     del trainer
-    if cuda:
-        torch.cuda.empty_cache()
+    release_memory()  # the next row's peak must not count this trainer (its model sits in reference cycles)
     if rank != 0:
         return None
     result = {
