@@ -57,7 +57,8 @@ def measure(args, method: str, parallel: str) -> dict | None:
     """Time ``args.warmup + args.steps`` trainer steps; the result on rank 0 (None elsewhere).
     ``--loop fit`` (the default) runs ``Trainer.fit`` and takes its own step times (so a
     step may be queued before the last one's loss is read, as in ``mhar train``), with no
-    checkpoint and one small evaluation at the end, after the timed steps; ``--loop step``
+    checkpoint and one small evaluation at the end, after the timed steps and one untimed
+    step; ``--loop step``
     calls ``train_step`` one at a time, synchronising around each."""
     import torch
 
@@ -66,9 +67,12 @@ def measure(args, method: str, parallel: str) -> dict | None:
     from mhar.train.trainer import Trainer, release_memory
 
     total = args.warmup + args.steps
+    # fit runs one step more, untimed: with a step queued ahead, the last step's time is only
+    # what was left of it when the step before it finished
+    runs = total + (args.loop == "fit")
     over = [f"batch_size={args.batch}", f"seq_len={args.seq}", f"grad_accum={args.accum}", "data.source=synthetic",
-            f"data.vocab_size={args.vocab}", "data.val_windows=2", f"steps={total}", f"eval_every={total}",
-            f"checkpoint_every={total}", f"compile={args.compile}", f"parallel={parallel}", f"device={args.device}",
+            f"data.vocab_size={args.vocab}", "data.val_windows=2", f"steps={runs}", f"eval_every={runs}",
+            f"checkpoint_every={runs}", f"compile={args.compile}", f"parallel={parallel}", f"device={args.device}",
             "warmup=2"]
     if method != "baseline":  # the fused kernels' chunked two-phase schedule, as `mhar bench step`
         over += ["stream.schedule=two-phase", f"stream.chunk={args.chunk}"]
@@ -94,7 +98,7 @@ def measure(args, method: str, parallel: str) -> dict | None:
     if args.loop == "fit":
         trainer.save_checkpoint = lambda: None  # a timing run: nothing to resume
         trainer.fit()
-        times = trainer.step_seconds[args.warmup:]
+        times = trainer.step_seconds[args.warmup:total]
         losses = [r["loss"] for r in read_metrics(run_dir)] if rank == 0 else []
     else:
         times, losses = [], []

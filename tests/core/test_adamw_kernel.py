@@ -200,57 +200,15 @@ def test_interp_trainer_stops_before_the_update_on_a_nan_loss(tmp_path):
             assert torch.equal(now["state"][i][key], s[key]), key
 
 
-def _fused_torch_trainer():
-    """The Trainer with torch's fused AdamW, as adamw=torch builds it on CUDA (the CPU has
-    the fused kernel too, but the trainer picks it on CUDA only): its update is checked on
-    the device (``found_inf``), so fit queues a step ahead."""
-    from mhar.train import Trainer
-
-    class FusedTorchAdamW(Trainer):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            for group in self.optimizer.param_groups:
-                group["fused"] = True
-            assert self.adamw == "torch" and self.checks_on_device()
-
-    return FusedTorchAdamW
-
-
-def test_fit_with_torchs_fused_adamw_queues_ahead_and_follows_torch(tmp_path):
-    """Torch's fused AdamW checked on the device (fit queues each step ahead, clipping on
-    the device) against torch's AdamW checked on the host: the same losses and norms."""
-    from mhar.train import Trainer, apply_train_overrides, train_preset
-    from mhar.train.metrics import read_metrics
-
-    cfg = apply_train_overrides(train_preset("tiny", "mhar"), SMALL_RUN + ["device=cpu", "grad_clip=0.05"])
-    ahead = []
-
-    class Fused(_fused_torch_trainer()):
-        def launch_step(self):
-            ahead.append(self._in_flight)  # steps queued and not finished when this one is
-            return super().launch_step()
-
-    Trainer(cfg, tmp_path / "host", progress=False).fit()
-    Fused(cfg, tmp_path / "fused", progress=False).fit()
-    host, fused = read_metrics(tmp_path / "host"), read_metrics(tmp_path / "fused")
-    assert max(ahead) == 1  # a step was queued before the last one finished
-    assert len(fused) == len(host) > 1 and all(r["grad_norm"] > 0.05 for r in host)
-    for a, b in zip(fused, host):
-        assert abs(a["loss"] - b["loss"]) <= 1e-5 * abs(b["loss"]), (a, b)
-        assert abs(a["grad_norm"] - b["grad_norm"]) <= 1e-4 * abs(b["grad_norm"]), (a, b)
-
-
-def _check_fit_stops_with_a_step_in_flight(tmp_path, fused_torch: bool = False) -> None:
+def _check_fit_stops_with_a_step_in_flight(tmp_path) -> None:
     """fit with adamw=triton queues step 4 before it reads step 3's loss; step 3's loss is
     NaN. The run stops at step 3 with the weights, moments and step counts of step 2: the
-    device skipped both updates (the CPU's torch fallback skips them on the host).
-    ``fused_torch``: the same with torch's fused AdamW, which skips them through its
-    ``found_inf`` and takes back its step counts itself."""
+    device skipped both updates (the CPU's torch fallback skips them on the host)."""
     from mhar.train import DivergenceError, Trainer, apply_train_overrides, train_preset
 
     seen = {}
 
-    class NanAtThirdStep(_fused_torch_trainer() if fused_torch else Trainer):
+    class NanAtThirdStep(Trainer):
         def compute_loss(self, x, y):
             loss = super().compute_loss(x, y)
             return loss * float("nan") if self.steps_launched == 2 else loss
@@ -265,8 +223,7 @@ def _check_fit_stops_with_a_step_in_flight(tmp_path, fused_torch: bool = False) 
             return out
 
     cfg = apply_train_overrides(train_preset("tiny", "mhar"), SMALL_RUN + [
-        "device=cpu", f"adamw={'torch' if fused_torch else 'triton'}", "steps=8", "eval_every=100",
-        "checkpoint_every=100"])
+        "device=cpu", "adamw=triton", "steps=8", "eval_every=100", "checkpoint_every=100"])
     t = NanAtThirdStep(cfg, tmp_path, progress=False)
     with pytest.raises(DivergenceError, match="loss is nan at step 3"):
         t.fit()
@@ -281,10 +238,6 @@ def _check_fit_stops_with_a_step_in_flight(tmp_path, fused_torch: bool = False) 
 
 def test_fit_stops_with_a_step_in_flight(tmp_path):
     _check_fit_stops_with_a_step_in_flight(tmp_path)
-
-
-def test_fit_with_torchs_fused_adamw_stops_with_a_step_in_flight(tmp_path):
-    _check_fit_stops_with_a_step_in_flight(tmp_path, fused_torch=True)
 
 
 @interp

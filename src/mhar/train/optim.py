@@ -29,8 +29,7 @@ def build_optimizer(model: nn.Module, lr: float, weight_decay: float, betas: tup
         from mhar.train.adamw_kernel import TritonAdamW
 
         return TritonAdamW(groups, lr=lr, betas=betas, eps=eps)
-    # the fused CUDA kernel (one launch for all parameters) where every parameter is on
-    # CUDA, FSDP2's sharded DTensors included (DTensor runs it on the local shards); the
-    # CPU keeps the default
-    fused = all(p.is_cuda for _, p in params)
+    # the fused CUDA kernel (one launch for all parameters) where every parameter is a
+    # plain CUDA tensor; FSDP2's sharded DTensors and the CPU keep the default
+    fused = all(p.is_cuda and type(p.data) is torch.Tensor for _, p in params)
     return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=fused or None)

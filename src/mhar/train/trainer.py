@@ -9,10 +9,9 @@ benchmarks) instead of copying the loop:
   module (default: regional compilation of the decoder on CUDA, see ``cfg.compile``);
 * :meth:`Trainer.compute_loss` - one micro-batch's loss;
 * :meth:`Trainer.launch_step` - queue one optimiser step (data, forward, backward,
-  update); :meth:`Trainer.finish_step` reads its loss and norm. Where the update's checks
-  run on the device (``adamw=triton``, or torch's fused AdamW on CUDA: see
-  :meth:`Trainer.checks_on_device`) :meth:`Trainer.fit` queues a step before it finishes
-  the one before (hooks that count steps read :attr:`Trainer.steps_launched`);
+  update); :meth:`Trainer.finish_step` reads its loss and norm. With ``adamw=triton``
+  :meth:`Trainer.fit` queues a step before it finishes the one before (hooks that count
+  steps read :attr:`Trainer.steps_launched`);
 * :meth:`Trainer.build_data` - loader, validation windows and vocabulary;
 * ``rank`` / ``world_size`` and :meth:`Trainer.is_main` - who logs and checkpoints.
 
@@ -176,7 +175,7 @@ class Trainer:
         self.peak_tflops, self.peak_from = device_peak_tflops(self.device, cfg.peak_tflops)
         self.step_seconds: list[float] = []  # this process's steps, for the summary's steady rate
         # steps launched and not yet finished (launch_step / finish_step), and the device's
-        # flag that every launched step was finite (checks_on_device)
+        # flag that every launched step was finite (adamw=triton)
         self._in_flight, self._healthy = 0, None
         one_cuda_process = self.device.type == "cuda" and cfg.parallel == "none" and world_size == 1
         # (known before wrap_model: under DDP, graphed steps sum the ranks' gradients themselves)
@@ -398,8 +397,8 @@ class Trainer:
         return self.finish_step(self.launch_step())
 
     def launch_step(self) -> LaunchedStep:
-        """Queue one optimiser step: its data, forward and backward, and the update. Where
-        :meth:`checks_on_device`, nothing waits for the device, so :meth:`fit` can queue the next
+        """Queue one optimiser step: its data, forward and backward, and the update. With
+        ``adamw=triton`` nothing waits for the device, so :meth:`fit` can queue the next
         step before it reads this one's loss (:meth:`finish_step`); otherwise the loss and
         norm are checked here, before the update. The step queued is number
         ``steps_launched + 1``."""
@@ -424,8 +423,6 @@ class Trainer:
         max_norm = c.grad_clip if c.grad_clip > 0 else math.inf
         if self.adamw == "triton":
             launched = self._kernel_update(loss_sum, max_norm, index, lr)
-        elif self.checks_on_device():
-            launched = self._fused_update(loss_sum, max_norm, index, lr)
         else:
             loss_value = float(loss_sum) / c.grad_accum
             if not math.isfinite(loss_value):
@@ -454,11 +451,9 @@ class Trainer:
             loss_value, grad_norm = float(launched.host[0]) / self.cfg.grad_accum, float(launched.host[1])
             for what, value in (("loss", loss_value), ("gradient norm", grad_norm)):
                 if not math.isfinite(value):
-                    # the device skipped this update and every one queued after it (_kernel_update,
-                    # _fused_update); torch's fused AdamW took back its step counts itself
-                    rewind = getattr(self.optimizer, "rewind_step", None)
-                    for _ in range(self._in_flight if rewind is not None else 0):
-                        rewind()
+                    # the device skipped this update and every one queued after it (_kernel_update)
+                    for _ in range(self._in_flight):
+                        self.optimizer.rewind_step()
                     self._in_flight, self._healthy = 0, None
                     self.zero_grad()
                     raise DivergenceError(self._divergence_message(what, value))
@@ -475,38 +470,10 @@ class Trainer:
         from mhar.train.adamw_kernel import clip_scale
 
         norm = self.gradient_norm()
-        self._chain_healthy(loss_sum, norm)
-        scale = torch.where(self._healthy, clip_scale(norm, max_norm), math.nan)
-        self.optimizer.step(grad_scale=scale)
-        return self._read_back(loss_sum, norm, index, lr)
-
-    def checks_on_device(self) -> bool:
-        """Whether the update can be queued without waiting for the device: the Triton
-        kernel, or torch's fused AdamW (CUDA, FSDP2's shards included), which skips a step
-        where its ``found_inf`` is set. Then :meth:`fit` queues a step ahead."""
-        if self.adamw == "triton":
-            return True
-        groups = self.optimizer.param_groups
-        return type(self.optimizer) is torch.optim.AdamW and all(g.get("fused") for g in groups)
-
-    def _fused_update(self, loss_sum: Tensor, max_norm: float, index: int, lr: float) -> LaunchedStep:
-        """The update with torch's fused AdamW, queued without waiting for the device:
-        clip_grad_norm_ scales the gradients on the device, and a loss or norm that is
-        not finite, here or in a step queued before, sets the optimiser's ``found_inf``,
-        which skips the update and takes back its step counts on the device."""
-        norm = self.clip_gradients(max_norm)
-        self._chain_healthy(loss_sum, norm)
-        self.optimizer.found_inf = (~self._healthy).float()  # read by torch's fused step
-        self.optimizer.step()
-        return self._read_back(loss_sum, norm, index, lr)
-
-    def _chain_healthy(self, loss_sum: Tensor, norm: Tensor) -> None:
-        """The device's flag that this step and every step queued before it are finite."""
         finite = torch.isfinite(norm) & torch.isfinite(loss_sum)
         self._healthy = finite if self._healthy is None else self._healthy & finite
-
-    def _read_back(self, loss_sum: Tensor, norm: Tensor, index: int, lr: float) -> LaunchedStep:
-        """A queued step's loss and norm, copied to the host behind its own work."""
+        scale = torch.where(self._healthy, clip_scale(norm, max_norm), math.nan)
+        self.optimizer.step(grad_scale=scale)
         values = torch.stack([loss_sum.float(), norm.float()])
         if self.device.type != "cuda":
             return LaunchedStep(index, lr, host=values)
@@ -519,7 +486,7 @@ class Trainer:
     @property
     def steps_launched(self) -> int:
         """Steps finished (``step``) and queued but not yet finished (at most one, in
-        :meth:`fit` when :meth:`checks_on_device`). While a step is being launched (its data, its
+        :meth:`fit` with ``adamw=triton``). While a step is being launched (its data, its
         ``compute_loss``), the steps before it."""
         return self.step + self._in_flight
 
@@ -562,10 +529,10 @@ class Trainer:
         if self.device.type == "cuda" and self.peak_tflops is None and self.step < c.steps and self.is_main():
             print(f"[{self.label}] note: no MFU is logged: {self.peak_from}", file=sys.stderr)
         bar = self._progress_bar()
-        # checks on the device: the next step is queued before this one's loss is read, so the host's
+        # adamw=triton: the next step is queued before this one's loss is read, so the host's
         # work (data, launches, logging) runs while the device computes, except before an
         # evaluation, a checkpoint or the end, which must see this step's weights alone
-        ahead_ok = self.checks_on_device()
+        ahead_ok = self.adamw == "triton"
         flight: list[LaunchedStep] = []  # launched, not finished: step + 1 (and step + 2)
         step_tokens = c.tokens_per_step * self.world_size
         try:
