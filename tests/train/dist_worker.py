@@ -24,6 +24,51 @@ def config(method, overrides):
     return apply_train_overrides(train_preset("tiny", method), SMALL + list(overrides))
 
 
+class EagerGraphedStep:
+    """What GraphedStep replays, run eagerly, for the CPU: with ``flat_grads`` the first
+    micro-batch zeroes the flat buffer and every backward adds into its views."""
+
+    def __init__(self, loss_fn, params, x, y, scale=1.0, warmup=3, flat_grads=False):
+        from mhar.train.graphs import _flat_gradients
+
+        self.params = [p for p in params if p.requires_grad]
+        self.loss_fn, self.scale = loss_fn, scale
+        self.flat_grad = _flat_gradients(self.params) if flat_grads else None
+
+    def run(self, x, y, accumulate=False):
+        if not accumulate:
+            if self.flat_grad is not None:
+                self.flat_grad.zero_()
+            else:
+                for p in self.params:
+                    p.grad = None
+        loss = self.loss_fn(x, y)
+        (loss * self.scale).backward()
+        return loss.detach()
+
+
+class GraphedDDPOnTheCPU(DistributedTrainer):
+    """DDP's graphed path (no DDP wrapper, the flat gradients all-reduced after the step)
+    with the graphs replaced by :class:`EagerGraphedStep`: the ranks' arithmetic, on gloo.
+    Rank 1 builds other weights, which rank 0's broadcast must replace."""
+
+    def build_model(self):
+        model = super().build_model()
+        if torch.distributed.get_rank() == 1:
+            noise = torch.Generator().manual_seed(1)
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.add_(torch.randn(p.shape, generator=noise, dtype=p.dtype))
+        return model
+
+    def wrap_model(self, module):
+        import mhar.train.trainer as trainer_module
+
+        trainer_module.GraphedStep = EagerGraphedStep
+        self.use_graphs = True
+        return super().wrap_model(module)
+
+
 def main(spec_path):
     spec = json.loads(Path(spec_path).read_text())
     out = Path(spec["out"])
@@ -38,8 +83,8 @@ def main(spec_path):
                     shutil.rmtree(Path(sc["run_dir"]) / drop)
                 torch.distributed.barrier()
             cfg = config(sc["method"], sc["overrides"])
-            trainer = DistributedTrainer(cfg, sc["run_dir"], resume=sc.get("resume", False), quiet=True,
-                                         progress=False)
+            cls = GraphedDDPOnTheCPU if sc.get("eager_graphs") else DistributedTrainer
+            trainer = cls(cfg, sc["run_dir"], resume=sc.get("resume", False), quiet=True, progress=False)
             start = trainer.step
             trainer.fit()
             if info.rank == 0:

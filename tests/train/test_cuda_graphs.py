@@ -220,6 +220,21 @@ def test_replayed_routing_survives_pointer_table_churn():
         assert err < 1e-2, err
 
 
+def test_flat_gradients_are_aligned_views_of_one_zeroed_buffer():
+    from mhar.train.graphs import FLAT_ALIGN, _flat_gradients
+
+    params = [torch.nn.Parameter(torch.randn(shape)) for shape in [(3, 5), (7,), (64,), (2, 3, 4)]]
+    flat = _flat_gradients(params)
+    assert flat.numel() == 64 + 64 + 64 + 64 and not flat.any()
+    for i, p in enumerate(params):
+        assert p.grad.shape == p.shape and p.grad.untyped_storage().data_ptr() == flat.untyped_storage().data_ptr()
+        assert p.grad.storage_offset() == i * FLAT_ALIGN
+    params[1].grad += 1.0  # an add through the view is the buffer's
+    assert float(flat.sum()) == 7.0
+    with pytest.raises(ValueError, match="one parameter dtype"):
+        _flat_gradients([torch.nn.Parameter(torch.zeros(2)), torch.nn.Parameter(torch.zeros(2, dtype=torch.float64))])
+
+
 def test_cuda_graphs_errors(tmp_path):
     with pytest.raises(ValueError, match="one process or under DDP"):
         apply_train_overrides(train_preset("tiny", "baseline"), SMALL + ["cuda_graphs=on", "parallel=fsdp"])

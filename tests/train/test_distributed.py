@@ -64,6 +64,7 @@ def runs(tmp_path_factory):
     Trainer(_cfg("mhar", *LONG, "batch_size=4"), root / "ref_mhar", progress=False).fit()
     ref["mhar"] = _losses(root / "ref_mhar")
     ref["mhar_val"] = _vals(root / "ref_mhar")
+    ref["mhar_norm"] = [r["grad_norm"] for r in read_metrics(root / "ref_mhar")]
     for m, extra in METHODS.items():
         Trainer(_cfg(m, *SHORT, *extra, "batch_size=4"), root / f"ref_{m}", progress=False).fit()
         ref[m] = _losses(root / f"ref_{m}")
@@ -91,6 +92,10 @@ def runs(tmp_path_factory):
     scenarios.append(dict(name="ddp_triton_resumed", method="mhar", run_dir=str(root / "ddp_triton_resumed"),
                           resume=True, overrides=LONG + ["parallel=ddp", "adamw=triton"],
                           copy=[str(root / "ddp_triton"), "checkpoints/step_00000004"]))
+    # DDP's graphed path with the graphs run eagerly (GraphedDDPOnTheCPU): rank 1 builds other
+    # weights, so the broadcast of rank 0's matters; accumulation, checkpoints
+    scenarios.append(dict(name="ddp_flat", method="mhar", run_dir=str(root / "ddp_flat"), eager_graphs=True,
+                          overrides=LONG + ["parallel=ddp"]))
     scenarios.append(dict(name="fsdp_from_single", method="mhar", run_dir=str(single), resume=True,
                           overrides=LONG + ["parallel=fsdp"]))
     # the DDP run's step-2 checkpoint (plain tensors, written once) resumed under FSDP2 (DTensor shards)
@@ -127,6 +132,18 @@ def test_compiled_regions_follow_single_process(runs, mode):
     _, ref, dist = runs
     _close(dist[f"{mode}_regions"]["loss"], ref["mhar"])
     _close(dist[f"{mode}_regions"]["val"], ref["mhar_val"])
+
+
+def test_ddp_graphed_path_sums_the_ranks_flat_gradients(runs):
+    """parallel=ddp with cuda_graphs=on, its graphs run eagerly on the CPU: no DDP wrapper,
+    rank 0's weights broadcast, each rank's gradients in one flat buffer summed by one
+    all-reduce: the single-process losses."""
+    _, ref, dist = runs
+    r = dist["ddp_flat"]
+    assert r["cuda_graphs"] and not r["ddp_wrapper"]
+    _close(r["loss"], ref["mhar"])
+    _close(r["val"], ref["mhar_val"])
+    _close(r["grad_norm"], ref["mhar_norm"], rtol=1e-4)  # (AdamW alone hardly sees a gradient's scale)
 
 
 def test_ddp_with_the_triton_adamw_follows_single_process_and_resumes(runs):
