@@ -58,8 +58,7 @@ def measure(args, method: str, parallel: str) -> dict | None:
     ``--loop fit`` (the default) runs ``Trainer.fit`` and takes its own step times (so a
     step may be queued before the last one's loss is read, as in ``mhar train``), with no
     checkpoint and one small evaluation at the end, after the timed steps and one untimed
-    step; ``--loop step``
-    calls ``train_step`` one at a time, synchronising around each."""
+    step; ``--loop step`` calls ``train_step`` one at a time, synchronising around each."""
     import torch
 
     from mhar.train import apply_train_overrides, train_preset

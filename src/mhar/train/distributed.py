@@ -200,12 +200,10 @@ class DistributedTrainer(Trainer):
         """Gradients are synchronised on the last micro-batch of a step only."""
         sync = (self._micro % self.cfg.grad_accum) == self.cfg.grad_accum - 1
         self._micro += 1
-        if self._ddp is not None:
-            self._ddp.require_backward_grad_sync = sync
-        elif self.parallel == "ddp":
-            pass  # graphed: sync_gradients sums the gradients after the step's last micro-batch
-        else:
+        if self.parallel == "fsdp":
             self.model.set_requires_gradient_sync(sync)
+        elif self._ddp is not None:  # (graphed DDP has no wrapper: sync_gradients sums after the step)
+            self._ddp.require_backward_grad_sync = sync
         return self.loss_module(x, y)
 
     @torch.no_grad()
@@ -231,7 +229,7 @@ class DistributedTrainer(Trainer):
         self.model.train()
         return float(total[0] / total[1])
 
-    def flat_gradients(self) -> bool:
+    def graph_flat_gradients(self) -> bool:
         return self.parallel == "ddp"
 
     def graph_loss_scale(self) -> float:

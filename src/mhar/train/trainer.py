@@ -244,7 +244,7 @@ class Trainer:
         """After a step's last backward: nothing here; under DDP with CUDA graphs, the sum
         of the ranks' gradients (the graphs leave each rank's own)."""
 
-    def flat_gradients(self) -> bool:
+    def graph_flat_gradients(self) -> bool:
         """Whether a graphed step keeps the gradients in one buffer (for one all-reduce)."""
         return False
 
@@ -510,7 +510,7 @@ class Trainer:
                                     cache_enabled=False):
                     return self.compute_loss(xb, yb)
             self.graphed = GraphedStep(loss_fn, self.model.parameters(), x, y, scale=self.graph_loss_scale(),
-                                       flat_grads=self.flat_gradients())
+                                       flat_grads=self.graph_flat_gradients())
         return self.graphed
 
     def _divergence_message(self, what: str, value: float) -> str:
