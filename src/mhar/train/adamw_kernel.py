@@ -14,7 +14,7 @@ the norm's read and the update's seven passes, eight in all.
 runs this kernel when every parameter of a group is a contiguous fp32 CUDA tensor (or
 on the CPU under ``TRITON_INTERPRET=1``, for the tests), and torch's own step
 otherwise. The trainer uses it with ``adamw=triton``, which ``adamw=auto`` (the default)
-picks for one process on CUDA.
+picks on CUDA in one process or under DDP (not FSDP2, whose parameters are DTensors).
 
 Layout: each tensor is cut into chunks of ``BLOCK`` elements. A program takes one chunk,
 found through a chunk table (tensor index, start), and reads the tensor's data pointers
