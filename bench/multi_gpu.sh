@@ -12,7 +12,9 @@
 # Usage (repository root, a machine with >= 2 GPUs):
 #   OUT=bench/results/multi_gpu_local bash bench/multi_gpu.sh
 # SUITE_TIMEOUT_S (default 380) caps the job; what finished before is kept. MODES (default
-# none,ddp,fsdp) and BENCH_ARGS (preset, batch, steps) can be changed.
+# none,ddp,fsdp) and BENCH_ARGS (preset, batch, steps) can be changed. A second job then
+# runs DDP with cuda_graphs=on into $OUT/ddp_graphs (GRAPHS_TIMEOUT_S, default 200; 0 skips
+# it); the table has both.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # NVLink multicast stays off
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-8}
@@ -21,6 +23,7 @@ OUT=${OUT:-bench/results/multi_gpu_local}
 PY=${PYTHON:-python3}
 NGPU=${NGPU:-2}
 SUITE_TIMEOUT_S=${SUITE_TIMEOUT_S:-380}
+GRAPHS_TIMEOUT_S=${GRAPHS_TIMEOUT_S:-200}  # 0: skip DDP with cuda_graphs=on
 MODES=${MODES:-none,ddp,fsdp}  # MODES=none,ddp: skip FSDP2 when device time is short
 ARGS=${BENCH_ARGS:-"--preset paper-350m --batch 16 --seq 1024 --warmup 3 --steps 8"}
 export MHAR_COMMIT=${MHAR_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
@@ -40,5 +43,14 @@ timeout "$SUITE_TIMEOUT_S" $PY -m torch.distributed.run --standalone --nproc_per
   --suite "$OUT" --methods baseline,mhar --modes "$MODES" $ARGS 2>&1 | grep -v '^W.*torch/distributed/run.py' | tee -a "$LOG"
 echo "rc=${PIPESTATUS[0]} after $(( $(date +%s) - START ))s" | tee -a "$LOG"
 
-$PY bench/multi_gpu.py --table "$OUT"/*.json > "$OUT/table.md" 2>&1
+# DDP again with its steps replayed from CUDA graphs (opt in: cuda_graphs=on), into its own folder
+if [ "$GRAPHS_TIMEOUT_S" -gt 0 ]; then
+  echo "# the same, --modes ddp cuda_graphs=on, into $OUT/ddp_graphs" | tee -a "$LOG"
+  timeout "$GRAPHS_TIMEOUT_S" $PY -m torch.distributed.run --standalone --nproc_per_node="$NGPU" bench/multi_gpu.py \
+    --suite "$OUT/ddp_graphs" --methods baseline,mhar --modes ddp $ARGS cuda_graphs=on 2>&1 \
+    | grep -v '^W.*torch/distributed/run.py' | tee -a "$LOG"
+  echo "rc=${PIPESTATUS[0]} after $(( $(date +%s) - START ))s" | tee -a "$LOG"
+fi
+
+$PY bench/multi_gpu.py --table "$OUT"/*.json $(ls "$OUT"/ddp_graphs/*.json 2>/dev/null) > "$OUT/table.md" 2>&1
 echo; cat "$OUT/table.md"
