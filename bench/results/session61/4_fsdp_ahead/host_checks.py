@@ -1,6 +1,7 @@
 """bench/multi_gpu.py with the update's checks on the host, as before session 61's
 _fused_update: fit reads each step's loss and norm before it queues the next step
-(Trainer.checks_on_device is False). Same arguments."""
+(Trainer.checks_on_device is False). Same arguments. It ran at 933c9a0; the device
+checks it switches off were reverted after this call, so it runs only at that commit."""
 import runpy
 import sys
 from pathlib import Path
