@@ -95,6 +95,54 @@ def test_disk_full_is_reported_and_previous_kept(tmp_path, monkeypatch):
     assert ckpt.load_checkpoint(tmp_path / "step_00000001.pt") == {"step": 1}
 
 
+def test_disk_full_inside_torch_save(tmp_path, monkeypatch):
+    """torch.save itself on a disk that fills up: its zip writer raises a RuntimeError
+    whose context is the OSError (what a real full disk gave, session 62)."""
+    ckpt.save_checkpoint({"step": 1}, tmp_path, 1)
+    real_open = open
+
+    class FillingFile:
+        def __init__(self, f):
+            self.f, self.left = f, 300
+
+        def write(self, b):
+            if len(b) > self.left:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            self.left -= len(b)
+            return self.f.write(b)
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+    monkeypatch.setattr(ckpt, "open", lambda *a, **k: FillingFile(real_open(*a, **k)), raising=False)
+    with pytest.raises(CheckpointError, match=r"disk full.*step_00000002.*step_00000001.pt is kept") as info:
+        ckpt.save_checkpoint({"step": 2, "w": torch.zeros(1000)}, tmp_path, 2)
+    assert not isinstance(info.value.__cause__, OSError)  # torch wrapped it: the test covers the wrapping
+    assert [p.name for p in tmp_path.iterdir()] == ["step_00000001.pt"]
+
+
+def test_write_error_finds_the_os_error():
+    disk_full = OSError(errno.ENOSPC, "No space left on device")
+    try:
+        try:
+            raise disk_full
+        except OSError:
+            raise RuntimeError("unexpected pos")
+    except RuntimeError as err:
+        assert ckpt.write_error(err) is disk_full
+
+    class Gathered(BaseException):  # DCP's CheckpointException: rank -> (exception, traceback)
+        failures = {0: (ValueError("x"), None), 1: (disk_full, None)}
+    assert ckpt.write_error(Gathered()) is disk_full
+    assert ckpt.write_error(RuntimeError("a bug, not a write")) is None
+
+
 def test_disk_full_during_training(tmp_path, small_cfg, monkeypatch):
     t = Trainer(small_cfg("baseline", "steps=4", "checkpoint_every=2"), tmp_path / "r", progress=False)
     real = ckpt.torch.save

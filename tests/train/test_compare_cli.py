@@ -226,9 +226,10 @@ def test_out_that_is_a_file_is_one_line(tmp_path, run_cli):
     # line, not a FileExistsError / PermissionError traceback
     taken = tmp_path / "notes.txt"
     taken.write_text("mine")
-    code, _, err = run_cli("train", "--out", taken, "--quiet", *SMALL, "steps=1")
-    assert code == 2 and err.count("\n") == 1, err
-    assert err.startswith("mhar train: error: ") and str(taken) in err and "exists" in err.lower()
+    for command in ("train", "compare"):
+        code, _, err = run_cli(command, "--out", taken, "--quiet", *SMALL, "steps=1")
+        assert code == 2 and err.count("\n") == 1, err
+        assert err.startswith(f"mhar {command}: error: ") and f"{taken} is a file" in err
     assert taken.read_text() == "mine"
 
 
@@ -269,6 +270,9 @@ def test_train_from_a_saved_config(tmp_path, run_cli):
     assert a["model"] == b["model"] and b["steps"] == 2
     code, _, err = run_cli("train", "--config", tmp_path / "nope.json", "--out", tmp_path / "c")
     assert code == 2 and "nope.json" in err
+    (tmp_path / "bad.json").write_text("{steps: 2}")
+    code, _, err = run_cli("train", "--config", tmp_path / "bad.json", "--out", tmp_path / "c")
+    assert code == 2 and err.count("\n") == 1 and "bad.json is not a training config: invalid JSON" in err, err
 
 
 def _all_actions():

@@ -5,6 +5,7 @@ with the Triton AdamW's step queued ahead; sharded (DCP) checkpoints resume at a
 world size, in another parallel mode, in one process, and through a consolidated
 single file."""
 
+import errno
 import json
 import shutil
 import subprocess
@@ -15,7 +16,7 @@ import torch
 
 from train_helpers import PYTHON, SMALL, subprocess_env
 
-from mhar.train import Trainer, apply_train_overrides, train_preset
+from mhar.train import Trainer, TrainingError, apply_train_overrides, train_preset
 from mhar.train import dcp as dcpio
 from mhar.train.metrics import read_metrics
 
@@ -218,28 +219,31 @@ def test_two_process_checkpoint_resumes_in_one_process(runs, tmp_path):
 
 
 def test_consolidated_checkpoint_resumes_without_process_group(runs, tmp_path, run_cli):
-    """``mhar consolidate`` writes the single-process format: the plain Trainer
-    resumes it and continues the loss sequence."""
+    """``mhar consolidate`` writes the single-process format: ``mhar train --resume`` on
+    the folder it was written into (no config.json: the file's own config, parallel=none)
+    runs in one process and continues the loss sequence."""
     root, ref, _ = runs
     run = tmp_path / "single"
     run.mkdir()
-    shutil.copy(root / "fsdp_mhar" / "config.json", run / "config.json")
-    shutil.copy(root / "fsdp_mhar" / "metrics.jsonl", run / "metrics.jsonl")
+    shutil.copy(root / "fsdp_mhar" / "metrics.jsonl", run / "metrics.jsonl")  # the losses before step 2
     code, out, err = run_cli("consolidate", root / "fsdp_mhar" / "checkpoints" / "step_00000002",
                              "--out", run / "checkpoints" / "step_00000002.pt")
     assert code == 0, err
     state = torch.load(run / "checkpoints" / "step_00000002.pt", weights_only=False)
-    assert state["step"] == 2 and "embed.weight" in state["model"]
+    assert state["step"] == 2 and "embed.weight" in state["model"] and state["config"]["parallel"] == "none"
     assert all(not hasattr(v, "to_local") for v in state["model"].values())
-    t = Trainer(_cfg("mhar", *LONG, "batch_size=4"), run, resume=True, progress=False)
-    assert t.step == 2
-    t.fit()
+    code, out, err = run_cli("train", "--resume", "--quiet", "--out", run, "batch_size=4")
+    assert code == 0, err
+    assert "config.json does not exist; using the config saved in" in err and "(none)" not in out
+    assert json.loads((run / "config.json").read_text())["parallel"] == "none"
     _close(_losses(run), ref["mhar"])
 
 
 def test_consolidate_refuses_non_checkpoint(tmp_path, run_cli):
     code, out, err = run_cli("consolidate", tmp_path, "--out", tmp_path / "x.pt")
     assert code == 2 and "neither a DCP checkpoint" in err
+    code, out, err = run_cli("consolidate", tmp_path, "--out", tmp_path)  # a folder, not the file to write
+    assert code == 2 and "is a folder; --out names the .pt file" in err
 
 
 def test_parallel_config_validation():
@@ -325,5 +329,54 @@ def test_single_process_run_refuses_a_folder_with_sharded_checkpoints(tmp_path):
     metrics = (run / "metrics.jsonl").read_text()
     with pytest.raises(ValueError, match="already holds checkpoints; pass --resume"):
         Trainer(_cfg("baseline", "steps=1"), run, progress=False)
+    with pytest.raises(FileNotFoundError, match="only a multi-process run's sharded checkpoints.*consolidate"):
+        Trainer(_cfg("baseline", "steps=2"), run, resume=True, progress=False)
     assert (run / "metrics.jsonl").read_text() == metrics
     assert json.loads((run / "config.json").read_text())["parallel"] == "ddp"
+
+
+def test_full_disk_during_a_sharded_checkpoint(tmp_path, monkeypatch):
+    """A write that fails inside DCP (torch.save's zip writer on a full disk, as a real one
+    fails: a RuntimeError whose context is the OSError, which DCP's gathered failure does
+    not keep) is one TrainingError naming the checkpoint, the error and the disk's free
+    space; the temporary folder is removed and the earlier checkpoint kept."""
+    from mhar.train.distributed import DistributedTrainer, init_distributed, shutdown
+
+    real = torch.save
+    run = tmp_path / "run"
+
+    def filling_disk(obj, f, *a, **k):
+        if (run / "checkpoints" / ".step_00000002.tmp").exists():  # the disk fills up at step 2's checkpoint
+            try:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            except OSError:
+                raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
+        return real(obj, f, *a, **k)
+
+    init_distributed("cpu")
+    try:
+        t = DistributedTrainer(_cfg("baseline", "steps=2", "checkpoint_every=1", "parallel=ddp"), run,
+                               progress=False)
+        monkeypatch.setattr(torch, "save", filling_disk)
+        with pytest.raises(TrainingError, match=r"could not write checkpoint .*step_00000002 \(RuntimeError: "
+                                                r".*unexpected pos.* MiB free on its disk\); earlier"):
+            t.fit()
+    finally:
+        shutdown()
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_00000001"]
+
+
+def test_keep_last_counts_one_process_checkpoints_too(tmp_path):
+    """A one-process run resumed under torchrun: keep_last prunes its older .pt files along
+    with the sharded folders, oldest first."""
+    from mhar.train.distributed import DistributedTrainer, init_distributed, shutdown
+
+    run = tmp_path / "run"
+    Trainer(_cfg("baseline", "steps=2", "checkpoint_every=1", "keep_last=0"), run, progress=False).fit()
+    init_distributed("cpu")
+    try:
+        DistributedTrainer(_cfg("baseline", "steps=4", "checkpoint_every=1", "keep_last=2", "parallel=ddp"), run,
+                           resume=True, progress=False).fit()
+    finally:
+        shutdown()
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_00000003", "step_00000004"]

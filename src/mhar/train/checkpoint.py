@@ -63,6 +63,30 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+def write_error(err: BaseException) -> OSError | None:
+    """The operating system's error behind a failed write, or None. ``torch.save`` reports
+    a full disk as a RuntimeError of its zip writer (the OSError is its context), and
+    DCP as a CheckpointException holding each failed rank's exception."""
+    stack, seen = [err], set()
+    while stack:
+        e = stack.pop()
+        if isinstance(e, tuple):  # DCP's failures: rank -> (exception, traceback)
+            e = e[0] if e else None
+        if not isinstance(e, BaseException) or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, OSError):
+            return e
+        stack += [e.__cause__, e.__context__, *(getattr(e, "failures", None) or {}).values()]
+    return None
+
+
+def write_error_message(os_err: OSError, path: Path, kept: str) -> str:
+    if os_err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"disk full while writing checkpoint {path} ({os_err.strerror}); {kept}"
+    return f"could not write checkpoint {path}: {os_err}; {kept}"
+
+
 def save_checkpoint(state: dict[str, Any], folder: str | Path, step: int, keep_last: int = 0) -> Path:
     """Write ``state`` atomically as ``folder/step_XXXXXXXX.pt``; then keep only the
     newest ``keep_last`` checkpoints (0: keep all). A full disk (or any write error)
@@ -79,12 +103,13 @@ def save_checkpoint(state: dict[str, Any], folder: str | Path, step: int, keep_l
             os.fsync(f.fileno())
         os.replace(tmp, final)
         _fsync_dir(folder)
-    except OSError as err:
+    except Exception as err:
         tmp.unlink(missing_ok=True)
+        os_err = write_error(err)
+        if os_err is None:
+            raise
         kept = f"the previous checkpoint {previous[-1][1]} is kept" if previous else "no earlier checkpoint exists"
-        if err.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise CheckpointError(f"disk full while writing checkpoint {final} ({err.strerror}); {kept}") from err
-        raise CheckpointError(f"could not write checkpoint {final}: {err}; {kept}") from err
+        raise CheckpointError(write_error_message(os_err, final, kept)) from err
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -103,6 +128,24 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     except FileNotFoundError:
         raise
     except Exception as err:  # truncated or foreign file
+        raise CheckpointError(f"checkpoint {path} cannot be read: {err}") from err
+
+
+def saved_config(folder: str | Path) -> tuple[Path, dict[str, Any]] | None:
+    """The training config (a dict) saved in the newest checkpoint in ``folder``, one
+    process's ``step_N.pt`` or a multi-process run's ``step_N/``, with its path; None
+    if there is none. Reads no tensor (a .pt file is memory-mapped)."""
+    from mhar.train import dcp
+
+    found = sorted(list_checkpoints(folder) + dcp.list_checkpoints(folder))
+    if not found:
+        return None
+    path = found[-1][1]
+    if path.is_dir():
+        return path, dcp.load_meta(path)["config"]
+    try:
+        return path, torch.load(path, map_location="cpu", weights_only=False, mmap=True)["config"]
+    except Exception as err:
         raise CheckpointError(f"checkpoint {path} cannot be read: {err}") from err
 
 

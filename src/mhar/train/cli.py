@@ -11,7 +11,8 @@ from mhar.cli import stderr_is_terminal
 from mhar.train.compare import DEFAULT_METHODS, comparison_table, default_out, method_config, run_methods, write_report
 from mhar.train.config import TRAIN_PRESETS, TrainConfig, apply_train_overrides, train_preset
 from mhar.train.errors import TrainingError
-from mhar.train.metrics import CONFIG, throughput_text
+from mhar.train.checkpoint import saved_config
+from mhar.train.metrics import CHECKPOINTS, CONFIG, throughput_text
 
 OVERRIDES_HELP = ("dotted config overrides, e.g. steps=400 lr=1e-3 batch_size=16 stream.heads=4 d_model=256 "
                   "data.source=synthetic (model keys may omit the 'model.' prefix)")
@@ -81,7 +82,8 @@ def register(subparsers) -> None:
                               formatter_class=argparse.RawDescriptionHelpFormatter,
                               epilog=_epilog("mhar compare steps=300               # the README's CPU demo",
                                              "mhar compare --methods baseline,mhar-h4,mhar-block --out runs/cmp",
-                                             "mhar compare --out runs/cmp --resume  # after Ctrl-C, same methods"))
+                                             "mhar compare --methods baseline,mhar-h4,mhar-block --out runs/cmp "
+                                             "--resume  # after Ctrl-C: the same command plus --resume"))
     _common(p)
     p.add_argument("--methods", default=",".join(DEFAULT_METHODS),
                    help=f"comma-separated methods (default {','.join(DEFAULT_METHODS)}); any NAME-hH and the "
@@ -146,9 +148,15 @@ def _refuse_dropped_overrides(run: Path, cfg: TrainConfig, args) -> None:
                          "or give them again")
 
 
+def _check_out_folder(out: str | None) -> None:
+    if out and Path(out).exists() and not Path(out).is_dir():
+        raise ValueError(f"--out {out} is a file; --out names the run folder")
+
+
 def cmd_train(args) -> int:
     from mhar.train.trainer import Trainer
 
+    _check_out_folder(args.out)
     if args.resume:
         if not args.out:
             raise ValueError("--resume needs --out RUN_FOLDER")
@@ -159,8 +167,12 @@ def cmd_train(args) -> int:
                 _refuse_dropped_overrides(Path(args.out), cfg, args)
         elif saved.exists():
             cfg = apply_train_overrides(TrainConfig.load(saved), args.overrides)
-        else:
-            raise FileNotFoundError(f"cannot resume: {saved} does not exist")
+        else:  # e.g. a folder made for `mhar consolidate`'s file: the config inside the checkpoint
+            found = saved_config(Path(args.out) / CHECKPOINTS)
+            if found is None:
+                raise FileNotFoundError(f"cannot resume: {saved} does not exist")
+            print(f"mhar train: {saved} does not exist; using the config saved in {found[0]}", file=sys.stderr)
+            cfg = apply_train_overrides(TrainConfig.from_dict(found[1]), args.overrides)
     else:
         cfg = _base_config(args)
     from mhar.train import distributed  # torchrun / DDP / FSDP2 (docs/distributed.md)
@@ -170,7 +182,7 @@ def cmd_train(args) -> int:
         cfg = apply_train_overrides(cfg, {"parallel": parallel})
     if parallel != "none":
         return distributed.train_distributed(cfg, Path(args.out) if args.out else None, resume=args.resume,
-                                             quiet=args.quiet or not stderr_is_terminal())
+                                             quiet=args.quiet, progress=not args.quiet and stderr_is_terminal())
     out = Path(args.out) if args.out else default_out(f"{cfg.preset}-{cfg.method}")
     try:
         trainer = Trainer(cfg, out, resume=args.resume, quiet=args.quiet or not stderr_is_terminal())
@@ -193,6 +205,7 @@ def _compare(args, methods: list[str], kind: str, title: str, extra: list[str]) 
     from mhar.train.distributed import refuse_multi_process
 
     refuse_multi_process(kind)  # torchrun: one `mhar train --parallel` per method instead
+    _check_out_folder(args.out)
     preset = args.preset or "tiny"
     out = Path(args.out) if args.out else default_out(kind)
     if args.resume and not out.is_dir():

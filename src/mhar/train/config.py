@@ -195,7 +195,11 @@ class TrainConfig:
 
     @classmethod
     def load(cls, path: str | Path) -> "TrainConfig":
-        return cls.from_dict(json.loads(Path(path).read_text()))
+        try:
+            d = json.loads(Path(path).read_text())
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path} is not a training config: invalid JSON ({err})") from None
+        return cls.from_dict(d)
 
 
 # Named training presets. The model shape comes from the model preset of the same

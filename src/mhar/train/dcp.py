@@ -28,7 +28,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.distributed.checkpoint.api import CheckpointException
 
+from mhar.train.checkpoint import list_checkpoints as single_process_checkpoints
+from mhar.train.checkpoint import write_error, write_error_message
 from mhar.train.errors import CheckpointError
 
 _NAME = re.compile(r"^step_(\d{8})$")
@@ -114,17 +117,33 @@ def save(model: torch.nn.Module, optimizer: torch.optim.Optimizer, meta: dict[st
         torch.save(rng, tmp / f"rng_{rank}.pt")
         if rank == 0:
             torch.save(meta, tmp / META)
-    except OSError as err:
-        raise CheckpointError(f"could not write checkpoint {final}: {err}; earlier checkpoints are kept") from err
+    except (Exception, CheckpointException) as err:  # (DCP's is a BaseException)
+        # DCP gathers every rank's failure (pickled: a full disk's OSError behind torch.save's
+        # RuntimeError is lost on the way), and raises it on every rank
+        os_err = write_error(err)
+        if os_err is None and not isinstance(err, CheckpointException):
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)  # every rank: the same folder, removed twice harmlessly
+        kept = "earlier checkpoints are kept"
+        if os_err is not None:
+            raise CheckpointError(write_error_message(os_err, final, kept)) from err
+        first = next(iter(err.failures.values()), None)
+        cause = first[0] if isinstance(first, tuple) and first else err
+        free = shutil.disk_usage(folder).free / 2**20
+        raise CheckpointError(f"could not write checkpoint {final} ({type(cause).__name__}: {cause}; "
+                              f"{free:,.0f} MiB free on its disk); {kept}") from err
     _barrier()
     if rank == 0:
         if final.exists():  # a checkpoint of the same step from an earlier, interrupted attempt
             shutil.rmtree(final)
         os.replace(tmp, final)
         _fsync_dir(folder)
-        if keep_last > 0:
-            for _, old in list_checkpoints(folder)[:-keep_last]:
-                shutil.rmtree(old, ignore_errors=True)
+        if keep_last > 0:  # one process's .pt files too (a run resumed from one under torchrun)
+            for _, old in sorted(list_checkpoints(folder) + single_process_checkpoints(folder))[:-keep_last]:
+                if old.is_dir():
+                    shutil.rmtree(old, ignore_errors=True)
+                else:
+                    old.unlink(missing_ok=True)
     _barrier()
     return final
 
@@ -192,6 +211,8 @@ def consolidate(path: str | Path, out: str | Path) -> Path:
         dcp_to_torch_save(str(path), str(tmp))
         full = torch.load(tmp, map_location="cpu", weights_only=False)
         state = dict(meta)
+        if "config" in state:  # the single-process format: resumed without a process group
+            state["config"] = dict(state["config"], parallel="none")
         state["model"] = full["model"]
         state["optimizer"] = _index_optimizer_state(full["optimizer"])
         rng = path / "rng_0.pt"

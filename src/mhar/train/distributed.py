@@ -361,8 +361,9 @@ def refuse_multi_process(command: str) -> None:
                          "train each method with `torchrun ... -m mhar train --method M --parallel ddp|fsdp`")
 
 
-def train_distributed(cfg: TrainConfig, out: Path | None, *, resume: bool, quiet: bool) -> int:
-    """Body of ``mhar train`` for ``parallel=ddp|fsdp`` (one call per process)."""
+def train_distributed(cfg: TrainConfig, out: Path | None, *, resume: bool, quiet: bool, progress: bool) -> int:
+    """Body of ``mhar train`` for ``parallel=ddp|fsdp`` (one call per process). ``quiet``:
+    no resume line; ``progress``: the trainer's progress lines."""
     from mhar.train.compare import default_out
     from mhar.train.errors import TrainingError
     from mhar.train.metrics import throughput_text
@@ -373,7 +374,7 @@ def train_distributed(cfg: TrainConfig, out: Path | None, *, resume: bool, quiet
         if out is None:  # the ranks must agree on the folder
             out = broadcast_object(default_out(f"{cfg.preset}-{cfg.method}") if main else None)
         try:
-            trainer = DistributedTrainer(cfg, out, resume=resume, quiet=quiet or not main)
+            trainer = DistributedTrainer(cfg, out, resume=resume, quiet=not progress or not main)
             if main and trainer.resumed_from is not None and not quiet:
                 print(f"resuming from {trainer.resumed_from} (step {trainer.step})", file=sys.stderr)
             s = trainer.fit()
@@ -402,6 +403,8 @@ def register(subparsers) -> None:
 
 def cmd_consolidate(args) -> int:
     path = Path(args.path)
+    if Path(args.out).is_dir():
+        raise ValueError(f"--out {args.out} is a folder; --out names the .pt file to write")
     if not dcpio.is_dcp_checkpoint(path):
         found = dcpio.list_checkpoints(path / "checkpoints") or dcpio.list_checkpoints(path)
         if not found:

@@ -313,6 +313,11 @@ class Trainer:
         ckpt.clean_stale_tmp(self.checkpoint_dir)
         found = ckpt.latest_checkpoint(self.checkpoint_dir)
         if found is None:
+            if dcpio.list_checkpoints(self.checkpoint_dir):
+                raise FileNotFoundError(
+                    f"cannot resume: {self.checkpoint_dir} holds only a multi-process run's sharded checkpoints, "
+                    "which one process reads through a process group of one: resume with the run's parallel "
+                    "setting (leave out --parallel none), or turn one into a .pt file with `mhar consolidate`")
             raise FileNotFoundError(f"cannot resume: no checkpoint in {self.checkpoint_dir}")
         path, state = found
         self.check_model_config(ModelConfig.from_dict(state["config"]["model"]))
