@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # Modules that add subcommands, in the order `mhar --help` lists them.
@@ -74,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
+    except BrokenPipeError:  # `mhar ... | head`: the reader has gone; stop quietly, as Unix tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        return 141
     except (ValueError, OSError) as err:  # errors users can cause (a bad path, --out a file): one clear line
         if isinstance(err, OSError) and err.filename is not None and err.strerror:
             err = f"{err.filename}: {err.strerror}"  # not Python's '[Errno 17] File exists: ...'

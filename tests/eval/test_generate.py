@@ -98,6 +98,14 @@ def test_generate_command_on_a_saved_model(tmp_path, capsys):
     assert "top_p=0.0" in capsys.readouterr().err
     assert main(["generate", str(tmp_path / "m")]) == 2
     assert "no prompt" in capsys.readouterr().err
+    # run-folder options on a model folder, and a model saved without its tokenizer: one line each
+    assert main(["eval", str(tmp_path / "m"), "--tasks", "piqa:2", "--checkpoint", "5"]) == 2
+    assert "--checkpoint is for run folders" in capsys.readouterr().err
+    MharForCausalLM(MharConfig.from_model_config(cfg)).save_pretrained(tmp_path / "bare")
+    capsys.readouterr()  # transformers' own progress bar of the save
+    assert main(["generate", str(tmp_path / "bare"), "hi", "-n", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "bare holds no tokenizer" in err and err.count("\n") == 1, err
 
 
 @pytest.mark.parametrize("temperature", [1e-6, 1e-40, 1e-320])

@@ -160,6 +160,25 @@ def test_midtrain_refuses_bad_tasks_before_training(converted, tmp_path, monkeyp
     assert not (out / "delta" / "metrics.jsonl").exists()
 
 
+def test_cli_midtrain_takes_a_gated_tasks_file_and_refuses_a_missing_model(converted, tmp_path, monkeypatch,
+                                                                           capsys):
+    """--data-file gpqa=PATH reaches the task check (the error named it, and midtrain had no such
+    option); a model path that does not exist is refused before OUT is made."""
+    from mhar.cli import main
+
+    monkeypatch.delenv("MHAR_GPQA_FILE", raising=False)
+    hf, folder = converted
+    args = ["midtrain", str(folder), "--out", str(tmp_path / "mt"), "--data", "synthetic", "--tasks", "gpqa"]
+    assert main(args) == 2 and "--data-file gpqa=PATH" in capsys.readouterr().err
+    assert main(args + ["--data-file", f"gpqa={tmp_path / 'absent.csv'}"]) == 2
+    assert "absent.csv does not exist" in capsys.readouterr().err
+    opts = MidtrainOptions(tasks="gpqa", data_files={"gpqa": str(tmp_path / "absent.csv")})
+    (tmp_path / "absent.csv").write_text("Question,Correct Answer\n")
+    opts.validate()  # the file exists: accepted
+    assert main(["midtrain", str(tmp_path / "nosuch"), "--out", str(tmp_path / "x")]) == 2
+    assert "no model at" in capsys.readouterr().err and not (tmp_path / "x").exists()
+
+
 def test_cli_midtrain(converted, tmp_path, capsys):
     from mhar.cli import main
 

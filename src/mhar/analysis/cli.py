@@ -111,7 +111,7 @@ def expand_runs(paths: list[str]) -> list[Path]:
     for raw in paths:
         p = Path(raw).expanduser()
         if not p.is_dir():
-            raise FileNotFoundError(f"{p}: no such run folder")
+            raise FileNotFoundError(f"{p}: a file, not a run folder" if p.exists() else f"{p}: no such run folder")
         if is_run_folder(p):
             out.append(p)
             continue

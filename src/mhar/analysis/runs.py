@@ -23,7 +23,7 @@ _TRAIN_KEYS = ("loss", "train_loss", "train/loss")
 def run_dir(path: str | Path) -> Path:
     p = Path(path).expanduser()
     if not p.is_dir():
-        raise FileNotFoundError(f"{p}: no such run folder")
+        raise FileNotFoundError(f"{p}: a file, not a run folder" if p.exists() else f"{p}: no such run folder")
     return p
 
 

@@ -217,6 +217,10 @@ def load_for_eval(path: str | os.PathLike, device: str = "cpu", dtype: str = "fl
         raise ValueError(f"{spec} is a file but not a .gguf; give a run folder or a model folder")
     if _run_config_path(p) is not None:
         return load_run(p, dev, tdtype, checkpoint=checkpoint, tokenizer=tokenizer)
+    for flag, value in (("--checkpoint", checkpoint), ("--tokenizer", tokenizer)):
+        if value is not None:  # else silently ignored
+            raise ValueError(f"{flag} is for run folders; {spec} is not one (a model folder or file holds "
+                             "one set of weights and its own tokenizer)")
     if (p / "config.json").exists():
         return _load_hf(p, dev, tdtype)
     ggufs = sorted(p.glob("*.gguf"))
@@ -254,10 +258,12 @@ def _require_transformers():
 
 
 def _load_gguf(path: Path, device: torch.device, dtype: torch.dtype, name: str | None = None) -> EvalModel:
-    from mhar.model.gguf import load_gguf
+    from mhar.model.gguf import NotAGGUFError, load_gguf
 
     try:  # mhar's reader: Llama, Qwen2 and Qwen3 files, dequantised exactly as `mhar convert` reads them
         model, tok = load_gguf(path)
+    except NotAGGUFError:
+        raise
     except ValueError as unsupported:  # another architecture or feature: transformers' GGUF loader may know it
         _require_transformers()
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -271,11 +277,18 @@ def _load_gguf(path: Path, device: torch.device, dtype: torch.dtype, name: str |
     return wrap_hf(model.to(device=device, dtype=dtype), tok, name or path.name, device)
 
 
+# the files a Hugging Face tokenizer loads from (fast, sentencepiece, BPE vocabularies)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "spiece.model")
+
+
 def _load_hf(path: Path, device: torch.device, dtype: torch.dtype) -> EvalModel:
     _require_transformers()
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     import mhar.model.hf  # noqa: F401  registers model_type "mhar", so transformers never asks to trust remote code
+    if not any((path / f).exists() for f in TOKENIZER_FILES):  # else transformers blames a missing package
+        raise ValueError(f"{path} holds no tokenizer ({', '.join(TOKENIZER_FILES)}): save one beside the model "
+                         "(tokenizer.save_pretrained(folder))")
     tok = AutoTokenizer.from_pretrained(str(path))
     try:
         model_type = json.loads((path / "config.json").read_text()).get("model_type")
@@ -445,9 +458,12 @@ def tokenizer_from(path: str | os.PathLike):
         return ds.encode, ds.decode, ds.eot_id
     if p.is_file():
         from tokenizers import Tokenizer
+
+        from mhar.data.tokenizer import EOT_CANDIDATES
         tok = Tokenizer.from_file(str(p))
         tok.encode_special_tokens = True  # not saved in the file: set as every build sets it
-        eos = next((tok.token_to_id(t) for t in ("<|endoftext|>", "</s>", "<eos>", "<|im_end|>")
+        # the end-of-text tokens `mhar data build` looks for (documents end with one), then a chat end
+        eos = next((tok.token_to_id(t) for t in (*EOT_CANDIDATES, "<|im_end|>")
                     if tok.token_to_id(t) is not None), None)
         return (lambda s: tok.encode(s, add_special_tokens=False).ids,
                 lambda ids: tok.decode(list(ids), skip_special_tokens=False), eos)

@@ -25,7 +25,8 @@ def register(subparsers) -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("target", nargs="+", metavar="MODEL | compare A B | tail RUN [RUN] | export RUN OUT",
                    help="a run folder, a Hugging Face model folder, a .gguf file or 'smollm2-135m-instruct'; "
-                        "or 'compare DIR_A DIR_B'; or 'tail RUN_A [RUN_B]'")
+                        "or 'compare DIR_A DIR_B'; or 'tail RUN_A [RUN_B]'; or 'export RUN OUT_DIR' (a run as a "
+                        "Hugging Face folder)")
     p.add_argument("--tasks", default="", help="comma-separated tasks, each optionally NAME:LIMIT "
                    "(hellaswag, arc_easy, arc_challenge, piqa, mmlu, mmlu_cloze, lambada, gsm8k, gpqa)")
     p.add_argument("--limit", type=int, default=None, help="a deterministic subset of N items per task "
@@ -36,7 +37,8 @@ def register(subparsers) -> None:
     p.add_argument("--ppl", nargs="+", default=None, metavar="FILE", help="loss/perplexity on text files")
     p.add_argument("--wikitext", action="store_true", help="score the --ppl files (WikiText .raw) as lm-eval's "
                    "wikitext task: per article, detokenised, word/byte perplexity over the original text")
-    p.add_argument("--seq-len", type=int, default=None, help="window for loss/perplexity (default: model max)")
+    p.add_argument("--seq-len", type=int, default=None, help="window for loss/perplexity (default: a run's "
+                   "seq_len for --val, else the model's maximum; --val on another model caps it at 2048)")
     p.add_argument("--data-file", action="append", default=[], metavar="NAME=PATH",
                    help="a local file for a gated task (gpqa=gpqa_diamond.csv) or a custom MC task")
     p.add_argument("--batch-tokens", type=int, default=4096, help="token budget per forward batch")
@@ -47,7 +49,7 @@ def register(subparsers) -> None:
     p.add_argument("--tokenizer", default=None, help="run folders: tokenizer.json or dataset folder")
     p.add_argument("--seed", type=int, default=1234, help="seed of the --limit subset and the bootstrap")
     p.add_argument("-q", "--quiet", "--no-progress", dest="no_progress", action="store_true",
-                   help="no progress bars (the default when stderr is not a terminal)")
+                   help="no progress output (where stderr is not a terminal, plain lines replace the bars)")
     # compare / tail
     p.add_argument("--metric", default=None, help="compare: per-item field to pair (default: correct; "
                    "loss for loss tasks); also correct_norm, correct_per_char")
@@ -57,11 +59,15 @@ def register(subparsers) -> None:
     p.set_defaults(func=main)
 
 
-def _progress(args) -> bool:
-    return not args.no_progress and stderr_is_terminal()
+def _progress(args) -> bool | str:
+    """Bars on a terminal, plain lines in a log or a pipe, nothing with --quiet."""
+    if args.no_progress:
+        return False
+    return True if stderr_is_terminal() else "lines"
 
 
 def _data_files(items: list[str]) -> dict[str, str]:
+    """--data-file NAME=PATH options as {name: path} (mhar eval and mhar midtrain)."""
     out = {}
     for it in items:
         if "=" not in it:
@@ -72,7 +78,18 @@ def _data_files(items: list[str]) -> dict[str, str]:
     return out
 
 
+def _check_counts(args) -> None:
+    """Counts must be at least 1 (a negative --seq-len scored nothing and printed ppl 1.0)."""
+    for flag in ("seq_len", "limit", "max_new_tokens", "batch_tokens", "k", "bootstrap"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            raise ValueError(f"--{flag.replace('_', '-')} must be at least 1; got {value}")
+
+
 def main(args) -> int:
+    _check_counts(args)
+    if args.out and os.path.isfile(args.out):
+        raise ValueError(f"--out {args.out} is a file; --out names the folder for results.json and the records")
     head = args.target[0]
     if head == "compare":
         return _compare(args)
@@ -105,6 +122,9 @@ def main(args) -> int:
     model = load_for_eval(head, device=args.device, dtype=args.dtype, checkpoint=args.checkpoint,
                           tokenizer=args.tokenizer)
     print(f"evaluating {model.name} ({model.info.get('kind', '?')}) on {args.device}", file=sys.stderr)
+    if args.seq_len and args.seq_len > model.max_len:
+        print(f"note: --seq-len {args.seq_len} is longer than the model's {model.max_len} positions; windows of "
+              f"{model.max_len} are scored", file=sys.stderr)
     run_tasks(model, tasks, out_dir=args.out, limit=args.limit, shots=args.shots, batch_tokens=args.batch_tokens,
               data_files=data_files, ppl_files=args.ppl, val_dataset=args.val, seq_len=args.seq_len,
               seed=args.seed, progress=_progress(args), max_new_tokens=args.max_new_tokens, wikitext=args.wikitext,

@@ -125,7 +125,9 @@ def tail_from_runs(runs: list[str | Path], k: int = 11, key: str | None = None) 
 
 
 def format_tail(res: dict) -> str:
-    lines = [f"tail-mean of the last {res['k']} validation evaluations", "",
+    fewer = min(r["evals"] for r in res["runs"]) < res["k"]
+    lines = [f"tail-mean of the last {res['k']} validation evaluations"
+             + (" (all of them, where a run has fewer)" if fewer else ""), "",
              "| run | evals | last step | tail-mean | stderr |", "|---|---|---|---|---|"]
     for r in res["runs"]:
         lines.append(f"| {r['run']} | {r['evals']} | {r['last_step']} | {r['mean']:.4f} | {r['stderr']:.4f} |")

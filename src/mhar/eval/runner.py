@@ -40,11 +40,12 @@ def run_tasks(model: EvalModel, tasks: list[tuple[str, int | None]], out_dir: st
               limit: int | None = None, shots: int | None = None, batch_tokens: int = 4096,
               data_files: dict[str, str] | None = None, ppl_files: list[str] | None = None,
               val_dataset: str | None = None, seq_len: int | None = None, seed: int = 1234,
-              progress: bool = True, command: str | None = None, max_new_tokens: int | None = None,
+              progress: bool | str = True, command: str | None = None, max_new_tokens: int | None = None,
               wikitext: bool = False, log=print) -> dict[str, Any]:
     """``ppl_files`` are scored as documents (result ``ppl``), or with ``wikitext`` as
     lm-eval's ``wikitext`` task (result ``wikitext``: per article, detokenised; ``limit``
-    then keeps the first N articles)."""
+    then keeps the first N articles). ``progress``: bars, none, or ``"lines"`` (plain
+    lines on stderr, for logs)."""
     if wikitext and not ppl_files:
         raise ValueError("--wikitext scores the --ppl files as WikiText: give --ppl wiki.test.raw")
     results: dict[str, Any] = {}
@@ -80,6 +81,8 @@ def run_tasks(model: EvalModel, tasks: list[tuple[str, int | None]], out_dir: st
         task = load_task(name, shots, data_files)
         full_n = len(task.items)
         task.items = subset(task.items, task_limit or limit, seed)
+        if progress == "lines":  # a log shows which task is running (each prints its result when done)
+            print(f"[mhar eval] {name}: {len(task.items)} of {full_n} items", file=sys.stderr, flush=True)
         info = {"source": task.source, "description": task.description, "of": full_n, "subset_seed": seed}
         if task.kind == "mc":
             m, recs = evaluate_mc(model, task, batch_tokens, progress)
@@ -106,6 +109,7 @@ def val_windows_for(model: EvalModel, val: str, seq_len: int | None, limit: int 
     """``val`` is a dataset folder, or ``run``: the run's own dataset, sequence length and
     validation windows (what training logged as val loss)."""
     cfg = model.run_config
+    seq_len = min(seq_len, model.max_len) if seq_len else None  # as --ppl's windows (the CLI says so)
     if val == "run":
         if cfg is None:
             raise ValueError("--val run needs a run folder as the model; give a dataset folder instead")

@@ -8,6 +8,8 @@ record per item (its id plus what paired statistics need: ``correct``, ``correct
 from __future__ import annotations
 
 import math
+import sys
+import time
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,7 +110,7 @@ def loglikelihoods(model: EvalModel, requests: Sequence[tuple[str, str]], batch_
         batches.append(cur)
 
     out: list[Scored | None] = [None] * len(enc)
-    bar = tqdm(total=len(enc), desc=desc, disable=not progress, unit="req", leave=False)
+    bar = progress_bar(progress, len(enc), desc, "req")
     for batch in batches:
         T = max(unit_len(u) for u in batch)
         B = len(batch)
@@ -230,7 +232,7 @@ def evaluate_gen(model: EvalModel, task: Task, progress: bool = True, max_new_to
         prompts.append(prompt[-max(1, model.max_len - max_new):])
     order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))  # longest first: little padding
     texts: dict[int, str] = {}
-    with tqdm(total=len(order), desc=task.name, disable=not progress, leave=False) as bar:
+    with progress_bar(progress, len(order), task.name, "items") as bar:
         i = 0
         while i < len(order):
             rows = max(1, batch_tokens // (len(prompts[order[i]]) + max_new))
@@ -255,6 +257,44 @@ def evaluate_gen(model: EvalModel, task: Task, progress: bool = True, max_new_to
     return {"exact_match": em, "exact_match_stderr": _binom_se(em, n), "exact_match_flex": flex, "n": n}, records
 
 
+# -- progress ------------------------------------------------------------------------
+
+class _Lines:
+    """Plain progress lines on stderr, for logs and pipes (``progress="lines"``): one when
+    a tenth more is done and at least 30 s have passed since the last, so a long task
+    (hours of GSM8K generation on a CPU) shows it is alive without filling the log."""
+
+    def __init__(self, total: int, desc: str, unit: str):
+        self.total, self.desc, self.unit = total, desc, unit
+        self.done, self.t0 = 0, time.monotonic()
+        self.last_t, self.next_done = self.t0, total / 10
+
+    def update(self, n: int) -> None:
+        self.done += n
+        now = time.monotonic()
+        if self.done >= self.next_done and now - self.last_t >= 30 and self.done < self.total:
+            rate = self.done / max(now - self.t0, 1e-9)
+            print(f"[mhar eval] {self.desc}: {self.done}/{self.total} {self.unit} "
+                  f"({100 * self.done / self.total:.0f}%, {rate:.1f} {self.unit}/s)", file=sys.stderr, flush=True)
+            self.last_t, self.next_done = now, self.done + self.total / 10
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def progress_bar(progress: bool | str, total: int, desc: str, unit: str = "it"):
+    """tqdm's bar (``progress=True``), none (False), or plain lines (``"lines"``)."""
+    if progress == "lines":
+        return _Lines(total, desc, unit)
+    return tqdm(total=total, desc=desc, disable=not progress, unit=unit, leave=False)
+
+
 # -- loss and perplexity ----------------------------------------------------------
 
 def _window_losses(model: EvalModel, windows: list[list[int]], batch_tokens: int, progress: bool,
@@ -265,7 +305,7 @@ def _window_losses(model: EvalModel, windows: list[list[int]], batch_tokens: int
     n_scored = scored or [len(w) - 1 for w in windows]
     order = sorted(range(len(windows)), key=lambda i: -len(windows[i]))
     out: list[tuple[float, int] | None] = [None] * len(windows)
-    bar = tqdm(total=sum(n_scored), desc=desc, disable=not progress, unit="tok", leave=False)
+    bar = progress_bar(progress, sum(n_scored), desc, "tok")
     i = 0
     while i < len(order):
         T = len(windows[order[i]])
@@ -302,8 +342,15 @@ def read_texts(paths: Iterable[str | Path]) -> list[tuple[str, str]]:
         for f in files:
             if f.suffix == ".jsonl":
                 for k, line in enumerate(f.read_text(encoding="utf-8").splitlines()):
-                    if line.strip():
-                        docs.append((f"{f.name}:{k}", json.loads(line)["text"]))
+                    if not line.strip():
+                        continue
+                    try:
+                        text = json.loads(line)["text"]
+                    except (json.JSONDecodeError, KeyError, TypeError) as err:
+                        why = "not JSON" if isinstance(err, json.JSONDecodeError) else "no 'text' field"
+                        raise ValueError(f"{f}:{k + 1}: {why} (JSONL documents are lines of "
+                                         '{"text": "..."})') from None
+                    docs.append((f"{f.name}:{k}", text))
             elif f.suffix in (".txt", ".md", ".raw", ".text", ""):
                 docs.append((f.name, f.read_text(encoding="utf-8", errors="replace")))
     if not docs:
@@ -487,7 +534,8 @@ def dataset_windows(dataset_dir: str | Path, seq_len: int, num_windows: int | No
     from mhar.data import TokenDataset, validation_windows
     d = Path(dataset_dir)
     if not d.is_dir():
-        raise FileNotFoundError(f"dataset folder {d} does not exist")
+        raise FileNotFoundError(f"{d} is a file, not a dataset folder (made by `mhar data build`)" if d.exists()
+                                else f"dataset folder {d} does not exist")
     return validation_windows(TokenDataset(d), seq_len=seq_len, num_windows=num_windows, seed=seed)
 
 

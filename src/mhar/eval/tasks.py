@@ -360,7 +360,8 @@ def load_task(name: str, shots: int | None = None, data_files: dict[str, str] | 
                          f"grader; run it with lm-evaluation-harness (docs/evaluation.md)")
     import difflib
     close = difflib.get_close_matches(name, TASKS, n=3)
-    raise ValueError(f"unknown task {name!r}; allowed: {', '.join(TASKS)}, ppl, or NAME with --data-file NAME=PATH"
+    raise ValueError(f"unknown task {name!r}; allowed: {', '.join(TASKS)}, or NAME with --data-file NAME=PATH "
+                     "(perplexity of text files: --ppl FILE)"
                      + (f"; did you mean {', '.join(close)}?" if close else ""))
 
 

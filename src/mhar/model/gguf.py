@@ -59,6 +59,10 @@ def _unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, dim, 2, *w.shape[1:]).swapaxes(2, 1).reshape(w.shape)
 
 
+class NotAGGUFError(ValueError):
+    """A file named .gguf that is not one: no other GGUF loader is tried."""
+
+
 def read_gguf(path: str | Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """(hf_config_kwargs, hf_state_dict) for a GGUF file; the config kwargs include
     ``model_type``, ``_name_or_path`` and ``_has_tokenizer``. Raises ValueError for an unsupported architecture."""
@@ -69,6 +73,9 @@ def read_gguf(path: str | Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such GGUF file")
+    with open(path, "rb") as f:  # else the reader's error is about dtype sizes
+        if f.read(4) != b"GGUF":
+            raise NotAGGUFError(f"{path} is not a GGUF file (it does not start with the GGUF magic bytes)")
     reader = GGUFReader(str(path))
     arch = _field(reader, "general.architecture")
     if arch not in GGUF_ARCHITECTURES:
@@ -203,4 +210,4 @@ def load_gguf_tokenizer(path: str | Path):
     return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
 
 
-__all__ = ["GGUF_ARCHITECTURES", "read_gguf", "load_gguf", "load_gguf_tokenizer", "hf_config_from_kwargs"]
+__all__ = ["GGUF_ARCHITECTURES", "NotAGGUFError", "read_gguf", "load_gguf", "load_gguf_tokenizer", "hf_config_from_kwargs"]

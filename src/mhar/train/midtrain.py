@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +68,7 @@ class MidtrainOptions:
     save_models: bool = True
     tasks: str = ""  # downstream tasks for mhar.eval after training ("gsm8k,gpqa:200"); "" = none
     task_limit: int = 0  # items per task (0: all)
+    data_files: dict[str, str] = field(default_factory=dict)  # gated or custom tasks' files ({"gpqa": PATH})
 
     def validate(self) -> None:
         if not 0.0 <= self.ema < 1.0:
@@ -81,7 +82,7 @@ class MidtrainOptions:
             from mhar.eval.tasks import check_task
 
             for name, _ in parse_task_list(self.tasks):
-                check_task(name)
+                check_task(name, self.data_files)
 
 
 # -- models -----------------------------------------------------------------------------
@@ -173,7 +174,7 @@ def builtin_dataset_for(tokenizer_file: Path, max_mb: float = 0.0, log=print) ->
     else:
         log(f"tokenising the built-in corpus with {tokenizer_file} into {path} (once; cached)")
     build_dataset(["builtin"], path, tokenizer=str(tokenizer_file), max_mb=max_mb or None,
-                  overwrite=path.exists(), verbose=False)
+                  overwrite=path.exists(), verbose=True)  # its stages and tokenising progress (a minute in full)
     return path
 
 
@@ -326,7 +327,8 @@ def _downstream(rows: list[dict[str, Any]], opts: MidtrainOptions, log, progress
         log(f"[{row['run']}] evaluating {row['hf']} on {opts.tasks}")
         model = load_for_eval(row["hf"], device=device, dtype="float32")
         out = Path(row["run_dir"]) / "eval"
-        res = run_tasks(model, tasks, out_dir=out, limit=opts.task_limit or None, progress=progress, log=log)
+        res = run_tasks(model, tasks, out_dir=out, limit=opts.task_limit or None, log=log,
+                        progress=progress or "lines", data_files=opts.data_files)
         row["eval_dir"] = str(out)
         row["tasks"] = res["results"]
         del model
@@ -351,6 +353,9 @@ def midtrain(model_path: str | Path, out: str | Path, opts: MidtrainOptions | No
 
     opts = opts or MidtrainOptions()
     opts.validate()
+    if not Path(model_path).exists():  # before OUT is made
+        raise FileNotFoundError(f"no model at {model_path}: give a folder made by `mhar convert`, a Hugging Face "
+                                "Llama/Qwen2/Qwen3 folder or a .gguf file")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     delta, folder = load_model_folder(model_path, opts.heads, opts.blocks, workdir=out, log=log)

@@ -7,6 +7,8 @@ import argparse
 
 
 def run_midtrain(args: argparse.Namespace) -> int:
+    from mhar.cli import stderr_is_terminal
+    from mhar.eval.cli import _data_files
     from mhar.train.midtrain import MidtrainOptions, midtrain
 
     opts = MidtrainOptions(
@@ -16,9 +18,10 @@ def run_midtrain(args: argparse.Namespace) -> int:
         seed=args.seed, data=args.data, max_mb=args.max_mb, heads=args.heads, blocks=args.blocks,
         control=not args.no_control, device=args.device, dtype=args.dtype, threads=args.threads,
         loss_chunk=args.loss_chunk, save_models=not args.no_save, tasks=args.tasks, task_limit=args.task_limit,
+        data_files=_data_files(args.data_file),
     )
     result = midtrain(args.model, args.out, opts, overrides=args.overrides, resume=args.resume,
-                      progress=not args.quiet)
+                      progress=not args.quiet and stderr_is_terminal())
     print(result["table"])
     return 0
 
@@ -51,7 +54,8 @@ def register(sub) -> None:
     m.add_argument("--seed", type=int, default=0, help="seed of the data order")
     m.add_argument("--data", default="builtin", help="'builtin', a dataset folder tokenised with MODEL's tokenizer, "
                    "or 'synthetic' (smoke tests)")
-    m.add_argument("--max-mb", type=float, default=0.0, help="cap on the built-in text (MB; 0: the builder's default)")
+    m.add_argument("--max-mb", type=float, default=0.0, help="cap on the built-in text (MB; 0: the whole corpus, "
+                   "about 188 MB of text, tokenised once and cached)")
     m.add_argument("--heads", type=int, default=8, help="when MODEL is a source model: routing heads")
     m.add_argument("--blocks", type=int, default=8, help="when MODEL is a source model: blocks")
     m.add_argument("--no-control", action="store_true", help="train only the converted model")
@@ -64,7 +68,9 @@ def register(sub) -> None:
     m.add_argument("--tasks", default="", help="downstream tasks evaluated after training with mhar eval "
                    "(e.g. gsm8k,gpqa; paired bootstrap and McNemar in the table)")
     m.add_argument("--task-limit", type=int, default=0, help="items per task (0: all)")
+    m.add_argument("--data-file", action="append", default=[], metavar="NAME=PATH",
+                   help="a local file for a gated task (gpqa=gpqa_diamond.csv) or a custom MC task, as for mhar eval")
     m.add_argument("--resume", action="store_true", help="continue interrupted runs in OUT")
-    m.add_argument("-q", "--quiet", "--no-progress", action="store_true", help="no progress bars: plain lines (for logs)")
+    m.add_argument("-q", "--quiet", "--no-progress", action="store_true", help="no progress bars: plain lines (for logs; the default when stderr is not a terminal)")
     m.add_argument("overrides", nargs="*", help="extra training overrides (key=value), applied to both runs")
     m.set_defaults(func=run_midtrain)
