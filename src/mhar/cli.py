@@ -73,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    if not stderr_is_terminal():  # transformers' and the Hub's bars too (loading, saving shards)
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     try:
         return int(args.func(args) or 0)
     except BrokenPipeError:  # `mhar ... | head`: the reader has gone; stop quietly, as Unix tools do

@@ -80,3 +80,12 @@ def test_output_into_a_closed_pipe_stops_quietly(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], stdout=write, stderr=subprocess.PIPE, text=True, timeout=120)
     os.close(write)
     assert proc.returncode == 141 and proc.stderr == "", proc.stderr
+
+
+def test_hub_progress_bars_are_off_in_logs(monkeypatch, capsys):
+    """transformers' and the Hub's own bars (loading weights, writing shards) in a log file
+    were carriage-return redraws: off when stderr is not a terminal (pytest's is not)."""
+    monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "unset below")  # restored after the test
+    monkeypatch.delenv("HF_HUB_DISABLE_PROGRESS_BARS")
+    assert main(["params", "--preset", "tiny"]) == 0
+    assert os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] == "1"
