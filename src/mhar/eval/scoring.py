@@ -8,9 +8,9 @@ record per item (its id plus what paired statistics need: ``correct``, ``correct
 from __future__ import annotations
 
 import math
+import re
 import sys
 import time
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence

@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 
 from mhar.cli import stderr_is_terminal
+from mhar.train.checkpoint import saved_config
 from mhar.train.compare import DEFAULT_METHODS, comparison_table, default_out, method_config, run_methods, write_report
 from mhar.train.config import TRAIN_PRESETS, TrainConfig, apply_train_overrides, train_preset
 from mhar.train.errors import TrainingError
-from mhar.train.checkpoint import saved_config
 from mhar.train.metrics import CHECKPOINTS, CONFIG, throughput_text
 
 OVERRIDES_HELP = ("dotted config overrides, e.g. steps=400 lr=1e-3 batch_size=16 stream.heads=4 d_model=256 "
