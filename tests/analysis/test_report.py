@@ -84,6 +84,8 @@ def test_report_from_a_tiny_comparison(runs, tmp_path, capsys):
     assert "## H sweep" in md and "| tiny d=32 L=2, full routing, 12 steps | 4 |" in md
     assert "KL(slice || shared)" in md and "KL(head || head consensus)" in md
     assert html.count("data:image/png;base64,") == 5 and "<table>" in html and "img/" not in html
+    err = capsys.readouterr().err  # a line as each routed run's analysis starts (they take a while)
+    assert "mhar report: mhar-h2: probe and maps" in err and "mhar report: baseline" not in err
 
 
 def test_report_without_checkpoint_analysis(runs, tmp_path):

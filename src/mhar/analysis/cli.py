@@ -134,6 +134,8 @@ def cmd_report(args) -> int:
     def analyse(run: Path):
         if args.no_probe and args.no_maps:
             return None, None
+        what = " and ".join(w for w, off in (("probe", args.no_probe), ("maps", args.no_maps)) if not off)
+        print(f"mhar report: {run.name}: {what}", file=sys.stderr, flush=True)  # each run takes a while
         model, step, val, make = _inputs(run, args)
         probe = None if args.no_probe else probe_model(model, make(), args.slices, args.draws, args.seed)
         rmap = None if args.no_maps else routing_map(model, make(), title=f"{run.name} (step {step})")
