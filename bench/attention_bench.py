@@ -14,6 +14,10 @@ micro-batch, as a CUDA graph replay (host time excluded), in one process:
   same with ``mode="max-autotune-no-cudagraphs"``, which times inductor's candidate
   block sizes first); each flex row also records its output's largest difference from
   SDPA's on the same inputs;
+* ``fa4``: FlashAttention-4's CuTe kernels (the ``flash-attn-4`` package) through the
+  decoder's own ops (``mhar.model.fa4``, ``attention_kernel="fa4"``), on the (B, T, H,
+  head_dim) projections as they are, GQA built in; the row records the largest difference
+  of its output and of its three gradients from SDPA's on the same inputs;
 * with ``--bhsd``, cuDNN on contiguous (B, H, T, head_dim) inputs and output gradient
   instead of the model's transposed views (the layout the model would need its
   projections' rotary kernels to write).
@@ -36,6 +40,7 @@ import os
 import platform
 import sys
 import time
+import traceback
 
 import torch
 import torch.nn.functional as F
@@ -117,6 +122,8 @@ def case(preset: str, backend: str | None, repeat: bool, bhsd: bool = False):
             return torch.randn(B, heads, T, hd, device=dev, dtype=torch.bfloat16)
         return torch.randn(B, T, heads, hd, device=dev, dtype=torch.bfloat16).transpose(1, 2)
 
+    if backend == "fa4":
+        return fa4_case(B, T, H, KV, hd, cfg.n_layers)
     q, k, v = tensor(H).requires_grad_(), tensor(KV).requires_grad_(), tensor(KV).requires_grad_()
     gy = tensor(H)  # the gradient of out.transpose(1, 2).reshape(B, T, -1) in the model
     rep = H // KV
@@ -144,11 +151,34 @@ def case(preset: str, backend: str | None, repeat: bool, bhsd: bool = False):
     return step, flops, cfg.n_layers, check if flex is not None else None
 
 
+def fa4_case(B: int, T: int, H: int, KV: int, hd: int, layers: int):
+    """FA4 on contiguous (B, T, heads, hd) tensors, as the decoder calls it."""
+    from mhar.model import fa4
+
+    if not fa4.fa4_usable(torch.empty(1, device="cuda", dtype=torch.bfloat16)):
+        raise RuntimeError("flash-attn-4 is not usable here")
+    q, k, v = (torch.randn(B, T, h, hd, device="cuda", dtype=torch.bfloat16).requires_grad_() for h in (H, KV, KV))
+    gy = torch.randn(B, T, H, hd, device="cuda", dtype=torch.bfloat16)
+
+    def step():
+        torch.autograd.grad(fa4.causal_attention(q, k, v), (q, k, v), gy)
+
+    def check():  # largest differences from SDPA's output and gradients (bf16 both)
+        out = fa4.causal_attention(q, k, v)
+        got = (out, *torch.autograd.grad(out, (q, k, v), gy))
+        t = [x.transpose(1, 2) for x in (q, k, v)]
+        ref = F.scaled_dot_product_attention(*t, is_causal=True, enable_gqa=True)
+        want = (ref.transpose(1, 2), *(g.transpose(1, 2) for g in torch.autograd.grad(ref, t, gy.transpose(1, 2))))
+        return {name: (a.float() - b.float()).abs().max().item() for name, a, b in zip(("out", "dq", "dk", "dv"), got, want)}
+
+    return step, 6 * T * H * hd * B * T, layers, check
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--presets", default="paper-100m,paper-350m,paper-1b")
     ap.add_argument("--backends", default="auto,cudnn,flash,efficient",
-                    help="comma list of auto, cudnn, flash, efficient, flex, flex-tuned")
+                    help="comma list of auto, cudnn, flash, efficient, flex, flex-tuned, fa4")
     ap.add_argument("--bhsd", action="store_true", help="also cuDNN on contiguous (B, H, T, head_dim) tensors")
     ap.add_argument("--out", default="bench/results/attention_h200.json")
     args = ap.parse_args()
@@ -156,13 +186,13 @@ def main() -> None:
     rows = []
     for preset in args.presets.split(","):
         cases = [(None if b == "auto" else b, repeat, False) for b in args.backends.split(",")
-                 for repeat in (False, True) if not (repeat and (b == "auto" or b.startswith("flex")))]
+                 for repeat in (False, True) if not (repeat and (b in ("auto", "fa4") or b.startswith("flex")))]
         cases += [("cudnn", False, True)] if args.bhsd else []
         for backend, repeat, bhsd in cases:
             name = f"{backend or 'auto'}{', K/V repeated' if repeat else ''}{', BHSD' if bhsd else ''}"
-            step, flops, layers, check = case(preset, backend, repeat, bhsd)
             try:
                 t0 = time.time()
+                step, flops, layers, check = case(preset, backend, repeat, bhsd)
                 ms = graph_ms(step)
                 row = {"preset": preset, "backend": name, "ms_layer": ms, "ms_step": ms * layers,
                        "tflops": flops / ms / 1e9, "of_peak": flops / ms / 1e9 / (PEAK_FLOPS / 1e12),
@@ -170,7 +200,8 @@ def main() -> None:
                 if check is not None:
                     row["max_abs_diff_vs_sdpa"] = check()
             except Exception as e:  # a backend that does not take this call
-                row = {"preset": preset, "backend": name, "error": f"{type(e).__name__}: {str(e)[:120]}"}
+                traceback.print_exc()
+                row = {"preset": preset, "backend": name, "error": f"{type(e).__name__}: {str(e)[:300]}"}
             rows.append(row)
             print(json.dumps(row), flush=True)
             torch.cuda.empty_cache()

@@ -11,6 +11,7 @@ from typing import Any
 from mhar.streams.base import SCHEDULES
 
 STREAM_METHODS = ("standard", "routed", "delta", "hyper")
+ATTENTION_KERNELS = ("sdpa", "fa4")
 ROPE_LLAMA3_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
 
 
@@ -119,6 +120,11 @@ class ModelConfig:
     # RoPE), {"rope_type": "linear", "factor": f} or {"rope_type": "llama3", "factor",
     # "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}.
     rope_scaling: dict | None = None
+    # The causal attention's kernel in training: "sdpa" (PyTorch's scaled_dot_product_attention,
+    # cuDNN's on an H100 / H200), or "fa4" (FlashAttention-4's kernels from the flash-attn-4
+    # package, on compute capability 9 or 10; mhar.model.fa4), SDPA where FA4 cannot run. The
+    # same function either way: a run may resume with it changed.
+    attention_kernel: str = "sdpa"
     stream: StreamConfig = field(default_factory=StreamConfig)
 
     def __post_init__(self):
@@ -145,6 +151,8 @@ class ModelConfig:
             raise ValueError(f"n_heads={self.n_heads} must divide d_model={self.d_model} unless head_dim is set")
         if self.attn_head_dim % 2:
             raise ValueError(f"head_dim={self.attn_head_dim} must be even for RoPE")
+        if self.attention_kernel not in ATTENTION_KERNELS:
+            raise ValueError(f"attention_kernel={self.attention_kernel!r} is not one of {', '.join(ATTENTION_KERNELS)}")
         if self.rope_scaling is not None:
             kind = self.rope_scaling.get("rope_type") if isinstance(self.rope_scaling, dict) else None
             needed = {"linear": ("factor",), "llama3": ROPE_LLAMA3_KEYS}.get(kind)

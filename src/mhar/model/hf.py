@@ -69,11 +69,13 @@ class MharConfig(PretrainedConfig):
                  n_kv_heads: int = 4, d_ff: int = 1536, max_seq_len: int = 2048, head_dim: int = 0,
                  rope_theta: float = 1e4, norm_eps: float = 1e-6, init_std: float = 0.02, qk_norm: bool = True,
                  attention_bias: bool = False, tie_embeddings: bool = True, stream: dict | None = None,
-                 use_cache: bool = True, mhar_rope_scaling: dict | None = None, **kwargs: Any):
+                 use_cache: bool = True, mhar_rope_scaling: dict | None = None, attention_kernel: str = "sdpa",
+                 **kwargs: Any):
         self.vocab_size, self.d_model, self.n_layers, self.n_heads = vocab_size, d_model, n_layers, n_heads
         self.n_kv_heads, self.d_ff, self.max_seq_len, self.head_dim = n_kv_heads, d_ff, max_seq_len, head_dim
         self.rope_theta, self.norm_eps, self.init_std, self.qk_norm = rope_theta, norm_eps, init_std, qk_norm
         self.attention_bias, self.tie_embeddings = attention_bias, tie_embeddings
+        self.attention_kernel = attention_kernel
         # ModelConfig.rope_scaling; not "rope_scaling", which transformers 5 maps onto its own rope_parameters
         self.mhar_rope_scaling = dict(mhar_rope_scaling) if mhar_rope_scaling else None
         if isinstance(stream, StreamConfig):

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from mhar.model import fa4
 from mhar.model.config import ModelConfig
 
 # SDPA's enable_gqa (torch >= 2.5)
@@ -157,6 +158,7 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(cfg.n_heads * hd, d, bias=False)
         self.q_norm = RMSNorm(hd, cfg.norm_eps) if cfg.qk_norm else None
         self.k_norm = RMSNorm(hd, cfg.norm_eps) if cfg.qk_norm else None
+        self.fa4 = cfg.attention_kernel == "fa4"
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, cache: KVCache | None = None,
                 add_to: Tensor | None = None, mask: Tensor | None = None) -> Tensor:
@@ -168,6 +170,11 @@ class Attention(nn.Module):
         v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
+        if self.fa4 and cache is None and mask is None and cos.dim() == 2 and fa4.fa4_usable(q):
+            # FA4 takes the projections' (B, T, heads, hd) layout, GQA included
+            c, s = cos[:, None], sin[:, None]  # (T, 1, hd)
+            out = fa4.causal_attention(apply_rope(q, c, s), apply_rope(k, c, s), v)
+            return project_into(out.reshape(B, T, -1), self.o_proj, add_to)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         past = 0

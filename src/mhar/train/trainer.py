@@ -326,10 +326,11 @@ class Trainer:
 
     def check_model_config(self, old: ModelConfig) -> None:
         """Refuse a checkpoint of another model; the stream's computation-only settings
-        (the schedule, the chunk, ...) may differ."""
+        (the schedule, the chunk, ...) and the attention kernel may differ."""
         def what(cfg: ModelConfig) -> dict[str, Any]:
             d = cfg.to_dict()
             d["stream"] = {k: v for k, v in d["stream"].items() if k not in StreamConfig.COMPUTATION_ONLY}
+            d.pop("attention_kernel")  # how attention is computed, not what
             return d
         diff = config_diff(what(old), what(self.cfg.model), "model.")
         if diff:
