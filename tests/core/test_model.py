@@ -101,6 +101,7 @@ def test_tied_embedding_adds_its_gradient_into_the_heads(monkeypatch):
     (dict(stream=StreamConfig(method="delta", block_size=0)), "block_size=0"),
     (dict(stream=StreamConfig(method="mixture")), "stream.method='mixture' is not one of standard, routed"),
     (dict(stream=StreamConfig(method="routed", schedule="lazy")), "stream.schedule='lazy'"),
+    (dict(attention_kernel="flash"), "attention_kernel='flash' is not one of sdpa, fa4"),
 ])
 def test_invalid_configurations_name_the_field(bad, match):
     kw = dict(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=64)

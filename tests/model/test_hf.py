@@ -50,7 +50,7 @@ def tiny(method: str, **kw) -> MharForCausalLM:
 
 def test_config_round_trip_and_aliases(tmp_path):
     cfg = ModelConfig(vocab_size=97, d_model=32, n_layers=3, n_heads=4, n_kv_heads=2, d_ff=48, head_dim=16,
-                      qk_norm=False, attention_bias=True, tie_embeddings=False,
+                      qk_norm=False, attention_bias=True, tie_embeddings=False, attention_kernel="fa4",
                       stream=method_stream("delta", 6, 32, block_size=2))
     hf = MharConfig.from_model_config(cfg)
     assert hf.hidden_size == 32 and hf.num_hidden_layers == 3 and hf.num_key_value_heads == 2

@@ -81,14 +81,15 @@ def test_resume_refuses_a_changed_model(tmp_path, small_cfg):
 
 
 def test_resume_may_change_how_the_stream_is_computed(tmp_path, small_cfg):
-    """The schedule and the other computation-only stream settings may change on resume:
+    """The schedule, the other computation-only stream settings and the attention kernel may change on resume:
     the same model, trained on to the uninterrupted run's losses up to rounding."""
     opts = ["steps=4", "checkpoint_every=2", "eval_every=2", "stream.block_size=2"]
     Trainer(small_cfg("mhar-block", *opts), tmp_path / "full", progress=False).fit()
     StopAfter.stop_at = 2
     with pytest.raises(Interrupted):
         StopAfter(small_cfg("mhar-block", *opts), tmp_path / "r", progress=False).fit()
-    changed = ["stream.schedule=two-phase", "stream.chunk=3", "stream.sum_in_product=false", "stream.phase1_min_sources=0"]
+    changed = ["stream.schedule=two-phase", "stream.chunk=3", "stream.sum_in_product=false", "stream.phase1_min_sources=0",
+               "attention_kernel=fa4"]  # SDPA on the CPU: the same function
     Trainer(small_cfg("mhar-block", *opts, *changed), tmp_path / "r", resume=True, progress=False).fit()
     assert _seq(tmp_path / "r", "step") == [1, 2, 3, 4]
     torch.testing.assert_close(_seq(tmp_path / "r", "loss"), _seq(tmp_path / "full", "loss"), rtol=1e-5, atol=0)
