@@ -34,13 +34,14 @@ _import_error: str | None = None
 def _fa4_kernels() -> tuple[Callable, Callable]:
     from flash_attn.cute.interface import _flash_attn_bwd, _flash_attn_fwd
 
+    # (.contiguous(): the ops' fakes promise contiguous outputs, which compiled code checks)
     def forward(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         out, lse, *_ = _flash_attn_fwd(q, k, v, causal=True, return_lse=True)
-        return out, lse
+        return out.contiguous(), lse.contiguous()
 
     def backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, dout: Tensor, lse: Tensor):
         dq, dk, dv = _flash_attn_bwd(q, k, v, out, dout, lse, causal=True)[:3]
-        return dq, dk, dv
+        return dq.contiguous(), dk.contiguous(), dv.contiguous()
 
     return forward, backward
 

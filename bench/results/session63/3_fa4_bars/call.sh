@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Session 63, call 3 (on call 2's machine, FA4 already there): every bar with FA4's attention
+# in every method, as session 59's call 2 (`mhar bench step`, all five methods, each preset in
+# one process, 30 timed steps, graphed), the model override attention_kernel=fa4 for the run.
+# run (carry .whl/fa4b): C=<commit> OUT=$OUT bash bench/results/session63/3_fa4_bars/call.sh
+set -uo pipefail
+export PYTHONUNBUFFERED=1 MHAR_COMMIT=$C
+source "$(dirname "$0")/../fa4_site.sh"
+R=$OUT/r; mkdir -p $R
+nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader | tee $R/gpu.csv
+for p in 350m:200 100m:150 1b:0; do
+  size=${p%:*}; limit=${p#*:}; [ $limit = 0 ] && limit=$((590 - SECONDS))
+  timeout $limit python3 -m mhar bench step --preset paper-$size --methods baseline,hyper,attnres,mhar,mhar-block \
+    --steps 30 --warmup 3 --out $R --tag $size attention_kernel=fa4 > $R/step_$size.log 2>&1
+  echo "rc=$? $size at ${SECONDS}s"; grep -h "| paper" $R/step_$size.md | grep -v "| >=\|| <=" | sort -u; rm -f $R/*.png
+  tar czf $OUT/r.tar.gz -C $OUT r
+done
