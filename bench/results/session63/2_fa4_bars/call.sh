@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Session 63, call 3 (on call 2's machine, FA4 already there): every bar with FA4's attention
+# Session 63, call 2 (on call 1's machine, FA4 already there): every bar with FA4's attention
 # in every method, as session 59's call 2 (`mhar bench step`, all five methods, each preset in
 # one process, 30 timed steps, graphed), the model override attention_kernel=fa4 for the run.
-# run (carry .whl/fa4b): C=<commit> OUT=$OUT bash bench/results/session63/3_fa4_bars/call.sh
+# run: C=<commit> OUT=$OUT bash bench/results/session63/2_fa4_bars/call.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1 MHAR_COMMIT=$C
 source "$(dirname "$0")/../fa4_site.sh"
