@@ -3,7 +3,7 @@
 # forward + backward at the paper's shapes (bench/attention_bench.py, with FA4's output and
 # gradients against SDPA's), then the baseline's training step with each (`mhar bench step`,
 # baseline and baseline+attention_kernel=fa4 in one process per preset, 30 timed steps, graphed).
-# run (carry .whl/fa4a): C=<commit> OUT=$OUT bash bench/results/session63/1_fa4_bench/call.sh
+# run (carry .whl/fa4a; BUDGET: the seconds the call may take, 585 by default): C=<commit> OUT=$OUT bash bench/results/session63/1_fa4_bench/call.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1 MHAR_COMMIT=$C
 R=$OUT/r; mkdir -p $R
@@ -16,7 +16,7 @@ timeout 240 python3 bench/attention_bench.py --backends cudnn,fa4 --out $R/atten
 echo "attention rc=$? at ${SECONDS}s"; grep "^|" $R/attention.log; grep -h "max_abs" $R/attention.log | cut -c1-300
 grep -h "Error\|error" $R/attention.log | tail -5; pack
 for p in 350m:150 1b:150 100m:0; do
-  size=${p%:*}; limit=${p#*:}; [ $limit = 0 ] && limit=$((585 - SECONDS))
+  size=${p%:*}; limit=${p#*:}; [ $limit = 0 ] && limit=$((${BUDGET:-585} - SECONDS))
   timeout $limit python3 -m mhar bench step --preset paper-$size --methods baseline,baseline+attention_kernel=fa4 \
     --steps 30 --warmup 3 --out $R --tag $size > $R/step_$size.log 2>&1
   echo "rc=$? $size at ${SECONDS}s"; grep -h "| paper" $R/step_$size.md | grep -v "| >=\|| <=" | sort -u; rm -f $R/*.png; pack
