@@ -82,6 +82,19 @@ def test_decoder_on_the_fa4_ops_equals_sdpa(stand_in, method, compiled):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
 
 
+def test_fa4_ops_under_autocast_take_one_dtype(stand_in):
+    """Under bf16 autocast RoPE makes q and k fp32 (its tables are); the op gets all three in
+    the autocast dtype, as SDPA casts them, and the decoder computes what it does on SDPA."""
+    ref, other = _pair("fa4")
+    x = torch.randint(0, 64, (2, 16))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        h_ref, g_ref = _grads(ref, x)
+        h, g = _grads(other, x)
+    torch.testing.assert_close(h, h_ref, rtol=2e-2, atol=2e-2)
+    for a, b in zip(g, g_ref):
+        torch.testing.assert_close(a, b, rtol=5e-2, atol=5e-3)
+
+
 def test_fa4_kernel_is_only_taken_where_it_applies(stand_in, monkeypatch):
     """Cached decoding and padded batches keep SDPA; the training call takes the op."""
     calls = []

@@ -142,6 +142,8 @@ def reference_kernels() -> tuple[Callable, Callable]:
         return s.masked_fill(~causal, float("-inf")), rep
 
     def forward(q, k, v):
+        if not q.dtype == k.dtype == v.dtype:  # as FA4 requires
+            raise ValueError(f"q, k and v must have one dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
         s, rep = scores(q, k)
         lse = torch.logsumexp(s, dim=-1)
         p = torch.exp(s - lse[..., None])

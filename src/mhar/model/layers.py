@@ -170,11 +170,13 @@ class Attention(nn.Module):
         v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        if self.fa4 and cache is None and mask is None and cos.dim() == 2 and fa4.fa4_usable(q):
-            # FA4 takes the projections' (B, T, heads, hd) layout, GQA included
+        if self.fa4 and cache is None and mask is None and cos.dim() == 2 and fa4.fa4_usable(v):
+            # FA4 takes the projections' (B, T, heads, hd) layout, GQA included. Under autocast
+            # RoPE's fp32 tables make q and k fp32; SDPA would cast them back to the autocast
+            # dtype, which v has.
             c, s = cos[:, None], sin[:, None]  # (T, 1, hd)
-            out = fa4.causal_attention(apply_rope(q, c, s), apply_rope(k, c, s), v)
-            return project_into(out.reshape(B, T, -1), self.o_proj, add_to)
+            q, k = apply_rope(q, c, s).to(v.dtype), apply_rope(k, c, s).to(v.dtype)
+            return project_into(fa4.causal_attention(q, k, v).reshape(B, T, -1), self.o_proj, add_to)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         past = 0
