@@ -80,11 +80,12 @@ def _ready_on(device_index: int) -> bool:
     return _fa4 is not None
 
 
-def fa4_usable(q: Tensor) -> bool:
-    """Whether the decoder runs this causal attention on FA4's kernels (else on SDPA)."""
+def fa4_usable(x: Tensor) -> bool:
+    """Whether the decoder runs causal attention over tensors like ``x`` (device, dtype) on
+    FA4's kernels (else on SDPA)."""
     if _stand_in is not None:
         return True
-    return q.is_cuda and q.dtype in (torch.bfloat16, torch.float16) and _ready_on(q.device.index)
+    return x.is_cuda and x.dtype in (torch.bfloat16, torch.float16) and _ready_on(x.device.index)
 
 
 @torch.library.custom_op("mhar::fa4_causal", mutates_args=())
