@@ -12,7 +12,7 @@ source "$(dirname "$0")/../fa4_site.sh" > /dev/null 2>&1  # the exports, in this
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit,driver_version --format=csv,noheader | tee $R/gpu.csv
 pack() { tar czf $OUT/r.tar.gz -C $OUT r; }
 timeout 90 python3 -c "import flash_attn.cute.interface as i; print('flash-attn-4 imports')" 2>&1 | tail -8 | tee $R/import.log
-timeout $(( ${BUDGET:-585} < 300 ? ${BUDGET:-585} - 30 : 240 )) python3 bench/attention_bench.py --backends cudnn,fa4 --out $R/attention.json > $R/attention.log 2>&1
+timeout $(( ${BUDGET:-585} < 300 ? ${BUDGET:-585} - 30 : 240 )) python3 bench/attention_bench.py --backends auto,fa4 --out $R/attention.json > $R/attention.log 2>&1
 echo "attention rc=$? at ${SECONDS}s"; grep "^|" $R/attention.log; grep -h "max_abs" $R/attention.log | cut -c1-300
 grep -h "Error\|error" $R/attention.log | tail -5; pack
 for p in 350m:150 1b:150 100m:0; do
