@@ -16,8 +16,9 @@ micro-batch, as a CUDA graph replay (host time excluded), in one process:
   SDPA's on the same inputs;
 * ``fa4``: FlashAttention-4's CuTe kernels (the ``flash-attn-4`` package) through the
   decoder's own ops (``mhar.model.fa4``, ``attention_kernel="fa4"``), on the (B, T, H,
-  head_dim) projections as they are, GQA built in; the row records the largest difference
-  of its output and of its three gradients from SDPA's on the same inputs;
+  head_dim) projections as they are, GQA built in, at every preset's head dim (the decoder
+  takes FA4 only at ``fa4.HEAD_DIMS``); the row records the largest difference of its output
+  and of its three gradients from SDPA's on the same inputs;
 * with ``--bhsd``, cuDNN on contiguous (B, H, T, head_dim) inputs and output gradient
   instead of the model's transposed views (the layout the model would need its
   projections' rotary kernels to write).
@@ -155,7 +156,7 @@ def fa4_case(B: int, T: int, H: int, KV: int, hd: int, layers: int):
     """FA4 on contiguous (B, T, heads, hd) tensors, as the decoder calls it."""
     from mhar.model import fa4
 
-    if not fa4.fa4_usable(torch.empty(1, device="cuda", dtype=torch.bfloat16)):
+    if not fa4._ready_on(torch.cuda.current_device()):  # any head dim: this is where they are checked
         raise RuntimeError("flash-attn-4 is not usable here")
     q, k, v = (torch.randn(B, T, h, hd, device="cuda", dtype=torch.bfloat16).requires_grad_() for h in (H, KV, KV))
     gy = torch.randn(B, T, H, hd, device="cuda", dtype=torch.bfloat16)

@@ -11,7 +11,8 @@ repeated keys.
 The two kernels are wrapped as ``torch.library`` custom ops (``mhar::fa4_causal`` and its
 backward), so a compiled region calls them as one opaque op each way and a CUDA graph
 captures them. :func:`fa4_usable` says where the decoder takes them: training-style causal
-attention (no cache, no padding mask) on CUDA bf16 / fp16 tensors, on a GPU of compute
+attention (no cache, no padding mask) on CUDA bf16 / fp16 tensors, at a head dim in
+:data:`HEAD_DIMS` (those whose gradients were checked against SDPA's), on a GPU of compute
 capability 9 or 10, with the package importable; everywhere else the decoder uses SDPA,
 which computes the same function. Tests swap in a PyTorch stand-in for the two kernels
 (:func:`use_kernels`) to check the ops' plumbing on the CPU.
@@ -25,6 +26,11 @@ from typing import Callable
 
 import torch
 from torch import Tensor
+
+# Head dims whose FA4 gradients matched SDPA's on an H100 (flash-attn-4 4.0.0b40, session 63,
+# bench/results/session63/2_attention): 64 (paper-100m, paper-350m). At 80 (paper-1b) its
+# SM90 backward gave gradients off by up to 3.4 (outputs right), so other head dims keep SDPA.
+HEAD_DIMS = (64,)
 
 _fa4: tuple[Callable, Callable] | None = None  # FA4's (forward, backward), imported on first use
 _stand_in: tuple[Callable, Callable] | None = None  # tests' replacement (use_kernels)
@@ -81,11 +87,27 @@ def _ready_on(device_index: int) -> bool:
 
 
 def fa4_usable(x: Tensor) -> bool:
-    """Whether the decoder runs causal attention over tensors like ``x`` (device, dtype) on
-    FA4's kernels (else on SDPA)."""
+    """Whether the decoder runs causal attention over (B, T, heads, head_dim) tensors like
+    ``x`` (device, dtype, head dim) on FA4's kernels (else on SDPA)."""
     if _stand_in is not None:
         return True
-    return x.is_cuda and x.dtype in (torch.bfloat16, torch.float16) and _ready_on(x.device.index)
+    return (x.is_cuda and x.dtype in (torch.bfloat16, torch.float16) and _head_dim_ok(x.shape[-1])
+            and _ready_on(x.device.index))
+
+
+_refused_head_dims: set[int] = set()
+
+
+@torch.compiler.assume_constant_result
+def _head_dim_ok(head_dim: int) -> bool:
+    if head_dim in HEAD_DIMS:
+        return True
+    if head_dim not in _refused_head_dims:
+        _refused_head_dims.add(head_dim)
+        warnings.warn(f"attention_kernel='fa4' at head dim {head_dim}: the decoder uses SDPA (FA4 is taken at "
+                      f"head dims {', '.join(map(str, HEAD_DIMS))}, whose gradients were checked; see mhar.model.fa4)",
+                      stacklevel=2)
+    return False
 
 
 @torch.library.custom_op("mhar::fa4_causal", mutates_args=())
