@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Session 63, call 2 (on call 1's machine, FA4 already there): every bar with FA4's attention
-# in every method, as session 59's call 2 (`mhar bench step`, all five methods, each preset in
-# one process, 30 timed steps, graphed), the model override attention_kernel=fa4 for the run.
+# Session 63, staged for an H200 (not run): every bar with FA4's attention in every method, as
+# session 59's call 2 (`mhar bench step`, all five methods, each preset in one process, 30
+# timed steps, graphed), the model override attention_kernel=fa4 for the run (FA4 at 100M and
+# 350M, head dim 64; SDPA at 1B, head dim 80). FA4 must be on the machine first: a call
+# carrying .whl/fa4a, then this one carrying .whl/fa4b while the machine is warm (README.md).
 # run: C=<commit> OUT=$OUT bash bench/results/session63/2_fa4_bars/call.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1 MHAR_COMMIT=$C
