@@ -71,6 +71,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import importlib.metadata
 import json
 import math
 import os
@@ -537,6 +538,11 @@ def run_bench_step(args: argparse.Namespace) -> int:
         meta["triton"] = triton.__version__
     except ImportError:
         pass
+    if any("attention_kernel=fa4" in a for a in [args.methods, *args.overrides]):  # which FA4 its rows ran
+        try:
+            meta["flash-attn-4"] = importlib.metadata.version("flash-attn-4")
+        except importlib.metadata.PackageNotFoundError:
+            meta["flash-attn-4"] = "not installed (SDPA ran)"
     stem = out_dir / f"step_{args.tag or '_'.join(args.preset.split(','))}"
     stem.with_suffix(".json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     lines = [f"# Training-step benchmark ({meta['device']})", "",

@@ -269,6 +269,18 @@ def test_bench_step_per_method_overrides(tmp_path):
     assert [r["method"] for r in rows] == names and all(r["tokens_per_s"] > 0 for r in rows)
 
 
+def test_bench_step_records_flash_attn_4_for_fa4_rows(tmp_path):
+    """A run with attention_kernel=fa4 names the flash-attn-4 it ran (here none: SDPA ran)."""
+    from mhar.bench_cli import build
+
+    assert build("tiny", "baseline+attention_kernel=fa4", 32, [], 8, "cpu").config.attention_kernel == "fa4"
+    assert main(["bench", "step", "--preset", "tiny", "--steps", "1", "--warmup", "1", "--compile", "off",
+                 "--out", str(tmp_path), *TINY, "--methods", "baseline,baseline+attention_kernel=fa4",
+                 "--tag", "f"]) == 0
+    meta = json.loads((tmp_path / "step_f.json").read_text())["meta"]
+    assert meta["flash-attn-4"] == "not installed (SDPA ran)"
+
+
 def bench_module(name: str):
     """A script of bench/ imported as a module."""
     import importlib
