@@ -4,6 +4,8 @@
 # gradients against SDPA's), then the baseline's training step with each (`mhar bench step`,
 # baseline and baseline+attention_kernel=fa4 in one process per preset, 30 timed steps, graphed).
 # run (carry .whl/fa4a; BUDGET: the seconds the call may take, 585 by default): C=<commit> OUT=$OUT bash bench/results/session63/1_fa4_bench/call.sh
+# As run this session (README.md, calls 1-3) it carried .whl/fa4a alone, so FA4's kernels could not run:
+# they need the runtime library in .whl/fa4b, which a second call on the warm machine brings.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 MHAR_COMMIT=$C
 R=$OUT/r; mkdir -p $R
