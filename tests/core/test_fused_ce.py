@@ -297,6 +297,99 @@ def test_interp_bf16_autocast(monkeypatch):
         assert rel(a, b) <= 1e-2, (name, rel(a, b))
 
 
+def _check_scale_unless_one(dtype: torch.dtype, device: str, exact_bf16: bool) -> None:
+    """scale_unless_one_ against torch's x * s.to(x.dtype) for several s, 1 included (skipped
+    on the device). Triton's interpreter rounds fp32 to bf16 toward zero (the GPU to nearest),
+    both s and the product, so there a bf16 result may be two units in the last place off."""
+    from mhar.model import ce_kernel
+    x = torch.randn(7, 45, generator=torch.Generator().manual_seed(1)).to(device, dtype)
+    for s in (1.0, 2.5, 0.0, -0.3, 1.0 + 2 ** -20):  # the last rounds to 1 in bf16
+        scale = torch.tensor([s], device=device)
+        got = ce_kernel.scale_unless_one_(x.clone(), scale)
+        want = x * scale.reshape(()).to(dtype)
+        if dtype == torch.float32 or exact_bf16:
+            assert torch.equal(got, want), s
+        else:
+            torch.testing.assert_close(got.float(), want.float(), rtol=2 ** -6, atol=0, msg=str(s))
+    changed = not torch.equal(ce_kernel.scale_unless_one_(x.clone(), torch.tensor(1.0 + 2 ** -20, device=device)), x)
+    assert changed == (dtype == torch.float32)  # fp32 keeps the scale, bf16 rounds it to 1
+    t = x.clone().t()  # not contiguous: torch's own product
+    assert torch.equal(ce_kernel.scale_unless_one_(t, torch.tensor(2.5, device=device)), x.t() * 2.5)
+    with pytest.raises(ValueError, match="one element"):
+        ce_kernel.scale_unless_one_(x.clone(), torch.ones(2, device=device))
+
+
+@interp
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_interp_scale_unless_one(dtype, monkeypatch):
+    """The backward's upstream scale, in place; several programs, the last one masked."""
+    from mhar.model import ce_kernel
+    monkeypatch.setattr(ce_kernel, "SCALE_BLOCK", 64)
+    _check_scale_unless_one(dtype, "cpu", exact_bf16=False)
+
+
+@interp
+@pytest.mark.parametrize("hand_over", [True, False])
+@pytest.mark.parametrize("upstream", [1.0, 0.5])
+def test_interp_tied_decoder_on_the_fused_loss(upstream, hand_over, monkeypatch):
+    """A tied decoder's every gradient with the fused loss against the reference backend's:
+    upstream 1 (skipped with hand_over) and 0.5, over two accumulated micro-batches. With
+    hand_over its backward scales the gradients it formed in place and hands them over, and
+    the tied embedding adds its rows into the head's."""
+    from mhar.model import Decoder, ModelConfig, StreamConfig, ce_kernel
+    monkeypatch.setattr(ce_kernel, "BLOCK", 32)
+    monkeypatch.setattr(L, "HAND_OVER", hand_over)
+    torch.manual_seed(4)
+    cfg = ModelConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=64, max_seq_len=32,
+                      stream=StreamConfig(method="routed", heads=4))
+    model = Decoder(cfg)
+    x = torch.randint(0, 64, (2, 17))
+
+    def grads(backend):
+        L.set_backend(backend)
+        try:
+            model.zero_grad(set_to_none=True)
+            for _ in range(2):
+                (model.loss(x[:, :-1], x[:, 1:], chunk_size=5, z_loss=1e-3) * upstream).backward()
+        finally:
+            L.set_backend(None)
+        return {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    got, want = grads("triton"), grads("reference")
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], msg=name)
+
+
+@interp
+def test_interp_second_backward_through_the_fused_loss_is_an_error(monkeypatch):
+    """With MHAR_CE_HAND_OVER=1 its first backward hands over the gradients it formed, scaled in place: a second one
+    (retain_graph) is refused, and leaves the first's results as they were. The reference
+    backend backpropagates twice as autograd does."""
+    from mhar.model import ce_kernel
+    monkeypatch.setattr(ce_kernel, "BLOCK", 32)
+    monkeypatch.setattr(L, "HAND_OVER", True)
+    h, w, t = make(12, 8, 45, seed=6)
+    for backend in ("triton", "reference"):
+        hr, wr = h.clone().requires_grad_(True), w.clone().requires_grad_(True)
+        L.set_backend(backend)
+        try:
+            out = L.linear_cross_entropy(hr, wr, t, chunk_size=5) * 0.5
+            first = torch.autograd.grad(out, (hr, wr), retain_graph=True)
+            kept = [g.clone() for g in first]
+            if backend == "triton":
+                with pytest.raises(RuntimeError, match="second backward through the fused"):
+                    torch.autograd.grad(out, (hr, wr))
+            else:
+                for a, b in zip(torch.autograd.grad(out, (hr, wr)), kept):
+                    assert torch.equal(a, b)
+        finally:
+            L.set_backend(None)
+        for a, b in zip(first, kept):
+            assert torch.equal(a, b)
+        _, gh, gw = loss_and_grads(h.double(), w.double(), t, 0, 0.0, upstream=0.5)
+        assert rel(first[0], gh) <= 1e-5 and rel(first[1], gw) <= 1e-5
+
+
 def test_second_order_through_the_chunked_loss_is_an_error():
     # its gradients are formed in the forward, so a gradient penalty through it took them
     # as constants, silently; the plain loss (chunk 0) differentiates twice as autograd does
@@ -344,6 +437,15 @@ def test_accumulator_first_chunk_writes(dtype):
 def test_cuda_accumulator_first_chunk_writes():
     """In the mode probed on this GPU (addmm with out_dtype and beta=0 where torch has it)."""
     _accumulator_writes_first("cuda", torch.bfloat16)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cuda_scale_unless_one(dtype):
+    """On the GPU the kernel rounds as torch does: bf16 results equal too."""
+    pytest.importorskip("triton")
+    _check_scale_unless_one(dtype, "cuda", exact_bf16=True)
 
 
 @pytest.mark.cuda

@@ -25,6 +25,8 @@ Two backends, chosen at run time (:func:`set_backend` or
 
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -32,6 +34,11 @@ from torch import Tensor
 from mhar.backends import BackendChoice
 
 _BACKEND = BackendChoice("loss", "MHAR_LOSS_BACKEND", "mhar.model.ce_kernel")
+# MHAR_CE_HAND_OVER=1: the fused path's backward scales the gradients its forward formed in
+# place, skipping the scale on the device where it is 1, and hands them over (_hand_over):
+# no new vocab x d tensor. Off by default until it is timed on a GPU (built in session 64,
+# with no GPU left to run it).
+HAND_OVER = os.environ.get("MHAR_CE_HAND_OVER", "0") == "1"
 
 
 def set_backend(name: str | None) -> None:
@@ -217,7 +224,7 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
             total, grad_hidden, grad_weight = _reference_forward(hidden, weight, targets, chunk_size, z_loss,
                                                                  ignore_index)
         ctx.save_for_backward(grad_hidden, grad_weight)
-        ctx.weight_dtype, ctx.tied = weight.dtype, tied
+        ctx.weight_dtype, ctx.tied, ctx.hand_over, ctx.handed_over = weight.dtype, tied, fused and HAND_OVER, False
         return total
 
     @staticmethod
@@ -230,13 +237,38 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
                                "linear + cross-entropy, whose gradients are formed in its forward; use the "
                                "plain loss (chunk_size=0, the trainer's loss_chunk=0)")
         grad_hidden, grad_weight = ctx.saved_tensors
-        gh = grad_hidden * grad_out.to(grad_hidden.dtype) if ctx.needs_input_grad[0] else None
-        # (as a foreach op: the plain product with a 0-d CUDA tensor runs the broadcasting,
-        # unvectorised kernel, at 2.8 TB/s over the head's fp32 gradient on an H200)
-        gw = torch._foreach_mul([grad_weight], grad_out)[0].to(ctx.weight_dtype) if ctx.needs_input_grad[1] else None
+        if ctx.hand_over:
+            gh, gw = _hand_over(ctx, grad_hidden, grad_weight, grad_out)
+        else:
+            gh = grad_hidden * grad_out.to(grad_hidden.dtype) if ctx.needs_input_grad[0] else None
+            # (as a foreach op: the plain product with a 0-d CUDA tensor runs the broadcasting,
+            # unvectorised kernel, at 2.8 TB/s over the head's fp32 gradient on an H200)
+            gw = torch._foreach_mul([grad_weight], grad_out)[0] if ctx.needs_input_grad[1] else None
+        gw = gw.to(ctx.weight_dtype) if gw is not None else None
         if gw is not None and ctx.tied is not None:
-            ctx.tied.put(gw)  # a fresh tensor: the tied lookup's backward adds into it
+            ctx.tied.put(gw)  # ours alone (made here or in the forward): the tied lookup adds into it
         return gh, gw, None, None, None, None, None, None
+
+
+def _hand_over(ctx, grad_hidden: Tensor, grad_weight: Tensor, grad_out: Tensor):
+    """The fused path's backward with ``HAND_OVER``: the gradients formed in the forward,
+    scaled in place by the upstream gradient (skipped on the device where it is 1, a plain
+    ``loss.backward()``: :func:`mhar.model.ce_kernel.scale_unless_one_`) and handed over as
+    they are, with no new vocab x d tensor. So a second backward through the same loss
+    (``retain_graph``) would find them scaled (and, tied, with the embedding's rows added):
+    it is refused."""
+    from mhar.model import ce_kernel
+
+    if ctx.handed_over:
+        raise RuntimeError("mhar loss: a second backward through the fused chunked linear + cross-entropy "
+                           "(retain_graph=True): its first backward handed over the gradients it had formed, "
+                           "in place; for several backward passes use the reference backend "
+                           "(MHAR_LOSS_BACKEND=reference) or the plain loss (chunk_size=0, the trainer's loss_chunk=0)")
+    ctx.handed_over = True
+    grad_out = grad_out.reshape(1)
+    gh = ce_kernel.scale_unless_one_(grad_hidden, grad_out) if ctx.needs_input_grad[0] else None
+    gw = ce_kernel.scale_unless_one_(grad_weight, grad_out) if ctx.needs_input_grad[1] else None
+    return gh, gw
 
 
 def _reference_forward(hidden: Tensor, weight: Tensor, targets: Tensor, chunk_size: int, z_loss: float,
