@@ -311,7 +311,8 @@ def _check_scale_unless_one(dtype: torch.dtype, device: str, exact_bf16: bool) -
             assert torch.equal(got, want), s
         else:
             torch.testing.assert_close(got.float(), want.float(), rtol=2 ** -6, atol=0, msg=str(s))
-    changed = not torch.equal(ce_kernel.scale_unless_one_(x.clone(), torch.tensor(1.0 + 2 ** -20, device=device)), x)
+    nearly_one = torch.tensor(1.0 + 2 ** -20, device=device)
+    changed = not torch.equal(ce_kernel.scale_unless_one_(x.clone(), nearly_one), x)
     assert changed == (dtype == torch.float32)  # fp32 keeps the scale, bf16 rounds it to 1
     t = x.clone().t()  # not contiguous: torch's own product
     assert torch.equal(ce_kernel.scale_unless_one_(t, torch.tensor(2.5, device=device)), x.t() * 2.5)
@@ -362,9 +363,9 @@ def test_interp_tied_decoder_on_the_fused_loss(upstream, hand_over, monkeypatch)
 
 @interp
 def test_interp_second_backward_through_the_fused_loss_is_an_error(monkeypatch):
-    """With MHAR_CE_HAND_OVER=1 its first backward hands over the gradients it formed, scaled in place: a second one
-    (retain_graph) is refused, and leaves the first's results as they were. The reference
-    backend backpropagates twice as autograd does."""
+    """With MHAR_CE_HAND_OVER=1 its first backward hands over the gradients it formed,
+    scaled in place: a second one (retain_graph) is refused, and leaves the first's results
+    as they were. The reference backend backpropagates twice as autograd does."""
     from mhar.model import ce_kernel
     monkeypatch.setattr(ce_kernel, "BLOCK", 32)
     monkeypatch.setattr(L, "HAND_OVER", True)
