@@ -34,11 +34,11 @@ from torch import Tensor
 from mhar.backends import BackendChoice
 
 _BACKEND = BackendChoice("loss", "MHAR_LOSS_BACKEND", "mhar.model.ce_kernel")
-# MHAR_CE_HAND_OVER=1: the fused path's backward scales the gradients its forward formed in
-# place, skipping the scale on the device where it is 1, and hands them over (_hand_over):
-# no new vocab x d tensor. Off by default until it is timed on a GPU (built in session 64,
-# with no GPU left to run it).
-HAND_OVER = os.environ.get("MHAR_CE_HAND_OVER", "0") == "1"
+# The fused path's backward scales the gradients its forward formed in place, skipping the
+# scale on the device where it is 1, and hands them over (_hand_over): no new vocab x d
+# tensor (0.6% off the 100M baseline's step on an H100, bench/results/session65/).
+# MHAR_CE_HAND_OVER=0 writes a scaled copy instead, which allows a second backward.
+HAND_OVER = os.environ.get("MHAR_CE_HAND_OVER", "1") == "1"
 
 
 def set_backend(name: str | None) -> None:
