@@ -15,7 +15,7 @@ FA=baseline+attention_kernel=fa4 CU=baseline+attention_kernel=sdpa
 run() {  # $1 tag, $2 methods
   timeout 240 python3 -m mhar bench step --preset paper-350m --batch global --methods $2 \
     --steps 30 --warmup 3 --out $R --tag $1 > $R/$1.log 2>&1
-  echo "$1 rc=$? at ${SECONDS}s"; grep -h "| paper" $R/$1.md | grep -v "| >=\|| <=" | sort -u
+  echo "$1 rc=$? at ${SECONDS}s"; grep -h "| paper" $R/step_$1.md | grep -v "| >=\|| <=" | sort -u
   rm -f $R/*.png; tar czf $OUT/r.tar.gz -C $OUT r
 }
 run p1_fa4_first $FA,$CU,$FA
