@@ -16,10 +16,9 @@ micro-batch, as a CUDA graph replay (host time excluded), in one process:
   SDPA's on the same inputs;
 * ``fa4``: FlashAttention-4's CuTe kernels (the ``flash-attn-4`` package) through the
   decoder's own ops (``mhar.model.fa4``, ``attention_kernel="fa4"``), on the (B, T, H,
-  head_dim) projections as they are, GQA built in, at every preset's head dim (padded with
-  zero lanes up to the next of ``fa4.HEAD_DIMS``, as the decoder calls it: 80 runs at 96);
-  the row records the largest difference of its output and of its three gradients from
-  SDPA's on the same inputs;
+  head_dim) projections as they are, GQA built in, at every preset's head dim (the decoder
+  takes FA4 only at ``fa4.HEAD_DIMS``); the row records the largest difference of its output
+  and of its three gradients from SDPA's on the same inputs;
 * with ``--bhsd``, cuDNN on contiguous (B, H, T, head_dim) inputs and output gradient
   instead of the model's transposed views (the layout the model would need its
   projections' rotary kernels to write).
