@@ -7,6 +7,7 @@
 #   3. on an H200, the 1B baseline at the trainer's microbatch (32 x 1024, --batch global:
 #      86 GB, more than an H100 holds): FA4, cuDNN, FA4 in one process;
 #   4. the 1B baseline at the bench's microbatch (16 x 1024): cuDNN, FA4, cuDNN in one process.
+# Needs d6d137b's tree: the padding was reverted at 97941f6.
 # run: session 64's a.sh first (carry .whl/fa4a; FA4's site), then on the same warm machine
 #   (carry .whl/fa4b): C=<commit> OUT=$OUT bash bench/results/session69/2_fa4_1b/b.sh
 set -uo pipefail

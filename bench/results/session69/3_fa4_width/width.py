@@ -1,7 +1,8 @@
 """Session 69: one paper-1b layer's attention (16 x 1024, 16 query and 8 key heads of 80 lanes),
 forward + backward from a CUDA graph, on FA4 with the heads padded to 96 lanes and to 128,
 against cuDNN (SDPA, torch's pick) in the same process; each FA4 row's largest differences from
-SDPA's output and gradients. Run from the repository root with FA4's site on the path."""
+SDPA's output and gradients. Run from the repository root with FA4's site on the path, at
+f026710: it sets fa4.HEAD_DIMS for that tree's padding (kernel_head_dim), reverted at 97941f6."""
 import json
 import sys
 
