@@ -49,6 +49,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from mhar.bench_cli import PAPER_MICROBATCH, PEAK_FLOPS
 from mhar.model import get_preset
+from mhar.provenance import source_commit
 
 BACKENDS = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
             "efficient": SDPBackend.EFFICIENT_ATTENTION}
@@ -56,11 +57,11 @@ BACKENDS = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTEN
 
 def run_meta(**extra) -> dict:
     """What every result file of these scripts records: the command, device, versions,
-    commit (``MHAR_COMMIT``) and date, then ``extra``; printed as one JSON line."""
+    commit (``mhar.provenance``) and date, then ``extra``; printed as one JSON line."""
     meta = {"command": " ".join(["python3"] + sys.argv),
             "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
             "torch": torch.__version__, "python": platform.python_version(),
-            "commit": os.environ.get("MHAR_COMMIT", "unknown"), **extra,
+            "commit": source_commit(), **extra,
             "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
     print(json.dumps(meta), flush=True)
     return meta

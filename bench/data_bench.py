@@ -38,13 +38,6 @@ def machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores, load average at start {load}"
 
 
-def commit() -> str:
-    try:
-        return subprocess.check_output(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], text=True).strip()
-    except Exception:
-        return "unknown"
-
-
 def sample_texts(mb: float) -> list[str]:
     from mhar.data.sources import builtin_docs
     stats: dict = {}
@@ -99,7 +92,8 @@ def main() -> None:
         return _single_thread_child(args)
 
     from mhar.data import TokenDataset, build_dataset
-    print(f"# data_bench\n\ncommand: `{' '.join(['python'] + sys.argv)}`  \nmachine: {machine()}  \ncommit: {commit()}  \n"
+    from mhar.provenance import source_commit
+    print(f"# data_bench\n\ncommand: `{' '.join(['python'] + sys.argv)}`  \nmachine: {machine()}  \ncommit: {source_commit()}  \n"
           f"python {platform.python_version()}, tokenizers {__import__('tokenizers').__version__}, numpy {__import__('numpy').__version__}, torch {__import__('torch').__version__}\n")
     tmp = Path(tempfile.mkdtemp(prefix="mhar-data-bench-"))
     out = Path(args.out) if args.out else tmp / "builtin"

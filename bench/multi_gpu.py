@@ -34,23 +34,12 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-
-
-def commit() -> str:
-    if os.environ.get("MHAR_COMMIT"):
-        return os.environ["MHAR_COMMIT"]
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=Path(__file__).parent).stdout.strip() or "unknown"
-    except OSError:
-        return "unknown"
 
 
 def measure(args, method: str, parallel: str) -> dict | None:
@@ -63,6 +52,7 @@ def measure(args, method: str, parallel: str) -> dict | None:
 
     from mhar.train import apply_train_overrides, train_preset
     from mhar.train.metrics import read_metrics
+    from mhar.provenance import source_commit
     from mhar.train.trainer import Trainer, release_memory
 
     total = args.warmup + args.steps
@@ -132,7 +122,7 @@ def measure(args, method: str, parallel: str) -> dict | None:
         "gpus_visible": torch.cuda.device_count(),
         "torch": torch.__version__, "cuda": torch.version.cuda,
         "nccl": ".".join(map(str, torch.cuda.nccl.version())) if cuda else None,
-        "python": platform.python_version(), "commit": commit(),
+        "python": platform.python_version(), "commit": source_commit(),
         "command": " ".join(sys.argv), "nccl_nvls_enable": os.environ.get("NCCL_NVLS_ENABLE"),
         "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }

@@ -59,6 +59,7 @@ def main() -> None:
 
     from mhar.bench_cli import PAPER_MICROBATCH, build
     from mhar.model.loss import linear_cross_entropy
+    from mhar.provenance import source_commit
 
     assert torch.cuda.is_available(), "bench/region_bytes.py needs a CUDA GPU"
     batch, seq = PAPER_MICROBATCH[args.preset]
@@ -86,7 +87,7 @@ def main() -> None:
     rows = sorted(kernels.items(), key=lambda kv: -kv[1]["ms"])
     meta = {"command": " ".join([os.path.basename(sys.executable)] + sys.argv), "preset": args.preset,
             "method": args.method, "device": torch.cuda.get_device_name(), "torch": torch.__version__,
-            "commit": os.environ.get("MHAR_COMMIT", "unknown"), "copy_gbs": args.copy_gbs,
+            "commit": source_commit(), "copy_gbs": args.copy_gbs,
             "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w") as f:

@@ -23,7 +23,6 @@ import json
 import math
 import os
 import platform
-import subprocess
 import sys
 import time
 import traceback
@@ -31,6 +30,7 @@ import traceback
 import torch
 
 from mhar import routing
+from mhar.provenance import source_commit
 from mhar.routing import op as rop
 from mhar.routing import reference as R
 
@@ -411,7 +411,7 @@ def main():
 
     meta = {"command": " ".join([os.path.basename(sys.executable)] + sys.argv),
             "device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
-            "python": platform.python_version(), "commit": os.environ.get("MHAR_COMMIT") or _git_commit(),
+            "python": platform.python_version(), "commit": source_commit(short=False),
             "tokens": args.tokens, "dtype": "bfloat16", "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
     for mod, dist in (("fla", "fla-core"), ("liger_kernel", "liger-kernel")):
         try:
@@ -591,13 +591,6 @@ def tune(case, results, key):
 def gpu_ms(fn, iters=3):
     """Device (kernel) time per call from the profiler: excludes host overhead."""
     return kernel_breakdown(fn, iters)["kernel_ms"]
-
-
-def _git_commit():
-    try:
-        return subprocess.check_output(["git", "rev-parse", "HEAD"], text=True).strip()
-    except Exception:
-        return "unknown"
 
 
 def _graph_cell(row, copy):

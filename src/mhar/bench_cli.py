@@ -74,7 +74,6 @@ import gc
 import importlib.metadata
 import json
 import math
-import os
 import platform
 import statistics
 import subprocess
@@ -90,6 +89,7 @@ from mhar.gpu_peak import device_peak_tflops
 from mhar.model import Decoder, get_preset
 from mhar.model.config import SCHEDULES, with_method
 from mhar.model.loss import linear_cross_entropy
+from mhar.provenance import source_commit
 from mhar.train.graphs import GraphedStep
 from mhar.train.trainer import release_memory
 
@@ -446,16 +446,6 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def _commit() -> str:
-    if os.environ.get("MHAR_COMMIT"):  # the device machine's copy of the tree has no .git
-        return os.environ["MHAR_COMMIT"]
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def run_bench_step(args: argparse.Namespace) -> int:
     if args.processes < 1:
         raise ValueError(f"--processes must be at least 1; got {args.processes}")
@@ -528,7 +518,7 @@ def run_bench_step(args: argparse.Namespace) -> int:
     meta = {
         "command": " ".join(["mhar"] + sys.argv[1:]),
         "device": torch.cuda.get_device_name() if device == "cuda" else platform.processor() or "cpu",
-        "torch": torch.__version__, "python": platform.python_version(), "commit": _commit(),
+        "torch": torch.__version__, "python": platform.python_version(), "commit": source_commit(),
         "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "adamw": adamw,
         "peak_tflops": peak, "peak_from": peak_source,
         **({"interleaved": "each method's steps in turn with the baseline's"} if args.interleave else {}),
@@ -555,9 +545,9 @@ def run_bench_step(args: argparse.Namespace) -> int:
             lines.append(f"{_row_start(r)} {r['error']} |")
             continue
         lines.append(f"{_row_start(r)} {r['step_ms']:.1f} | "
-                     f"{r['tokens_per_s']:,.0f} | {_percent(r['mfu'])} | {r['peak_mem_gb']:.2f} | "
-                     f"{r.get('throughput_vs_baseline', float('nan')):.3f} | "
-                     f"{r.get('memory_vs_baseline', float('nan')):.3f} | {_clock_cells(r)} |")
+                     f"{r['tokens_per_s']:,.0f} | {_percent(r['mfu'])} | {_number(r['peak_mem_gb'], '.2f')} | "
+                     f"{_number(r.get('throughput_vs_baseline', float('nan')), '.3f')} | "
+                     f"{_number(r.get('memory_vs_baseline', float('nan')), '.3f')} | {_clock_cells(r)} |")
     lines += bar_lines(results)
     stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
     plot_ratios(results, stem.with_suffix(".png"), meta)
@@ -574,6 +564,11 @@ def _label(r: dict) -> str:
 def _percent(x: float) -> str:
     """A fraction as a percentage with one decimal; "-" for NaN (no MFU without a peak)."""
     return "-" if x != x else f"{100 * x:.1f}%"
+
+
+def _number(x: float, fmt: str) -> str:
+    """``x`` in ``fmt``; "-" for NaN (no peak memory, nor its ratio, on the CPU)."""
+    return "-" if x != x else f"{x:{fmt}}"
 
 
 def _row_start(r: dict) -> str:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -18,6 +17,7 @@ from mhar.eval.adapter import EvalModel
 from mhar.eval.scoring import (WIKITEXT_FILES, dataset_windows, evaluate_gen, evaluate_mc, evaluate_text_ppl,
                                evaluate_windows, evaluate_wikitext_ppl, evaluate_word, read_texts)
 from mhar.eval.tasks import load_task, subset
+from mhar.provenance import source_commit
 
 
 def parse_task_list(spec: str | list[str]) -> list[tuple[str, int | None]]:
@@ -172,14 +172,6 @@ def summary_markdown(model_name: str, results: dict[str, dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _git_commit() -> str | None:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=Path(__file__).parent, timeout=5).stdout.strip() or None
-    except Exception:  # noqa: BLE001
-        return None
-
-
 # The per-item records' format, in results.json. 2: HellaSwag ids are the item's index where the
 # dataset's own ids repeat, and correct_norm is lm-eval's acc_norm (before: OLMES's per-char).
 # Records of two formats pair different items or metrics, so `compare` refuses to mix them.
@@ -203,7 +195,7 @@ def _write_summary(out: Path, model: EvalModel, results: dict, command: str | No
         "model": model.name, "model_info": model.info, "command": command or " ".join(sys.argv),
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "versions": {"python": platform.python_version(), "torch": torch.__version__, "transformers": tv},
-        "device": str(model.device), "commit": _git_commit(), "records_version": RECORDS_VERSION,
+        "device": str(model.device), "commit": source_commit(), "records_version": RECORDS_VERSION,
         "results": results,
     }
     tmp = out / "results.json.tmp"

@@ -41,6 +41,7 @@ from torch import Tensor, nn
 
 from mhar.gpu_peak import device_peak_tflops
 from mhar.model import Decoder, ModelConfig, StreamConfig
+from mhar.provenance import source_commit
 from mhar.train import checkpoint as ckpt
 from mhar.train import dcp as dcpio
 from mhar.train.config import TrainConfig, config_diff
@@ -655,7 +656,7 @@ class Trainer:
             "dtype": str(self.amp_dtype or torch.float32).replace("torch.", ""),
             # what the run's "auto" settings resolved to
             "compile": self.compile_mode(), "cuda_graphs": self.use_graphs, "adamw": self.adamw,
-            "torch": torch.__version__,
+            "torch": torch.__version__, "commit": source_commit(),
         }
 
     # ------------------------------------------------------------------ progress
