@@ -430,6 +430,12 @@ def microbatch(preset: str, batch: str) -> int:
     return default_shape(preset)[0]
 
 
+def positive_int(text: str, option: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise SystemExit(f"{option} takes a positive whole number; got {text!r}")
+    return int(text)
+
+
 def recipe_accum(preset: str, batch: int) -> int:
     """Microbatches per update for the paper's global batch (1 for other presets)."""
     total = PAPER_GLOBAL_BATCH.get(preset)
@@ -470,12 +476,20 @@ def run_bench_step(args: argparse.Namespace) -> int:
                          "put baseline in --methods")
     if args.interleave and graph_mode == "both":
         raise SystemExit("--interleave times the methods one way: pass --cuda-graphs on or off, not both")
+    # Every preset's shape, and every method's model built on the meta device (no memory),
+    # before anything runs: a typo in the last method fails now, not after minutes of timing.
+    shapes = []
+    for preset in args.preset.split(","):
+        batch, seq_len = microbatch(preset, args.batch), args.seq_len or default_shape(preset)[1]
+        accum = recipe_accum(preset, batch) if args.accum == "recipe" else positive_int(args.accum, "--accum")
+        for method in methods:
+            with torch.device("meta"):
+                build(preset, method, seq_len, args.overrides, args.chunk, "meta")
+        shapes.append((preset, batch, seq_len, accum))
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     results = []
-    for preset in args.preset.split(","):
-        batch, seq_len = microbatch(preset, args.batch), args.seq_len or default_shape(preset)[1]
-        accum = recipe_accum(preset, batch) if args.accum == "recipe" else int(args.accum)
+    for preset, batch, seq_len, accum in shapes:
         if args.interleave:
             graphs = GRAPH_MODES[graph_mode][0]
             for r in time_interleaved(preset, methods, batch, seq_len, accum, graphs, args, device, adamw, peak):

@@ -112,6 +112,29 @@ def test_bench_step_accumulates_microbatches(tmp_path):
 TINY = ["n_layers=2", "d_model=64", "n_heads=2", "n_kv_heads=1", "d_ff=128", "vocab_size=256"]
 
 
+def test_bench_step_checks_every_preset_and_method_before_timing(tmp_path, monkeypatch, capsys):
+    """A bad preset, method, setting or --accum in any position fails before the first
+    method is timed (at the paper's sizes that would be minutes of wasted timing)."""
+    import mhar.bench_cli as bench_cli
+
+    timed = []
+    monkeypatch.setattr(bench_cli, "time_step", lambda *a, **k: timed.append(a) or {})
+    cases = [(["--methods", "baseline,mhar,bogus"], "unknown method 'bogus'"),
+             (["--methods", "baseline,mhar+stream.nope=1"], "unknown config key 'stream.nope'"),
+             (["--methods", "baseline,mhar@sideways"], "unknown schedule"),
+             (["--preset", "tiny,paper-9b"], "unknown preset 'paper-9b'"),
+             (["--accum", "two"], "--accum takes a positive whole number")]
+    for extra, message in cases:
+        argv = ["bench", "step", "--preset", "tiny", "--methods", "baseline", "--compile", "off",
+                "--out", str(tmp_path / "never"), *extra, *TINY]
+        try:  # (a ValueError is main's one-line error; a bad option's value exits with its message)
+            rc, err = main(argv), capsys.readouterr().err
+        except SystemExit as exit_:
+            rc, err = 2, str(exit_.code)
+        assert rc == 2 and message in err, (extra, err)
+        assert timed == [] and not (tmp_path / "never").exists()
+
+
 def test_bench_step_global_batch_is_the_trainer_presets(tmp_path):
     """--batch global: the paper's global batch as one microbatch, which is what the
     trainer's presets run; the default is the issue's reference microbatch."""
