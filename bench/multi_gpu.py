@@ -50,9 +50,9 @@ def measure(args, method: str, parallel: str) -> dict | None:
     step; ``--loop step`` calls ``train_step`` one at a time, synchronising around each."""
     import torch
 
+    from mhar.provenance import source_commit
     from mhar.train import apply_train_overrides, train_preset
     from mhar.train.metrics import read_metrics
-    from mhar.provenance import source_commit
     from mhar.train.trainer import Trainer, release_memory
 
     total = args.warmup + args.steps

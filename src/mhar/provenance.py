@@ -22,7 +22,9 @@ def _git(*args: str) -> str | None:
         out = subprocess.run(["git", *args], cwd=PACKAGE_DIR, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):  # no git, or it hung
         return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
+    if out.returncode != 0:
+        return None
+    return out.stdout.strip() or None
 
 
 def source_commit(short: bool = True) -> str:
